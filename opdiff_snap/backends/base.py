@@ -1,0 +1,75 @@
+"""The one protocol every backend family implements.
+
+A backend receives a *flat* module: `module(*tensors) -> tuple[Tensor, ...]`, with every
+non-tensor argument already baked in as a constant and the module's weights already
+loaded (see opdiff_snap.execution.prepare). It only has to export, load and run that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+Runnable = Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]]
+
+PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named backend configuration: `<family>_<device>_<precision>` plus resolved options."""
+
+    name: str
+    family: str
+    device: str
+    precision: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return PRECISION_DTYPES[self.precision]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": self.family, "device": self.device,
+                "precision": self.precision, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class Availability:
+    can_export: bool
+    can_run: bool
+    reason: str = ""  # why not, when either is False
+
+
+@dataclass
+class Artifact:
+    """What export produced. `path` is a directory holding the serialised artifact for
+    backends that serialise (those can be cached and loaded in a fresh process);
+    `obj` is an in-memory object for those that do not (eager torch, inductor)."""
+
+    path: Path | None = None
+    obj: Any = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    family: str
+    devices: tuple[str, ...]
+    precisions: tuple[str, ...]
+    default_options: Mapping[str, Any]
+    serializes: bool  # True: export writes files under `workdir`, cacheable across processes
+    can_differentiate: bool
+
+    def availability(self, preset: Preset) -> Availability: ...
+
+    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+               preset: Preset, workdir: Path) -> Artifact:
+        """`module` and `inputs` are in the golden's dtypes (fp32 usually); a reduced-precision
+        preset casts them itself."""
+
+    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+        """The runnable takes inputs in the golden's dtypes and returns tensors; floating
+        outputs may come back in the preset's precision (the caller casts them back)."""

@@ -1,0 +1,54 @@
+"""User-facing errors: one clear paragraph each, exit code 2, no traceback unless --debug."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Iterable
+
+
+class OpdiffError(Exception):
+    """A problem with the user's input (suite, flag, store). The CLI prints it and exits 2."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem, located as precisely as the input allows."""
+
+    file: str
+    message: str
+    field: str = ""          # e.g. tests[3].op.vars.bias
+    test_id: str = ""
+    line: int | None = None  # 1-based, where YAML knows it
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        parts = [where]
+        if self.test_id:
+            parts.append(f"test '{self.test_id}'")
+        if self.field:
+            parts.append(self.field)
+        return ": ".join(parts) + ": " + self.message
+
+
+class SuiteError(OpdiffError):
+    """Every problem found in one pass over one or more suites."""
+
+    def __init__(self, problems: Iterable[Problem]):
+        self.problems = list(problems)
+        n = len(self.problems)
+        head = f"{n} problem{'s' if n != 1 else ''} in suite input:"
+        super().__init__("\n".join([head] + [f"  - {p}" for p in self.problems]))
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' for the nearest choice, or ''."""
+    match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""

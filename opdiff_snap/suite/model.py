@@ -1,0 +1,82 @@
+"""What a suite expands to: concrete test cases, and one seeded realisation of one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import torch
+
+Node = Mapping[str, Any]  # a validated node with refs, dims and vars resolved (plain JSON)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a test calls: an ATen op, or a module constructed from `path` with args/kwargs.
+
+    `path` is a dotted import path or `file:relative/file.py::Name` (relative to the
+    suite's directory). Constructor args are nodes: `const`, `construct`, ... nodes
+    resolved but not sampled.
+    """
+
+    kind: Literal["op", "module"]
+    target: str
+    args: tuple[Node, ...] = ()
+    kwargs: Mapping[str, Node] = field(default_factory=dict)
+    impl: str | None = None
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One expanded, concrete test with a stable id."""
+
+    __test__ = False  # not a pytest class
+
+    id: str
+    suite: Path                      # the file that defined it (after includes)
+    call: Call                       # side a for pair tests
+    inputs: tuple[Node, ...]         # positional input nodes
+    kwargs: Mapping[str, Node]       # keyword input nodes
+    pair: Call | None = None         # side b of a template_compare_pair
+    device: str = "cpu"
+    impl: str | None = None
+    out: Node | None = None
+    cast_input0_to_complex: bool = False
+    # our extensions
+    tolerance: Mapping[str, Tolerance] = field(default_factory=dict)  # key: "*", "fp16", preset name
+    seeds: tuple[int, ...] = (0,)
+    tags: tuple[str, ...] = ()
+    skip: Mapping[str, str] = field(default_factory=dict)            # preset-or-glob -> reason
+    grad: bool = False
+    # identity
+    definition: Mapping[str, Any] = field(default_factory=dict)      # canonical expanded JSON
+    spec_hash: str = ""
+    source_files: tuple[Path, ...] = ()                               # file: modules used
+
+    @property
+    def test_type(self) -> str:
+        if self.pair is not None:
+            return "pair"
+        return self.call.kind
+
+    @property
+    def suite_dir(self) -> Path:
+        return self.suite.parent
+
+
+@dataclass
+class Invocation:
+    """Everything needed to call a test once: inputs exactly as handed to the op,
+    and the parameters and buffers of its module(s) by side ("a", and "b" for pairs).
+    """
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    states: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
