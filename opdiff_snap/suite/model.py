@@ -13,8 +13,10 @@ Node = Mapping[str, Any]  # a validated node with refs, dims and vars resolved (
 
 @dataclass(frozen=True)
 class Tolerance:
-    atol: float
-    rtol: float
+    """Either field may be None: it then falls back to the precision's default."""
+
+    atol: float | None = None
+    rtol: float | None = None
 
 
 @dataclass(frozen=True)

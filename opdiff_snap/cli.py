@@ -1,0 +1,282 @@
+"""`opdiff` command line. Each command parses flags and calls one function of the API."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .config import Settings, load_settings
+from .errors import OpdiffError, suggest
+from .suite.model import Tolerance
+
+
+class Context:
+    def __init__(self, debug: bool, settings: Settings):
+        self.debug = debug
+        self.settings = settings
+
+
+def guarded(fn):
+    """User errors: one paragraph on stderr, exit 2; no traceback unless --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        ctx = click.get_current_context()
+        debug = bool(ctx.find_object(Context) and ctx.find_object(Context).debug)
+        try:
+            return fn(*args, **kwargs)
+        except OpdiffError as exc:
+            if debug:
+                traceback.print_exc()
+            click.echo(f"opdiff: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("opdiff: interrupted; history of this run stays resumable (`opdiff runs`).", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug of ours or of a library: say so plainly
+            if debug:
+                traceback.print_exc()
+            click.echo(f"opdiff: internal error: {type(exc).__name__}: {exc}. Re-run with --debug for the "
+                       "traceback and report it; nothing already recorded was changed.", err=True)
+            sys.exit(3)
+
+    return wrapper
+
+
+def _patterns(values: tuple[str, ...]) -> list[str] | None:
+    return list(values) or None
+
+
+def _settings(ctx: click.Context, **overrides) -> Settings:
+    return ctx.find_object(Context).settings.with_overrides(**overrides)
+
+
+def _seed_list(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        seeds = [int(s) for s in text.replace(";", ",").split(",") if s.strip()]
+    except ValueError:
+        raise OpdiffError(f"--seed-list '{text}': give comma-separated non-negative integers like 0,3,7.") from None
+    if any(s < 0 for s in seeds):
+        raise OpdiffError(f"--seed-list '{text}': seeds must be non-negative.")
+    return seeds
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path), help="Suites directory (default ./suites).")
+@click.option("--goldens", type=click.Path(path_type=Path), help="Golden store (default ./goldens).")
+@click.option("--store", type=click.Path(path_type=Path), help="History store (default ./store).")
+@click.option("--cache", type=click.Path(path_type=Path), help="Artifact cache (default ./.opdiff-cache).")
+@click.version_option(package_name="opdiff-snap")
+@click.pass_context
+def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache) -> None:
+    """Golden-file regression store for PyTorch ops and modules across backends.
+
+    \b
+    record   suites/ -> goldens/ on a baseline preset
+    check    goldens/ -> verdicts -> store/ on target presets
+    query    SQL over the history in store/
+    """
+    try:
+        settings = load_settings()
+    except OpdiffError as exc:
+        click.echo(f"opdiff: error: {exc}", err=True)
+        sys.exit(2)
+    ctx.obj = Context(debug, settings.with_overrides(suites=suites_dir, goldens=goldens, store=store, cache=cache))
+
+
+# ---------------------------------------------------------------- suites and presets
+
+@main.command("list-presets")
+@click.option("--all", "show_all", is_flag=True, default=True, hidden=True)
+@guarded
+def list_presets(show_all: bool) -> None:
+    """Every preset, and whether it can export and run on this machine."""
+    from .backends.registry import all_presets, availability
+
+    table = Table()
+    for col in ("preset", "export", "run", "why not"):
+        table.add_column(col, overflow="fold")
+    for preset in all_presets():
+        a = availability(preset)
+        table.add_row(preset.name, "yes" if a.can_export else "no", "yes" if a.can_run else "no",
+                      "" if a.can_export and a.can_run else a.reason)
+    Console().print(table)
+
+
+def _load_cases(ctx, suites, test_ids, tags):
+    from .api import resolve_suites
+    from .suite import load_suites, select
+
+    settings = _settings(ctx)
+    paths = resolve_suites([Path(s) for s in suites] or None, settings)
+    if not paths:
+        raise OpdiffError(f"no suites given and none under {settings.suites}.")
+    return select(load_suites(paths), _patterns(test_ids), _patterns(tags))
+
+
+@main.command("list-tests")
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable.")
+@click.option("--tags", multiple=True, help="Only tests with this tag; repeatable.")
+@click.option("--long", "long_", is_flag=True, help="Also show type, seeds, tags and spec hash.")
+@click.pass_context
+@guarded
+def list_tests(ctx, suites, test_ids, tags, long_) -> None:
+    """Expanded test ids of SUITES (default: every suite under ./suites), in order."""
+    for case in _load_cases(ctx, suites, test_ids, tags):
+        if long_:
+            click.echo(f"{case.id}\t{case.test_type}\tseeds={list(case.seeds)}\t"
+                       f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
+        else:
+            click.echo(case.id)
+
+
+@main.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.pass_context
+@guarded
+def validate(ctx, suites) -> None:
+    """Load and validate SUITES; report every problem at once (exit 2 if any)."""
+    cases = _load_cases(ctx, suites, (), ())
+    click.echo(f"ok: {len(cases)} tests")
+
+
+# ---------------------------------------------------------------- record / check
+
+def _run_options(fn):
+    for opt in reversed([
+        click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores)."),
+        click.option("--timeout-s", type=click.FloatRange(min=0.1), help="Per-job timeout in seconds."),
+        click.option("--repeats", type=click.IntRange(min=1), help="Timed calls per job (median reported)."),
+        click.option("--warmup", type=click.IntRange(min=0), help="Untimed warm-up calls per job."),
+        click.option("--in-process", is_flag=True, help="Run jobs in this process (debugging; no isolation)."),
+        click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable."),
+        click.option("--tags", multiple=True, help="Only tests with this tag; repeatable."),
+        click.option("--seeds", type=click.IntRange(min=1), help="Use seeds 0..N-1 instead of each test's."),
+        click.option("--seed-list", help="Use exactly these seeds, e.g. 0,3,7."),
+        click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text"),
+        click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
+    from .output import (ProgressDisplay, exit_code, parse_fail_on, print_summary, report_json,
+                         write_junit)
+
+    fail_on = parse_fail_on(fail_on_text)
+    console = Console(file=sys.stderr if fmt == "json" else sys.stdout)
+    with ProgressDisplay(console, None, label, verbose) as progress:
+        report = runner(progress)
+    if fmt == "json":
+        click.echo(report_json(report))
+    else:
+        print_summary(console, report)
+    if junit:
+        write_junit(report, Path(junit), fail_on)
+    sys.exit(exit_code(report.results, fail_on))
+
+
+@main.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--baseline", default="torch_cpu_fp32", show_default=True, help="Preset that computes the goldens.")
+@click.option("--preset-options", help="JSON (string or file) overriding the baseline preset's options.")
+@click.option("--force", is_flag=True, help="Re-record goldens that are up to date too.")
+@click.option("--fail-on", help="Verdicts that make the exit code 1 (default: BASELINE_FAIL and the like).")
+@click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
+@_run_options
+@click.pass_context
+@guarded
+def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, timeout_s, repeats, warmup,
+           in_process, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+    """Record goldens: run the baseline on seeded inputs and store inputs, weights and outputs.
+
+    With no SUITES, records every suite under ./suites. Writes only missing or stale
+    goldens unless --force."""
+    from . import api
+
+    if seeds is not None and seed_list:
+        raise OpdiffError("give either --seeds N or --seed-list, not both.")
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    _run_and_report(ctx, lambda listener: api.record(
+        list(suites) or None, baseline=baseline, preset_options=preset_options, seeds=seeds,
+        seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags), force=force,
+        in_process=in_process, settings=settings, argv=sys.argv[1:], listener=listener),
+        fmt, verbose, fail_on, junit, f"record {baseline}")
+
+
+def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, body = value.partition("=")
+        if not sep or not name or not body:
+            raise OpdiffError(f"--preset-options '{value}': write PRESET=JSON or PRESET=path/to/options.json, "
+                              "e.g. onnx_cpu_fp32='{\"opset\": 18}'.")
+        out[name] = body
+    return out
+
+
+@main.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-b", "--backend", "backends", multiple=True, required=True,
+              help="Target preset; repeatable (see `opdiff list-presets`).")
+@click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
+@click.option("--atol", type=float, help="Override the absolute tolerance for every comparison.")
+@click.option("--rtol", type=float, help="Override the relative tolerance for every comparison.")
+@click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
+@click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact exists.")
+@click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 "
+                                "(default: all but PASS, SKIPPED, UNAVAILABLE).")
+@click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
+@_run_options
+@click.pass_context
+@guarded
+def check(ctx, suites, backends, preset_options, atol, rtol, resume, no_cache, fail_on, junit, jobs,
+          timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+    """Check goldens on target presets: exactly the stored inputs and weights, compared
+    with tolerances; one JSONL history file per run in ./store.
+
+    Exit 0 when nothing failed, 1 when a --fail-on verdict occurred, 2 on input errors."""
+    from . import api
+
+    if seeds is not None and seed_list:
+        raise OpdiffError("give either --seeds N or --seed-list, not both.")
+    tol = Tolerance(atol=atol, rtol=rtol) if (atol is not None or rtol is not None) else None
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    _run_and_report(ctx, lambda listener: api.check(
+        list(suites) or None, backends=list(backends), preset_options=_preset_options(preset_options),
+        seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
+        tolerance=tol, resume=resume, in_process=in_process, use_cache=not no_cache, settings=settings,
+        argv=sys.argv[1:], listener=listener), fmt, verbose, fail_on, junit, "check")
+
+
+@main.command()
+@click.pass_context
+@guarded
+def runs(ctx) -> None:
+    """Runs in the history store, newest last; incomplete ones can be --resume'd."""
+    from .history import list_runs
+
+    settings = _settings(ctx)
+    table = Table()
+    for col in ("run", "command", "started", "complete", "counts"):
+        table.add_column(col, overflow="fold")
+    for r in list_runs(settings.store):
+        table.add_row(r.run_id, r.command, str(r.started), "yes" if r.complete else "NO (resumable)",
+                      json.dumps(r.counts) if r.counts else "")
+    Console().print(table)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,71 @@
+"""Project settings: embedded defaults, overridden by `[tool.opdiff]` in pyproject.toml,
+overridden by command-line flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import OpdiffError, suggest
+
+
+@dataclass(frozen=True)
+class Settings:
+    suites: Path = Path("suites")
+    goldens: Path = Path("goldens")
+    store: Path = Path("store")
+    cache: Path = Path(".opdiff-cache")
+    jobs: int = os.cpu_count() or 1
+    timeout_s: float = 300.0
+    repeats: int = 5
+    warmup: int = 1
+
+    def with_overrides(self, **values: Any) -> "Settings":
+        """Replace the fields whose value is not None."""
+        given = {k: v for k, v in values.items() if v is not None}
+        for key in ("suites", "goldens", "store", "cache"):
+            if key in given:
+                given[key] = Path(given[key])
+        return replace(self, **given)
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for d in [start, *start.parents]:
+        candidate = d / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_settings(start: Path | None = None) -> Settings:
+    """Defaults, then `[tool.opdiff]` of the nearest pyproject.toml (paths in it are
+    relative to that file's directory)."""
+    start = (start or Path.cwd()).resolve()
+    pyproject = find_pyproject(start)
+    settings = Settings()
+    if pyproject is None:
+        return settings
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise OpdiffError(f"{pyproject}: not valid TOML ({exc}). Fix the file or run from another directory.") from None
+    table = data.get("tool", {}).get("opdiff", {})
+    if not isinstance(table, dict):
+        raise OpdiffError(f"{pyproject}: [tool.opdiff] must be a table.")
+    known = {f.name: f for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise OpdiffError(f"{pyproject}: [tool.opdiff] has an unknown key '{key}'{suggest(name, known)}; "
+                              f"valid keys: {', '.join(sorted(known))}.")
+        default = getattr(settings, name)
+        if isinstance(default, Path):
+            value = pyproject.parent / str(value)
+        elif isinstance(default, (int, float)) and not isinstance(value, (int, float)):
+            raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be a number, not {value!r}.")
+        values[name] = value
+    return replace(settings, **values)

@@ -1,0 +1,192 @@
+"""How a run's results are shown: live progress, the closing summary, JSON and JUnit XML."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .api import Result, RunReport
+from .errors import OpdiffError, suggest
+from .verdicts import NOT_FAILING, Verdict
+
+GOOD = {Verdict.PASS, Verdict.RECORDED, Verdict.KEPT}
+QUIET = {Verdict.SKIPPED, Verdict.UNAVAILABLE}
+
+
+def _style(v: Verdict) -> str:
+    if v in GOOD:
+        return "green"
+    if v in QUIET:
+        return "yellow"
+    return "red"
+
+
+def _counts_text(counts: Counter) -> str:
+    return "  ".join(f"[{_style(Verdict(k))}]{k}[/] {n}" for k, n in sorted(counts.items()))
+
+
+class ProgressDisplay:
+    """A bar with counts by verdict and an ETA on a terminal; one plain line per
+    result otherwise (CI logs)."""
+
+    def __init__(self, console: Console, total: int | None, label: str, verbose: bool = False):
+        self.console = console
+        self.total = total
+        self.label = label
+        self.counts: Counter = Counter()
+        self.interactive = console.is_terminal
+        self.verbose = verbose
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self) -> "ProgressDisplay":
+        if self.interactive:
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                      TextColumn("{task.fields[counts]}"), console=self.console,
+                                      transient=True)
+            self._progress.__enter__()
+            self._task = self._progress.add_task(self.label, total=self.total, counts="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def __call__(self, result: Result) -> None:
+        self.counts[result.verdict.value] += 1
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, counts=_counts_text(self.counts))
+            if result.verdict not in GOOD | QUIET or self.verbose:
+                self._progress.console.print(_line(result), highlight=False)
+        else:
+            done = sum(self.counts.values())
+            of = f"/{self.total}" if self.total else ""
+            self.console.print(f"[{done}{of}] {_line(result)}", highlight=False, markup=False,
+                               soft_wrap=True)
+
+
+def _line(r: Result) -> str:
+    text = f"{r.verdict.value:<18} {r.test_id} seed={r.seed} {r.preset}"
+    if r.infer_ms is not None:
+        text += f" infer={r.infer_ms:.3f}ms"
+    if r.metrics and r.verdict not in GOOD:
+        text += f" max_abs={r.metrics.get('max_abs')}"
+    if r.message and r.verdict not in GOOD:
+        text += f" -- {r.message.splitlines()[0][:200]}"
+    return text
+
+
+def _severity(r: Result) -> float:
+    m = r.metrics or {}
+    v = m.get("min_atol")
+    return float(v) if isinstance(v, (int, float)) else float("inf")
+
+
+def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
+    """Results grouped by verdict, failures first and worst metrics first."""
+    counts = Counter(r.verdict for r in report.results)
+    failing = [r for r in report.results if r.verdict not in GOOD | QUIET]
+    failing.sort(key=lambda r: (r.verdict.value, -_severity(r)))
+    if failing:
+        table = Table(title="Not passing (worst first)", show_lines=False)
+        for col in ("verdict", "test", "seed", "preset", "max_abs", "min_atol", "detail"):
+            table.add_column(col, overflow="fold")
+        for r in failing[:limit]:
+            m = r.metrics or {}
+            table.add_row(r.verdict.value, r.test_id, str(r.seed), r.preset, _fmt(m.get("max_abs")),
+                          _fmt(m.get("min_atol")), (r.message or "").splitlines()[0][:120] if r.message else "")
+        console.print(table)
+        if len(failing) > limit:
+            console.print(f"... and {len(failing) - limit} more (see `opdiff query` or --format json)")
+    quiet = [r for r in report.results if r.verdict in QUIET]
+    reasons = Counter((r.verdict.value, r.preset, (r.message or "").splitlines()[0][:100] if r.message else "")
+                      for r in quiet)
+    for (verdict, preset, reason), n in sorted(reasons.items()):
+        console.print(f"[yellow]{verdict}[/] {preset} x{n}: {reason}", highlight=False)
+    parts = ", ".join(f"{n} {v.value}" for v, n in sorted(counts.items(), key=lambda kv: kv[0].value))
+    console.print(f"[bold]{report.command}[/] {report.run_id}: {len(report.results)} results in "
+                  f"{report.wall_s:.1f} s: {parts or 'nothing to do'}", highlight=False)
+    console.print(f"history: {report.path}", highlight=False)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def report_json(report: RunReport) -> str:
+    return json.dumps({
+        "run_id": report.run_id, "command": report.command, "history": str(report.path),
+        "wall_s": round(report.wall_s, 3), "counts": report.counts(),
+        "results": [{"id": r.test_id, "seed": r.seed, "preset": r.preset, "status": r.verdict.value,
+                     "message": r.message, "error_class": r.error_class, "infer_ms": r.infer_ms,
+                     "export_ms": r.export_ms, "load_ms": r.load_ms, "metrics": r.metrics,
+                     "tolerance": vars(r.tolerance) if r.tolerance else None}
+                    for r in report.results]}, indent=1)
+
+
+def write_junit(report: RunReport, path: Path, fail_on: set[Verdict]) -> None:
+    """One <testcase> per (test, seed, preset); a <testsuite> per preset."""
+    root = ET.Element("testsuites", name=f"opdiff {report.command} {report.run_id}")
+    by_preset: dict[str, list[Result]] = {}
+    for r in report.results:
+        by_preset.setdefault(r.preset, []).append(r)
+    for preset, results in by_preset.items():
+        fails = sum(r.verdict in fail_on for r in results)
+        skipped = sum(r.verdict not in fail_on and r.verdict not in GOOD for r in results)
+        suite = ET.SubElement(root, "testsuite", name=preset, tests=str(len(results)),
+                              failures=str(fails), errors="0", skipped=str(skipped))
+        for r in results:
+            case = ET.SubElement(suite, "testcase", classname=f"opdiff.{preset}",
+                                 name=f"{r.test_id}[seed={r.seed}]",
+                                 time=f"{(r.infer_ms or 0) / 1000:.6f}")
+            detail = f"{r.verdict.value}: {r.message}" if r.message else r.verdict.value
+            if r.metrics:
+                detail += "\n" + json.dumps(r.metrics)
+            if r.verdict in fail_on:
+                ET.SubElement(case, "failure", message=detail.splitlines()[0][:500],
+                              type=r.verdict.value).text = detail
+            elif r.verdict not in GOOD:
+                ET.SubElement(case, "skipped", message=detail.splitlines()[0][:500])
+    ET.indent(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def parse_fail_on(text: str | None) -> set[Verdict]:
+    if not text:
+        return set(Verdict) - NOT_FAILING
+    out = set()
+    for name in text.replace(";", ",").split(","):
+        name = name.strip().upper()
+        if not name:
+            continue
+        try:
+            out.add(Verdict(name))
+        except ValueError:
+            raise OpdiffError(f"--fail-on: '{name}' is not a verdict{suggest(name, [v.value for v in Verdict])}; "
+                              f"valid: {', '.join(v.value for v in Verdict)}.") from None
+    return out
+
+
+@contextmanager
+def stdout_console(json_mode: bool) -> Iterator[Console]:
+    """Progress goes to stderr when stdout carries JSON."""
+    yield Console(file=sys.stderr if json_mode else sys.stdout)
+
+
+def exit_code(results: Sequence[Result], fail_on: set[Verdict]) -> int:
+    return 1 if any(r.verdict in fail_on for r in results) else 0

@@ -1,0 +1,141 @@
+"""Turn `path`s into Python objects: ATen ops, module classes, constructed modules.
+
+`file:` paths are imported from the file by location, relative to the suite directory,
+under a module name derived from the file's absolute path, so two suites may both have
+a `models.py` without clashing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ..errors import OpdiffError, suggest
+from .model import Call, Node, TestCase
+
+
+def split_file_path(path: str) -> tuple[str, str]:
+    """`file:rel/x.py::Name` -> ("rel/x.py", "Name")."""
+    body = path[len("file:"):]
+    file, sep, name = body.partition("::")
+    if not sep or not file or not name:
+        raise OpdiffError(f"'{path}' is not a valid file path: write it as file:relative/file.py::Name.")
+    return file, name
+
+
+def load_file_module(file: Path):
+    file = file.resolve()
+    mod_name = "opdiff_user_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
+    mod = sys.modules.get(mod_name)
+    if mod is not None:
+        return mod
+    if not file.is_file():
+        raise OpdiffError(f"{file}: file not found. Fix the `file:` path; it is relative to the suite file.")
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise OpdiffError(f"{file}: importing it failed with {type(exc).__name__}: {exc}") from exc
+    return mod
+
+
+def import_path(path: str, suite_dir: Path) -> Any:
+    """Resolve a dotted import path or a `file:` path to the object it names."""
+    if path.startswith("file:"):
+        file, name = split_file_path(path)
+        mod = load_file_module(suite_dir / file)
+        try:
+            return getattr(mod, name)
+        except AttributeError:
+            names = [n for n in vars(mod) if not n.startswith("_")]
+            raise OpdiffError(f"{suite_dir / file}: has no '{name}'{suggest(name, names)}.") from None
+    module_name, _, attr = path.rpartition(".")
+    if not module_name:
+        raise OpdiffError(f"'{path}' is not a dotted import path like torch.nn.Linear.")
+    try:
+        mod = importlib.import_module(module_name)
+    except ImportError:
+        # e.g. torch.nn.functional.relu: walk attributes from the longest importable prefix
+        head, _, rest = module_name.partition(".")
+        try:
+            obj: Any = importlib.import_module(head)
+            for part in (rest.split(".") if rest else []):
+                obj = getattr(obj, part)
+            mod = obj
+        except (ImportError, AttributeError):
+            raise OpdiffError(f"'{path}': cannot import module '{module_name}'.") from None
+    try:
+        return getattr(mod, attr)
+    except AttributeError:
+        names = [n for n in dir(mod) if not n.startswith("_")]
+        raise OpdiffError(f"'{path}': '{module_name}' has no '{attr}'{suggest(attr, names)}.") from None
+
+
+def resolve_op(name: str):
+    """`aten::add.Tensor` -> torch.ops.aten.add.Tensor; without overload, the packet."""
+    ns, sep, rest = name.partition("::")
+    if not sep or not rest:
+        raise OpdiffError(f"op '{name}' is not of the form aten::name[.overload].")
+    op_name, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, ns), op_name)
+    except (AttributeError, RuntimeError):
+        raise OpdiffError(f"op '{name}': torch has no operator {ns}::{op_name}.") from None
+    if not overload:
+        return packet
+    try:
+        return getattr(packet, overload)
+    except (AttributeError, RuntimeError):
+        raise OpdiffError(f"op '{name}': {ns}::{op_name} has no overload '{overload}'"
+                          f"{suggest(overload, packet.overloads())}.") from None
+
+
+def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | None = None) -> Any:
+    """A constructor argument from its node: literals as they are, `construct` nodes
+    built recursively, sampling nodes through `sample` (inputs-only nodes otherwise)."""
+    kind = node.get("type")
+    if kind == "const":
+        return node["value"]
+    if kind == "int_list":
+        return list(node["elems"])
+    if kind == "tuple":
+        return tuple(build_value(e, suite_dir, sample) for e in node["elems"])
+    if kind in ("construct", "module"):
+        cls = import_path(node["path"], suite_dir)
+        args = [build_value(a, suite_dir, sample) for a in node.get("args", [])]
+        kwargs = {k: build_value(v, suite_dir, sample) for k, v in node.get("kwargs", {}).items()}
+        return cls(*args, **kwargs)
+    if sample is None:
+        raise OpdiffError(f"a '{kind}' node cannot be used as a constructor argument here.")
+    return sample(node)
+
+
+def construct_module(call: Call, suite_dir: Path,
+                     sample: Callable[[Node], Any] | None = None) -> torch.nn.Module:
+    cls = import_path(call.target, suite_dir)
+    args = [build_value(a, suite_dir, sample) for a in call.args]
+    kwargs = {k: build_value(v, suite_dir, sample) for k, v in call.kwargs.items()}
+    try:
+        module = cls(*args, **kwargs)
+    except Exception as exc:
+        raise OpdiffError(f"constructing {call.target}(...) failed with {type(exc).__name__}: {exc}. "
+                          "Check the test's args and kwargs.") from exc
+    if not isinstance(module, torch.nn.Module):
+        raise OpdiffError(f"{call.target} built a {type(module).__name__}, not a torch.nn.Module.")
+    return module.eval()
+
+
+def build_modules(case: TestCase, sample: Callable[[Node], Any] | None = None) -> dict[str, torch.nn.Module]:
+    """The module(s) of a case by side: {} for op tests, {"a": m} or {"a": m, "b": m2}."""
+    sides: Mapping[str, Call | None] = {"a": case.call, "b": case.pair}
+    return {side: construct_module(call, case.suite_dir, sample)
+            for side, call in sides.items() if call is not None and call.kind == "module"}

@@ -1,0 +1,518 @@
+"""Suite files -> TestCases: includes, dims, presets, tests, templates and ids.
+
+Included files merge in order (their tests come before the including file's own);
+a name defined twice and an include cycle are problems. Every case is built through
+`case_from_definition`, the same path `check` takes on a stored definition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import OpdiffError, SuiteError
+from .model import Call, TestCase, Tolerance
+from .schema import (BAD, DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, TOP_KEYS,
+                     NodeResolver, Problems, Where, check_keys, dtype_family, parse_extension,
+                     path_checker, plain)
+from .spechash import file_modules, spec_hash
+from .yamlload import YamlSyntaxError, load_yaml_text
+
+EXT_DEFAULTS: dict[str, Any] = {"tolerance": {}, "seeds": [0], "tags": [], "skip": {}, "grad": False}
+_BAD_ID = re.compile(r"[\s/\\;*]")
+
+
+def sanitize(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", str(value))
+
+
+@dataclass
+class RawTest:
+    raw: Any
+    where: Where          # tests[i] in its own file
+    index: int
+    suite: Path
+    defaults: dict
+
+
+@dataclass
+class Document:
+    dims: dict[str, int] = field(default_factory=dict)
+    dim_where: dict[str, Where] = field(default_factory=dict)
+    presets: dict[str, tuple[Any, Where, Path]] = field(default_factory=dict)
+    tests: list[RawTest] = field(default_factory=list)
+
+
+def _display(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def read_suite_file(path: Path, problems: Problems, where: Where | None = None) -> Any:
+    """The file's YAML value, or BAD (with the problem recorded)."""
+    disp = _display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = "file not found" if isinstance(exc, FileNotFoundError) else f"cannot read it: {exc}"
+        return problems.add(where or Where(disp), f"suite file {disp}: {msg}")
+    try:
+        value, dups = load_yaml_text(text)
+    except YamlSyntaxError as exc:
+        for msg, mark in exc.problems:
+            problems.add(Where(disp, mark=mark), msg)
+        return BAD
+    for msg, mark in dups:
+        problems.add(Where(disp, mark=mark), msg)
+    return value
+
+
+def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Path, ...] = (),
+                  defaults: dict | None = None, via: Where | None = None) -> None:
+    """Load `path` and its includes into `doc` (depth-first, includes first)."""
+    path = Path(os.path.normpath(path))
+    disp = _display(path)
+    real = path.resolve()
+    if real in stack:
+        chain = " -> ".join(_display(p) for p in stack + (real,))
+        problems.add(via or Where(disp), f"include cycle: {chain}; remove one of these includes")
+        return
+    data = read_suite_file(path, problems, via)
+    if data is BAD:
+        return
+    top = Where(disp, mark=getattr(data, "mark", None))
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        problems.add(top, "a suite must be a mapping with keys include, dims, presets, tests, defaults")
+        return
+    check_keys(data, TOP_KEYS, top, problems, "the suite's top level")
+    if "tests" not in data and "include" not in data:
+        problems.add(top, "missing required key 'tests' (it may be an empty list)")
+
+    own = dict(defaults or EXT_DEFAULTS)
+    raw_defaults = data.get("defaults")
+    if raw_defaults is not None:
+        wd = top.at(data, "defaults")
+        if not isinstance(raw_defaults, dict):
+            problems.add(wd, "defaults must be a mapping of " + ", ".join(EXTENSION_KEYS))
+        else:
+            check_keys(raw_defaults, EXTENSION_KEYS, wd, problems, "defaults")
+            for k in EXTENSION_KEYS:
+                if k in raw_defaults:
+                    v = parse_extension(k, raw_defaults[k], wd.at(raw_defaults, k), problems, _plain_num(problems))
+                    if v is not BAD:
+                        own[k] = v
+
+    inc = data.get("include")
+    if inc is not None:
+        wi = top.at(data, "include")
+        items = [inc] if isinstance(inc, str) else inc
+        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+            problems.add(wi, f"include must be a file name or a list of them, got {inc!r}")
+        else:
+            for i, name in enumerate(items):
+                w = wi if isinstance(inc, str) else wi.at(inc, i)
+                load_document(path.parent / name, problems, doc, stack + (real,), own, w)
+
+    dims = data.get("dims")
+    if dims is not None:
+        wd = top.at(data, "dims")
+        if not isinstance(dims, dict):
+            problems.add(wd, f"dims must map symbols to non-negative integers, got {dims!r}")
+        else:
+            for k, v in dims.items():
+                w = wd.at(dims, k)
+                if not isinstance(k, str) or not k:
+                    problems.add(w, f"dim name {k!r} must be a string")
+                elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    problems.add(w, f"dim '{k}' = {v!r} must be a non-negative integer")
+                elif k in doc.dims:
+                    problems.add(w, f"dim '{k}' is defined twice (first at {_at(doc.dim_where[k])}); "
+                                    "keep one definition")
+                else:
+                    doc.dims[k], doc.dim_where[k] = v, w
+
+    presets = data.get("presets")
+    if presets is not None:
+        wp = top.at(data, "presets")
+        if not isinstance(presets, dict):
+            problems.add(wp, f"presets must map names to nodes, got {presets!r}")
+        else:
+            for k, v in presets.items():
+                w = wp.at(presets, k)
+                if k in doc.presets:
+                    problems.add(w, f"preset '{k}' is defined twice (first at {_at(doc.presets[k][1])}); "
+                                    "keep one definition")
+                else:
+                    doc.presets[str(k)] = (v, w, path.parent)
+
+    tests = data.get("tests")
+    if tests is not None:
+        wt = top.at(data, "tests")
+        if not isinstance(tests, list):
+            problems.add(wt, f"tests must be a list, got {type(tests).__name__}")
+        else:
+            for i, t in enumerate(tests):
+                doc.tests.append(RawTest(t, wt.at(tests, i), i, path, own))
+
+
+def _at(w: Where) -> str:
+    return f"{w.file}:{w.mark[0]}" if w.mark else w.file
+
+
+def _plain_num(problems: Problems):
+    return NodeResolver(problems, {}, [], lambda n, w: BAD, lambda p, w, m: p).num
+
+
+def _rebase(node: Any, from_dir: Path, to_dir: Path) -> Any:
+    """Rewrite `file:` paths of a preset defined in another directory to be relative to `to_dir`."""
+    if from_dir == to_dir:
+        return node
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "path" and isinstance(v, str) and v.startswith("file:"):
+                rel, sep, name = v[5:].partition("::")
+                v = "file:" + Path(os.path.relpath(from_dir / rel, to_dir)).as_posix() + sep + name
+            out[k] = _rebase(v, from_dir, to_dir)
+        return out
+    if isinstance(node, list):
+        return [_rebase(v, from_dir, to_dir) for v in node]
+    return node
+
+
+class Expander:
+    """Resolves one merged document into TestCases, recording every problem."""
+
+    def __init__(self, doc: Document, problems: Problems, import_cache: dict):
+        self.doc, self.problems, self.import_cache = doc, problems, import_cache
+        self._resolvers: dict[Path, NodeResolver] = {}
+        self._presets: dict[str, Any] = {}
+        self._resolving: list[str] = []
+
+    def resolver(self, suite_dir: Path) -> NodeResolver:
+        r = self._resolvers.get(suite_dir)
+        if r is None:
+            check = path_checker(self.problems, suite_dir, self.import_cache)
+            r = NodeResolver(self.problems, self.doc.dims, self.doc.presets,
+                             lambda name, w, d=suite_dir: self.preset(name, w, d), check)
+            self._resolvers[suite_dir] = r
+        return r
+
+    def preset(self, name: str, where: Where, used_in: Path | None = None) -> Any:
+        raw, w, pdir = self.doc.presets[name]
+        if name not in self._presets:
+            if name in self._resolving:
+                chain = " -> ".join(self._resolving[self._resolving.index(name):] + [name])
+                return self.problems.add(where, f"preset cycle: {chain}")
+            self._resolving.append(name)
+            try:
+                self._presets[name] = self.resolver(pdir).value(raw, w, None)
+            finally:
+                self._resolving.pop()
+        value = self._presets[name]
+        return value if value is BAD or used_in is None else _rebase(value, pdir, used_in)
+
+    def cases(self) -> list[TestCase]:
+        for name in self.doc.presets:
+            self.preset(name, self.doc.presets[name][1])
+        out: list[TestCase] = []
+        for rt in self.doc.tests:
+            out.extend(self.test(rt))
+        return out
+
+    # ---- one test entry ------------------------------------------------------------------
+    def test(self, rt: RawTest) -> list[TestCase]:
+        raw, w, P = rt.raw, rt.where, self.problems
+        if not isinstance(raw, dict):
+            P.add(w, f"a test must be a mapping with keys {', '.join(TEST_KEYS[:3])}, ..., got {raw!r}")
+            return []
+        check_keys(raw, TEST_KEYS, w, P, "a test")
+        tid = raw.get("id")
+        if tid is not None and (not isinstance(tid, str) or not tid or _BAD_ID.search(tid)):
+            P.add(w.at(raw, "id"), f"id {tid!r} must be a non-empty string without spaces, '/', '\\', ';' or '*'")
+            tid = None
+        op = raw.get("op")
+        if op is None:
+            P.add(w, "missing required field 'op' (an ATen op name or a module node)")
+        base = tid or self._default_id(op, rt.index)
+        w = Where(w.file, w.field, w.mark, base)
+        r = self.resolver(rt.suite.parent)
+        common = self._common_fields(raw, w, rt.defaults)
+        if op is None:
+            return []
+        wo = w.at(raw, "op")
+        if isinstance(op, str):
+            call = self._op_call(op, wo)
+            return self._finish(rt, base, [("", None)], lambda env: (call, None), common)
+        if not isinstance(op, dict):
+            P.add(wo, f"op must be an op name like aten::add.Tensor or a module node, got {op!r}")
+            return []
+        t = op.get("type")
+        if t not in ("module", "template_module", "template_compare_pair"):
+            P.add(wo.at(op, "type") if "type" in op else wo,
+                  f"op node type must be module, template_module or template_compare_pair, got {t!r}")
+            return []
+        check_keys(op, ("type",) + NODE_FIELDS[t], wo, P, f"a '{t}' op")
+        if t == "module":
+            call = self._module_call(op, wo, None, r, None)
+            return self._finish(rt, base, [("", None)], lambda env: (call, None), common)
+        envs = self._assignments(op, wo)
+        if t == "template_module":
+            return self._finish(rt, base, envs, lambda env: (
+                self._module_call(op, wo, env, r, None), None), common)
+        return self._pair(rt, base, op, wo, envs, r, common)
+
+    def _default_id(self, op: Any, index: int) -> str:
+        if isinstance(op, dict) and op.get("type") in ("template_module", "template_compare_pair"):
+            return "template" if op["type"] == "template_module" else "template_compare_pair"
+        name = "test"
+        if isinstance(op, str):
+            name = op.rpartition("::")[2] or op
+        elif isinstance(op, dict) and isinstance(op.get("path"), str):
+            name = re.split(r"::|\.", op["path"])[-1]
+        return f"{sanitize(name)}_{index}"
+
+    def _common_fields(self, raw: dict, w: Where, defaults: dict) -> dict:
+        P = self.problems
+        out: dict[str, Any] = {"raw_in": raw.get("in"), "raw_kwargs": raw.get("kwargs", {}) or {},
+                               "raw_out": raw.get("out")}
+        if "in" not in raw:
+            P.add(w, "missing required field 'in' (the list of positional inputs; may be empty)")
+        elif not isinstance(raw["in"], list):
+            P.add(w.at(raw, "in"), f"'in' must be a list of nodes, got {raw['in']!r}")
+            out["raw_in"] = BAD
+        if not isinstance(out["raw_kwargs"], dict):
+            P.add(w.at(raw, "kwargs"), f"kwargs must map names to nodes, got {out['raw_kwargs']!r}")
+            out["raw_kwargs"] = BAD
+        impl = raw.get("impl")
+        if impl is not None and not isinstance(impl, str):
+            P.add(w.at(raw, "impl"), f"impl must be a string label, got {impl!r}")
+        out["impl"] = impl if isinstance(impl, str) else None
+        device = raw.get("device", "cpu")
+        if device not in DEVICES:
+            P.add(w.at(raw, "device"), f"device {device!r} is not one of {', '.join(DEVICES)}")
+        out["device"] = device
+        cast = raw.get("cast_input0_to_complex", False)
+        if not isinstance(cast, bool):
+            P.add(w.at(raw, "cast_input0_to_complex"), f"cast_input0_to_complex must be true or false, got {cast!r}")
+            cast = False
+        out["cast"] = cast
+        num = _plain_num(P)
+        for k in EXTENSION_KEYS:
+            out[k] = defaults.get(k, EXT_DEFAULTS[k])
+            if k in raw:
+                v = parse_extension(k, raw[k], w.at(raw, k), P, num)
+                out[k] = v if v is not BAD else out[k]
+        return out
+
+    def _op_call(self, op: str, w: Where) -> Any:
+        key = ("op:" + op, "")
+        if key not in self.import_cache:
+            from .construct import resolve_op
+            try:
+                resolve_op(op)
+                self.import_cache[key] = None
+            except OpdiffError as exc:
+                self.import_cache[key] = str(exc)
+        if self.import_cache[key]:
+            return self.problems.add(w, self.import_cache[key])
+        return {"kind": "op", "target": op, "args": [], "kwargs": {}, "impl": None}
+
+    def _module_call(self, node: dict, w: Where, env: dict | None, r: NodeResolver, impl: str | None,
+                     common: dict | None = None, wc: Where | None = None) -> Any:
+        """A module call from `node` (path, args, kwargs); for pair sides, `common` args apply
+        unless the side has its own, and common kwargs are updated by the side's."""
+        if "path" not in node:
+            return self.problems.add(w, "module node is missing required field 'path'")
+        path = r.check_path(node["path"], w.at(node, "path"), True)
+        src, ws = (node, w) if node.get("args") is not None or not common else (common, wc)
+        args = r.args_list(src.get("args"), ws.at(src, "args"), env)
+        items = []
+        for c, cw in ([(common, wc)] if common else []) + [(node, w)]:
+            kw = c.get("kwargs") or {}
+            if not isinstance(kw, dict):
+                self.problems.add(cw.at(c, "kwargs"), f"kwargs must be a mapping, got {kw!r}")
+                return BAD
+            items = [i for i in items if i[0] not in kw] + [(k, v, cw.at(c, "kwargs").at(kw, k))
+                                                             for k, v in kw.items()]
+        kwargs = r.kwargs_map(items, env)
+        if BAD in (path, args, kwargs):
+            return BAD
+        return {"kind": "module", "target": path, "args": args, "kwargs": kwargs, "impl": impl}
+
+    def _assignments(self, op: dict, w: Where) -> list[tuple[str, dict | None]]:
+        """(id suffix, env) per expansion, in the format page's order."""
+        P = self.problems
+        vars_ = op.get("vars", {}) or {}
+        if not isinstance(vars_, dict) or not all(
+                isinstance(v, list) and v and isinstance(k, str) for k, v in vars_.items()):
+            P.add(w.at(op, "vars"), "vars must map each variable name to a non-empty list of values")
+            return []
+        for k, vals in vars_.items():
+            for i, v in enumerate(vals):
+                plain(v, w.at(op, "vars").at(vars_, k).at(vals, i), P)
+        names = sorted(vars_)
+        cases = op.get("cases")
+        if cases is None:
+            cases = [{}]
+        elif not isinstance(cases, list) or not cases:
+            P.add(w.at(op, "cases"), "cases must be a non-empty list of {var: value} mappings")
+            return []
+        envs = []
+        for ci, case in enumerate(cases):
+            wc = w.at(op, "cases").at(cases, ci) if op.get("cases") is not None else w
+            if not isinstance(case, dict) or (op.get("cases") is not None and not case):
+                P.add(wc, f"each case must be a non-empty mapping of declared vars to values, got {case!r}")
+                continue
+            unknown = [k for k in case if k not in vars_]
+            if unknown:
+                check_keys(case, names, wc, P, "a case (only declared vars)")
+                continue
+            rest = [n for n in names if n not in case]
+            for combo in itertools.product(*(vars_[n] for n in rest)):
+                env = {**case, **dict(zip(rest, combo))}
+                envs.append(("".join(f"__{n}={sanitize(env[n])}" for n in names), env))
+        return envs
+
+    def _pair(self, rt, base, op, wo, envs, r, common) -> list[TestCase]:
+        P = self.problems
+        com = op.get("common", {}) or {}
+        wc = wo.at(op, "common")
+        if not isinstance(com, dict):
+            P.add(wc, "common must be a mapping with args and/or kwargs")
+            com = {}
+        check_keys(com, ("args", "kwargs"), wc, P, "common")
+        sides = {}
+        for s in ("a", "b"):
+            side, ws = op.get(s), wo.at(op, s)
+            if not isinstance(side, dict):
+                P.add(ws if s in op else wo, f"side '{s}' must be a mapping with impl, type: module, path, args, kwargs")
+                return []
+            check_keys(side, SIDE_FIELDS, ws, P, f"side '{s}'")
+            if side.get("type", "module") != "module":
+                P.add(ws.at(side, "type"), f"side '{s}' must have type: module, got {side.get('type')!r}")
+            if not isinstance(side.get("impl"), str):
+                P.add(ws, f"side '{s}' needs an 'impl' label (a string)")
+            sides[s] = (side, ws)
+
+        def build(env):
+            return tuple(self._module_call(side, ws, env, r, side.get("impl"), com, wc)
+                         for side, ws in (sides["a"], sides["b"]))
+        return self._finish(rt, base, envs, build, common, pair=True)
+
+    def _finish(self, rt: RawTest, base: str, envs, build, common: dict, pair: bool = False) -> list[TestCase]:
+        out = []
+        for suffix, env in envs:
+            tid = base + suffix
+            call, pair_call = build(env)
+            w = Where(rt.where.file, rt.where.field, rt.where.mark, tid)
+            r = self.resolver(rt.suite.parent)
+            raw = rt.raw
+            inputs = kwargs = BAD
+            if common["raw_in"] not in (None, BAD):
+                lst = common["raw_in"]
+                inputs = [r.value(n, w.at(raw, "in").at(lst, i), env) for i, n in enumerate(lst)]
+                inputs = BAD if BAD in inputs else inputs
+            elif common["raw_in"] is None:
+                inputs = BAD
+            if common["raw_kwargs"] is not BAD:
+                kw = common["raw_kwargs"]
+                kwargs = {str(k): r.value(v, w.at(raw, "kwargs").at(kw, k), env) for k, v in kw.items()}
+                kwargs = BAD if BAD in kwargs.values() else kwargs
+            out_node = None
+            if common["raw_out"] is not None:
+                out_node = r.value(common["raw_out"], w.at(raw, "out"), env)
+            if common["cast"] and inputs is not BAD and not self._complex_ok(inputs, w.at(raw, "cast_input0_to_complex")):
+                continue
+            if BAD in (call, pair_call, inputs, kwargs, out_node):
+                continue
+            definition = {
+                "call": call, "pair": pair_call, "inputs": inputs, "kwargs": kwargs, "out": out_node,
+                "device": common["device"], "impl": common["impl"],
+                "cast_input0_to_complex": common["cast"],
+                **{k: common[k] for k in EXTENSION_KEYS},
+            }
+            out.append(case_from_definition(tid, definition, rt.suite))
+        return out
+
+    def _complex_ok(self, inputs: list, w: Where) -> bool:
+        n = inputs[0] if inputs else None
+        if n is not None and n["type"] in ("tensor", "const_tensor") and (
+                dtype_family(n["dtype"]) == "complex" or dtype_family(n["dtype"]) == "float" and n["shape"][-1] == 2):
+            return True
+        self.problems.add(w, "cast_input0_to_complex needs input 0 to be a complex tensor or a float "
+                             "tensor whose last dimension is 2 (real, imag)")
+        return False
+
+
+def case_from_definition(test_id: str, definition: dict, suite_path: Path) -> TestCase:
+    """Rebuild a TestCase from its canonical definition (as stored in goldens)."""
+    d = json.loads(json.dumps(definition))
+    try:
+        call = _call(d["call"])
+        pair = _call(d["pair"]) if d.get("pair") else None
+        suite_path = Path(suite_path)
+        sources = file_modules(d, suite_path.parent)
+        return TestCase(
+            id=test_id, suite=suite_path, call=call, inputs=tuple(d["inputs"]), kwargs=d["kwargs"],
+            pair=pair, device=d.get("device", "cpu"), impl=d.get("impl"), out=d.get("out"),
+            cast_input0_to_complex=bool(d.get("cast_input0_to_complex", False)),
+            tolerance={k: Tolerance(v.get("atol"), v.get("rtol")) for k, v in d.get("tolerance", {}).items()},
+            seeds=tuple(d.get("seeds", [0])), tags=tuple(d.get("tags", [])), skip=dict(d.get("skip", {})),
+            grad=bool(d.get("grad", False)), definition=d, spec_hash=spec_hash(d, sources),
+            source_files=sources)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise OpdiffError(f"test '{test_id}': its stored definition is malformed ({type(exc).__name__}: {exc}); "
+                          "re-record it with --force.") from None
+
+
+def _call(c: dict) -> Call:
+    return Call(kind=c["kind"], target=c["target"], args=tuple(c.get("args", [])),
+                kwargs=dict(c.get("kwargs", {})), impl=c.get("impl"))
+
+
+def load_suites(paths: list[Path]) -> list[TestCase]:
+    """Load, validate and expand suites; every problem of every file in one SuiteError."""
+    problems = Problems()
+    import_cache: dict = {}
+    cases: list[TestCase] = []
+    seen: dict[str, TestCase] = {}
+    for p in paths:
+        doc = Document()
+        load_document(Path(p), problems, doc)
+        for case in Expander(doc, problems, import_cache).cases():
+            if case.id in seen:
+                problems.add(Where(_display(case.suite), test_id=case.id),
+                             f"duplicate test id '{case.id}' (also defined in {_display(seen[case.id].suite)}); "
+                             "give one of them another id")
+                continue
+            seen[case.id] = case
+            cases.append(case)
+    if len(problems):
+        raise SuiteError(list(problems))
+    return cases
+
+
+def discover_suites(root: Path) -> list[Path]:
+    """Every *.yaml/*.yml under root that no other file there includes."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    included: set[Path] = set()
+    for f in files:
+        value = read_suite_file(f, Problems())
+        inc = value.get("include") if isinstance(value, dict) else None
+        for name in ([inc] if isinstance(inc, str) else inc if isinstance(inc, list) else []):
+            if isinstance(name, str):
+                included.add((f.parent / name).resolve())
+    return [f for f in files if f.resolve() not in included]
