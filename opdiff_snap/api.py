@@ -20,7 +20,7 @@ from .config import Settings
 from .errors import OpdiffError
 from .execution import Job, Outcome, WorkerPool, restore_outputs
 from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore
-from .suite import case_from_definition, discover_suites, load_suites, materialize, select
+from .suite import case_from_definition, load_suites, materialize, select, suite_paths
 from .suite.model import TestCase, Tolerance
 from .verdicts import Verdict
 
@@ -70,19 +70,7 @@ Listener = Callable[[Result], None]
 # ---------------------------------------------------------------- shared pieces
 
 def resolve_suites(paths: Sequence[Path] | None, settings: Settings) -> list[Path]:
-    """The suites named, or every suite under the settings' suites directory."""
-    if paths:
-        missing = [p for p in paths if not Path(p).exists()]
-        if missing:
-            raise OpdiffError(f"suite file not found: {missing[0]}. Give a path to a YAML suite "
-                              f"or a directory of suites.")
-        out: list[Path] = []
-        for p in map(Path, paths):
-            out.extend(discover_suites(p) if p.is_dir() else [p])
-        return out
-    if not settings.suites.is_dir():
-        return []
-    return discover_suites(settings.suites)
+    return suite_paths(paths, settings.suites)
 
 
 def seeds_for(case: TestCase, seeds: int | None, seed_list: Sequence[int] | None) -> tuple[int, ...]:

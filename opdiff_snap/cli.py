@@ -114,11 +114,10 @@ def list_presets(show_all: bool) -> None:
 
 
 def _load_cases(ctx, suites, test_ids, tags):
-    from .api import resolve_suites
-    from .suite import load_suites, select
+    from .suite import load_suites, select, suite_paths
 
     settings = _settings(ctx)
-    paths = resolve_suites([Path(s) for s in suites] or None, settings)
+    paths = suite_paths([Path(s) for s in suites] or None, settings.suites)
     if not paths:
         raise OpdiffError(f"no suites given and none under {settings.suites}.")
     return select(load_suites(paths), _patterns(test_ids), _patterns(tags))
@@ -276,6 +275,107 @@ def runs(ctx) -> None:
         table.add_row(r.run_id, r.command, str(r.started), "yes" if r.complete else "NO (resumable)",
                       json.dumps(r.counts) if r.counts else "")
     Console().print(table)
+
+
+# ---------------------------------------------------------------- goldens
+
+@main.group()
+def goldens() -> None:
+    """Inspect and maintain the golden store."""
+
+
+def _stale_map(ctx) -> dict[str, str] | None:
+    """test id -> current spec hash, from the suites (None when there are no suites)."""
+    from .suite import load_suites, suite_paths
+
+    paths = suite_paths(None, _settings(ctx).suites)
+    return {c.id: c.spec_hash for c in load_suites(paths)} if paths else None
+
+
+@goldens.command("ls")
+@click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable.")
+@click.pass_context
+@guarded
+def goldens_ls(ctx, test_ids) -> None:
+    """Every golden: test, seeds, baseline, recorded with which versions, stale or not."""
+    from .goldens import GoldenStore
+    from .suite.selection import id_matches, parse_patterns
+
+    store = GoldenStore(_settings(ctx).goldens)
+    current = _stale_map(ctx)
+    grouped: dict[str, list] = {}
+    for info in store.index():
+        if test_ids and not id_matches(info.test_id, parse_patterns(test_ids)):
+            continue
+        grouped.setdefault(info.test_id, []).append(info)
+    table = Table()
+    for col in ("test", "seeds", "baseline", "torch", "created", "state"):
+        table.add_column(col, overflow="fold")
+    for test_id, infos in grouped.items():
+        first = infos[0]
+        if current is None:
+            state = "?"
+        elif test_id not in current:
+            state = "ORPHAN"
+        elif any(i.spec_hash != current[test_id] for i in infos):
+            state = "STALE"
+        else:
+            state = "ok"
+        table.add_row(test_id, ",".join(str(i.seed) for i in infos), first.baseline,
+                      str((first.env or {}).get("torch")), first.created[:19], state)
+    Console().print(table)
+    click.echo(f"{sum(len(v) for v in grouped.values())} goldens of {len(grouped)} tests in {store.root}")
+
+
+@goldens.command("show")
+@click.argument("test_id")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_context
+@guarded
+def goldens_show(ctx, test_id, seed) -> None:
+    """Inputs, parameters and outputs of one golden (shapes, dtypes, value summaries) and its metadata."""
+    from .goldens import GoldenStore
+    from .output import describe_golden
+
+    golden = GoldenStore(_settings(ctx).goldens).read(test_id, seed)
+    describe_golden(Console(), golden)
+
+
+@goldens.command("prune")
+@click.option("--yes", is_flag=True, help="Really delete; without it, only list what would go.")
+@click.pass_context
+@guarded
+def goldens_prune(ctx, yes) -> None:
+    """Remove goldens whose tests no longer exist in the suites (dry run unless --yes)."""
+    from .goldens import GoldenStore
+
+    current = _stale_map(ctx)
+    if current is None:
+        raise OpdiffError(f"no suites under {_settings(ctx).suites}: refusing to prune, since every "
+                          "golden would look orphaned. Pass --suites DIR.")
+    store = GoldenStore(_settings(ctx).goldens)
+    orphans = [i for i in store.index() if i.test_id not in current]
+    for info in orphans:
+        click.echo(f"{'deleting' if yes else 'would delete'} {info.test_id} seed={info.seed}")
+        if yes:
+            store.delete(info.test_id, info.seed)
+    click.echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
+
+
+@goldens.command("verify")
+@click.pass_context
+@guarded
+def goldens_verify(ctx) -> None:
+    """Check every golden's checksums; exit 1 if any is corrupt."""
+    from .goldens import GoldenStore
+
+    store = GoldenStore(_settings(ctx).goldens)
+    problems = store.verify()
+    for info, problem in problems:
+        click.echo(f"CORRUPT {info.test_id} seed={info.seed}: {problem}")
+    n = len(store.index())
+    click.echo(f"{n} goldens checked, {len(problems)} corrupt")
+    sys.exit(1 if problems else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -190,3 +190,53 @@ def stdout_console(json_mode: bool) -> Iterator[Console]:
 
 def exit_code(results: Sequence[Result], fail_on: set[Verdict]) -> int:
     return 1 if any(r.verdict in fail_on for r in results) else 0
+
+
+def _summary(value) -> str:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return repr(value)[:80]
+    if value.numel() == 0:
+        return "empty"
+    if value.is_complex():
+        value = torch.view_as_real(value)
+    if value.dtype == torch.bool:
+        return f"true {int(value.sum())}/{value.numel()}"
+    v = value.double()
+    finite = v[torch.isfinite(v)]
+    text = f"min {v.min().item():.4g}  max {v.max().item():.4g}"
+    if finite.numel():
+        text += f"  mean {finite.mean().item():.4g}  std {finite.std().item() if finite.numel() > 1 else 0:.4g}"
+    nonfinite = v.numel() - finite.numel()
+    return text + (f"  non-finite {nonfinite}" if nonfinite else "")
+
+
+def describe_golden(console: Console, golden) -> None:
+    """`opdiff goldens show`: one table of every stored value, then the metadata."""
+    import torch
+
+    def paths(prefix: str, value) -> list[tuple[str, object]]:
+        if isinstance(value, (list, tuple)):
+            return [p for i, v in enumerate(value) for p in paths(f"{prefix}[{i}]", v)]
+        if isinstance(value, dict):
+            return [p for k, v in value.items() for p in paths(f"{prefix}[{k!r}]", v)]
+        return [(prefix, value)]
+
+    table = Table(title=f"{golden.test_id} seed={golden.seed}")
+    for col in ("value", "shape", "dtype", "summary"):
+        table.add_column(col, overflow="fold")
+    rows = paths("args", golden.invocation.args) + paths("kwargs", golden.invocation.kwargs)
+    for side, state in golden.invocation.states.items():
+        rows += [(f"state[{side}].{k}", v) for k, v in state.items()]
+    rows += paths("outputs", golden.outputs)
+    for name, value in rows:
+        if isinstance(value, torch.Tensor):
+            table.add_row(name, str(tuple(value.shape)), str(value.dtype).removeprefix("torch."), _summary(value))
+        else:
+            table.add_row(name, "", type(value).__name__, _summary(value))
+    console.print(table)
+    meta = {"spec_hash": golden.spec_hash, "suite": golden.suite, "test_type": golden.test_type,
+            "baseline": golden.baseline, "created": golden.created, "env": golden.env,
+            "definition": golden.definition}
+    console.print_json(json.dumps(meta, default=str))

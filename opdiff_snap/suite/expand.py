@@ -516,3 +516,16 @@ def discover_suites(root: Path) -> list[Path]:
             if isinstance(name, str):
                 included.add((f.parent / name).resolve())
     return [f for f in files if f.resolve() not in included]
+
+
+def suite_paths(paths: list[Path] | None, default_dir: Path) -> list[Path]:
+    """The suite files named (directories expanded), or every suite under `default_dir`."""
+    if paths:
+        out: list[Path] = []
+        for p in map(Path, paths):
+            if not p.exists():
+                raise OpdiffError(f"suite file not found: {p}. Give a path to a YAML suite or a "
+                                  "directory of suites.")
+            out.extend(discover_suites(p))
+        return out
+    return discover_suites(default_dir) if Path(default_dir).is_dir() else []

@@ -1,0 +1,7 @@
+"""History analytics: DuckDB views over store/runs/*.jsonl, reports, plots, HTML."""
+
+from .table import FORMATS, Table, format_table
+from .views import Analytics, HistoryWarning, check_read_only, connect
+
+__all__ = ["Analytics", "FORMATS", "HistoryWarning", "Table", "check_read_only", "connect",
+           "format_table"]

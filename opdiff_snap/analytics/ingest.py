@@ -1,0 +1,238 @@
+"""JSONL run files -> the `_runs`, `_results` and `_warnings` tables (SQL only).
+
+Each line is read as raw JSON text (a truncated or corrupt line reads as NULL and
+becomes a warning naming file and line), then shaped with explicit structures,
+never DuckDB's auto-detection: meta and item lines share keys with different types,
+and opdiff's own files nest their results under `backends[].res`.
+"""
+
+from __future__ import annotations
+
+import json
+
+# The fields of one result, as our items write them at top level and as
+# `backends[].res` objects hold them.
+METRICS = {
+    "max_abs": "DOUBLE", "mean_abs": "DOUBLE", "mse": "DOUBLE", "max_rel": "DOUBLE",
+    "cosine": "DOUBLE", "mismatched": "BIGINT", "mismatched_frac": "DOUBLE",
+    "numel": "BIGINT", "min_atol": "DOUBLE", "worst_index": ["BIGINT"],
+    "worst_output": "VARCHAR", "worst_expected": "DOUBLE", "worst_actual": "DOUBLE",
+}
+RESULT_FIELDS = {
+    "preset": "VARCHAR", "status": "VARCHAR", "export_ms": "DOUBLE", "load_ms": "DOUBLE",
+    "infer_ms": "DOUBLE", "infer_ms_all": ["DOUBLE"], "cache_hit": "BOOLEAN",
+    "error_class": "VARCHAR", "error_message": "VARCHAR",
+    "tolerance": {"atol": "DOUBLE", "rtol": "DOUBLE"}, "metrics": METRICS,
+}
+ITEM = {"type": "VARCHAR", "run_id": "VARCHAR", "id": "VARCHAR", "seed": "BIGINT",
+        "test_type": "VARCHAR", "suite": "VARCHAR", "spec_hash": "VARCHAR",
+        "tags": ["VARCHAR"], "baseline": "JSON", "backends": "JSON", "ts": "VARCHAR",
+        **RESULT_FIELDS}
+LIBS = ("python", "torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy",
+        "opdiff_snap")
+META = {"type": "VARCHAR", "run_id": "VARCHAR", "command": "VARCHAR", "started": "VARCHAR",
+        "host": "VARCHAR", "os": "VARCHAR", "machine": "VARCHAR", "suites": "JSON",
+        "baseline_preset": "VARCHAR", "presets": "JSON",
+        "env": {k: "VARCHAR" for k in LIBS},
+        # opdiff's meta line nests everything under "meta"
+        "meta": {"created_at": "VARCHAR", "env": {k: "VARCHAR" for k in LIBS}},
+        "finished": "VARCHAR", "wall_s": "DOUBLE"}
+BACKEND = [{"name": "VARCHAR", "backend": "VARCHAR", "res": "JSON", "diff_all": "JSON",
+            "times_all": "JSON"}]
+OPDIFF_RES = [{"status": "VARCHAR", "ms": "DOUBLE"}]
+OPDIFF_DIFF = [{"ok": "BOOLEAN", "max_abs": "DOUBLE"}]
+
+METRIC_COLUMNS = [k for k in METRICS]
+
+
+def _s(structure) -> str:
+    return "'" + json.dumps(structure).replace("'", "''") + "'"
+
+
+def _ts(expr: str) -> str:
+    return f"TRY_CAST(TRY_CAST({expr} AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP)"
+
+
+TABLES_DDL = """
+CREATE TABLE IF NOT EXISTS _files (file VARCHAR PRIMARY KEY, size BIGINT, mtime_ns BIGINT);
+CREATE TABLE IF NOT EXISTS _warnings (file VARCHAR, line BIGINT, message VARCHAR);
+"""
+
+
+READ_COLUMNS = {**META, **ITEM, "type": "VARCHAR"}
+
+
+def stage_sql(files: list[str]) -> str:
+    """Every line of `files`, parsed once into typed columns, with its line number and
+    run segment (meta lines seen so far). A bad line is a row with every column NULL."""
+    lst = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+    cols = ", ".join(f"'{k}': '{_struct_type(v)}'" for k, v in READ_COLUMNS.items())
+    return f"""
+CREATE OR REPLACE TEMP TABLE _raw AS
+  SELECT * FROM read_json({lst}, format='newline_delimited', ignore_errors=true,
+                          filename='file', columns={{{cols}}}, maximum_object_size=67108864);
+CREATE OR REPLACE TEMP TABLE _staged AS
+  SELECT *, row_number() OVER w AS line,
+         sum(CASE WHEN type = 'meta' THEN 1 ELSE 0 END) OVER (w ROWS UNBOUNDED PRECEDING) AS seg
+  FROM _raw WINDOW w AS (PARTITION BY file ORDER BY rowid);
+DROP TABLE _raw;
+"""
+
+
+def _stem(col: str) -> str:
+    return f"regexp_replace(regexp_replace({col}, '^.*[/\\\\]', ''), '\\.jsonl$', '')"
+
+
+def _version(m: str, lib: str) -> str:
+    v = f"coalesce({m}.env.{lib}, {m}.meta.env.{lib})"
+    return f"split_part({v}, ' ', 1)" if lib == "python" else v
+
+
+def runs_insert_sql() -> str:
+    """One row per run id, from its meta line(s) and end line."""
+    libs = ",\n    ".join(f"any_value({_version('m', k)} ORDER BY line) AS {k}" for k in LIBS)
+    return f"""
+CREATE OR REPLACE TEMP TABLE _segs AS
+  SELECT file, seg, coalesce(run_id,
+           {_stem('file')} || CASE WHEN seg > 1 THEN '#' || seg ELSE '' END) AS run_id
+  FROM _staged WHERE type = 'meta';
+INSERT INTO _runs
+  SELECT s.run_id,
+    any_value(m.command ORDER BY line) AS command,
+    min({_ts("coalesce(m.started, m.meta.created_at)")}) AS started,
+    max({_ts('e.finished')}) AS finished,
+    bool_or(e.finished IS NOT NULL OR e.wall_s IS NOT NULL) AS complete,
+    max(e.wall_s) AS wall_s,
+    any_value(m.host ORDER BY line) AS host, any_value(m.os ORDER BY line) AS os,
+    any_value(m.machine ORDER BY line) AS machine,
+    {libs},
+    any_value(CASE json_type(m.suites) WHEN 'ARRAY' THEN from_json(m.suites, '["VARCHAR"]')
+                  WHEN 'VARCHAR' THEN [m.suites ->> '$'] END ORDER BY line) AS suites,
+    any_value(CASE json_type(m.presets) WHEN 'OBJECT' THEN json_keys(m.presets)
+                  WHEN 'ARRAY' THEN from_json(m.presets, '["VARCHAR"]') END ORDER BY line) AS presets,
+    any_value(m.baseline_preset ORDER BY line) AS baseline_preset,
+    min(file) AS file
+  FROM (SELECT st.file, st.line, st.seg, st.type,
+               {{{', '.join(f"'{k}': st.{k}" for k in META)}}} AS m
+        FROM _staged st WHERE st.type IN ('meta', 'end')) x
+  JOIN _segs s USING (file, seg)
+  CROSS JOIN LATERAL (SELECT CASE WHEN x.type = 'end' THEN x.m END AS e)
+  WHERE true
+  GROUP BY s.run_id;
+"""
+
+
+def _result_cols(r: str) -> str:
+    """Select list for result struct `r` (a json_transform of RESULT_FIELDS)."""
+    cols = [f"{r}.status AS status", f"{r}.export_ms AS export_ms", f"{r}.load_ms AS load_ms",
+            f"coalesce({r}.infer_ms, list_median({r}.infer_ms_all)) AS infer_ms",
+            f"{r}.infer_ms_all AS infer_ms_all", f"{r}.cache_hit AS cache_hit",
+            f"{r}.error_class AS error_class", f"{r}.error_message AS error_message",
+            f"{r}.tolerance.atol AS atol", f"{r}.tolerance.rtol AS rtol"]
+    cols += [f"{r}.metrics.{k} AS {k}" for k in METRIC_COLUMNS]
+    return ", ".join(cols)
+
+
+def results_insert_sql() -> str:
+    """Flat items give one row; items without a flat `preset` (opdiff's own) give
+    one row per `backends[]` entry, its fields taken from `res`."""
+    common = """s.run_id, i.id AS test_id, i.seed, i.test_type, i.suite, i.spec_hash, i.tags"""
+    base = ("CASE json_type(i.baseline) WHEN 'VARCHAR' THEN i.baseline->>'$' "
+            "WHEN 'OBJECT' THEN coalesce(i.baseline->>'$.backend', i.baseline->>'$.name') END")
+    # opdiff res lists: the combined status (first non-OK) and median ms; max_abs from diff_all
+    opd_res = f"from_json(b.res, {_s(OPDIFF_RES)})"
+    opd_diff = f"from_json(b.diff_all, {_s(OPDIFF_DIFF)})"
+    return f"""
+CREATE OR REPLACE TEMP VIEW _items AS
+  SELECT st.file, st.line, st.seg, {{{', '.join(f"'{k}': st.{k}" for k in ITEM)}}} AS i
+  FROM _staged st WHERE st.type = 'item';
+INSERT INTO _results BY NAME
+  SELECT {common}, i.preset, {base} AS baseline, {_result_cols('i')},
+         {_ts('i.ts')} AS ts, file, line
+  FROM _items LEFT JOIN _segs s USING (file, seg)
+  WHERE i.preset IS NOT NULL OR i.status IS NOT NULL OR i.backends IS NULL
+        OR json_type(i.backends) <> 'ARRAY';
+INSERT INTO _results BY NAME
+  SELECT {common}, i.baseline->>'$.backend' AS preset, i.baseline->>'$.backend' AS baseline,
+         i.baseline->>'$.status' AS status, TRY_CAST(i.baseline->>'$.ms' AS DOUBLE) AS infer_ms,
+         {_ts('i.ts')} AS ts, file, line
+  FROM _items LEFT JOIN _segs s USING (file, seg)
+  WHERE i.preset IS NULL AND i.status IS NULL AND json_type(i.backends) = 'ARRAY'
+        AND json_type(i.baseline) = 'OBJECT' AND i.baseline->>'$.backend' IS NOT NULL;
+CREATE OR REPLACE TEMP TABLE _bk AS
+  SELECT file, line, seg, i, unnest(from_json(i.backends, {_s(BACKEND)})) AS b
+  FROM _items
+  WHERE i.preset IS NULL AND i.status IS NULL AND json_type(i.backends) = 'ARRAY';
+INSERT INTO _results BY NAME
+  SELECT {common}, coalesce(b.name, b.backend) AS preset, {base} AS baseline,
+         {_result_cols('r')}, {_ts('i.ts')} AS ts, file, line
+  FROM (SELECT *, CASE WHEN json_type(b.res) = 'OBJECT'
+                       THEN json_transform(b.res, {_s(RESULT_FIELDS)}) END AS r0,
+               CASE WHEN json_type(b.res) = 'ARRAY' THEN {opd_res} END AS ol,
+               CASE WHEN json_type(b.diff_all) = 'ARRAY' THEN {opd_diff} END AS dl
+        FROM _bk) q
+  LEFT JOIN _segs s USING (file, seg)
+  CROSS JOIN LATERAL (SELECT CASE WHEN r0 IS NOT NULL THEN r0 ELSE
+      {{'preset': NULL, 'status': coalesce(list_filter(ol, lambda x: x.status <> 'OK')[1].status,
+                                           ol[1].status),
+        'export_ms': NULL, 'load_ms': NULL,
+        'infer_ms': list_median(list_transform(ol, lambda x: x.ms)),
+        'infer_ms_all': list_filter(list_transform(ol, lambda x: x.ms), lambda x: x IS NOT NULL),
+        'cache_hit': NULL, 'error_class': NULL, 'error_message': NULL,
+        'tolerance': {{'atol': NULL, 'rtol': NULL}},
+        'metrics': {{{', '.join(f"'{k}': NULL" if k != 'max_abs' else "'max_abs': list_median(list_transform(dl, lambda x: x.max_abs))" for k in METRIC_COLUMNS)}}}}}::{_struct_type(RESULT_FIELDS)} END AS r);
+"""
+
+
+def _struct_type(structure) -> str:
+    if isinstance(structure, dict):
+        return "STRUCT(" + ", ".join(f'"{k}" {_struct_type(v)}' for k, v in structure.items()) + ")"
+    if isinstance(structure, list):
+        return _struct_type(structure[0]) + "[]"
+    return structure
+
+
+def warnings_insert_sql() -> str:
+    return f"""
+INSERT INTO _warnings
+  SELECT file, line, 'truncated or corrupt JSON line skipped' FROM _staged WHERE type IS NULL
+    AND run_id IS NULL AND id IS NULL
+  UNION ALL
+  SELECT file, line, 'result line before any meta line; run id taken from the item or file name'
+    FROM _staged WHERE type = 'item' AND seg = 0
+  UNION ALL
+  SELECT file, line, 'line of unknown type ' || coalesce('''' || type || '''', 'null') || ' skipped'
+    FROM _staged WHERE (type IS NOT NULL OR run_id IS NOT NULL OR id IS NOT NULL)
+      AND (type IS NULL OR type NOT IN ('meta', 'item', 'end'));
+"""
+
+
+def fix_orphans_sql() -> str:
+    """Items read before any meta line: run id from the item, else the file name."""
+    return f"""
+UPDATE _results SET run_id = coalesce(
+    (SELECT i.run_id FROM _items WHERE _items.file = _results.file AND _items.line = _results.line),
+    {_stem('_results.file')})
+  WHERE run_id IS NULL AND file IN (SELECT DISTINCT file FROM _staged);
+"""
+
+
+RUNS_DDL = f"""
+CREATE TABLE IF NOT EXISTS _runs (run_id VARCHAR, command VARCHAR, started TIMESTAMP,
+  finished TIMESTAMP, complete BOOLEAN, wall_s DOUBLE, host VARCHAR, os VARCHAR, machine VARCHAR,
+  {', '.join(f'{k} VARCHAR' for k in LIBS)}, suites VARCHAR[], presets VARCHAR[],
+  baseline_preset VARCHAR, file VARCHAR);
+"""
+RESULTS_DDL = f"""
+CREATE TABLE IF NOT EXISTS _results (run_id VARCHAR, test_id VARCHAR, seed BIGINT,
+  test_type VARCHAR, suite VARCHAR, spec_hash VARCHAR, tags VARCHAR[], preset VARCHAR,
+  baseline VARCHAR, status VARCHAR, export_ms DOUBLE, load_ms DOUBLE, infer_ms DOUBLE,
+  infer_ms_all DOUBLE[], cache_hit BOOLEAN, error_class VARCHAR, error_message VARCHAR,
+  atol DOUBLE, rtol DOUBLE,
+  {', '.join(f'{k} {_struct_type(v)}' for k, v in METRICS.items())},
+  ts TIMESTAMP, file VARCHAR, line BIGINT);
+"""
+VIEWS_DDL = """
+CREATE OR REPLACE VIEW runs AS SELECT * FROM _runs;
+CREATE OR REPLACE VIEW results AS SELECT * FROM _results;
+"""

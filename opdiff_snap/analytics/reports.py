@@ -1,0 +1,272 @@
+"""Canned reports over the history views: support matrix, latency, run-to-run diff.
+
+Every function takes the store folder or an open `Analytics` and returns `Table`s.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..errors import OpdiffError, suggest
+from .table import Table
+from .views import Analytics, connect
+
+LIBRARIES = ("torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy", "python",
+             "opdiff_snap")
+DEFAULT_BASELINE = "torch_cpu_fp32"
+
+
+@contextmanager
+def _open(store: "str | os.PathLike | Analytics") -> Iterator[Analytics]:
+    if isinstance(store, Analytics):
+        yield store
+    else:
+        with connect(store) as a:
+            yield a
+
+
+def version_key(v: str | None) -> tuple:
+    """Orders '1.9.0' < '1.10.0' < '1.10.1+cpu'; None first."""
+    if v is None:
+        return ()
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[A-Za-z]+", v))
+
+
+def _lib(by: str) -> str:
+    if by not in LIBRARIES:
+        raise OpdiffError(f"cannot group by '{by}'{suggest(by, LIBRARIES)}: choose one of "
+                          f"{', '.join(LIBRARIES)}.")
+    return by
+
+
+# ---------------------------------------------------------------- support matrix
+
+def support_matrix(store, by: str | None = None, command: str | None = "check") -> Table:
+    """Tests x presets, the latest verdict per cell (the latest run holding that test and
+    preset; with several seeds, PASS only when every seed passed, else the failing verdict).
+
+    With `by` (a library name) the columns are `preset@version`: one column per preset
+    and version of that library found in the history.
+    """
+    with _open(store) as a:
+        ver = f"runs.{_lib(by)}" if by else "NULL"
+        where = "coalesce(runs.command, 'check') = ?" if command else "?::VARCHAR IS NULL"
+        t = a.sql(f"""
+            WITH cell AS (
+              SELECT r.test_id, r.preset, {ver} AS ver, r.run_id, any_value(runs.started) AS started,
+                     CASE WHEN bool_and(r.status = 'PASS') THEN 'PASS'
+                          ELSE min(r.status) FILTER (WHERE r.status <> 'PASS') END AS verdict
+              FROM results r JOIN runs USING (run_id)
+              WHERE {where} AND r.test_id IS NOT NULL AND r.preset IS NOT NULL
+              GROUP BY ALL)
+            SELECT test_id, preset, ver, verdict FROM cell
+            QUALIFY row_number() OVER (PARTITION BY test_id, preset, ver
+                                       ORDER BY started DESC NULLS LAST, run_id DESC) = 1
+        """, [command])
+    cols = sorted({(p, v) for _, p, v, _ in t.rows}, key=lambda pv: (pv[0], version_key(pv[1])))
+    names = [p if by is None else f"{p}@{v}" for p, v in cols]
+    index = {pv: i for i, pv in enumerate(cols)}
+    grid: dict[str, list] = {}
+    for test, p, v, verdict in t.rows:
+        grid.setdefault(test, [None] * len(cols))[index[(p, v)]] = verdict
+    return Table(["test_id"] + names, [(k, *grid[k]) for k in sorted(grid)])
+
+
+# ---------------------------------------------------------------- latency
+
+@dataclass
+class LatencyReport:
+    baseline: str
+    ratios: Table                  # preset, n, median_ratio, geomean_ratio, faster, slower
+    trend: Table                   # run_id, started, preset, n, median_infer_ms
+    samples: dict[str, list[float]] = field(default_factory=dict)   # preset -> ratios
+
+
+def default_baseline(a: Analytics) -> str:
+    row = a.sql("SELECT baseline_preset, count(*) FROM runs WHERE baseline_preset IS NOT NULL "
+                "GROUP BY ALL ORDER BY 2 DESC, 1 LIMIT 1").rows
+    return row[0][0] if row else DEFAULT_BASELINE
+
+
+def latency_ratios(a: Analytics, baseline: str) -> dict[str, list[float]]:
+    """preset -> [target infer_ms / baseline infer_ms] over (test, seed): the latest check
+    result of each, against the baseline's timing from the same run where it ran there,
+    else the latest baseline timing on the same host."""
+    t = a.sql("""
+        WITH t AS (SELECT r.run_id, r.test_id, r.seed, r.preset, r.infer_ms, runs.started, runs.host,
+                          coalesce(runs.command, 'check') AS command
+                   FROM results r JOIN runs USING (run_id) WHERE r.infer_ms > 0),
+        tgt AS (SELECT * FROM t WHERE preset <> $1 AND command = 'check'
+                QUALIFY row_number() OVER (PARTITION BY test_id, seed, preset
+                                           ORDER BY started DESC NULLS LAST, run_id DESC) = 1),
+        pair AS (SELECT tgt.preset, tgt.test_id, tgt.seed, tgt.infer_ms AS ms, b.infer_ms AS base_ms
+                 FROM tgt JOIN t b ON b.preset = $1 AND b.test_id = tgt.test_id
+                      AND b.seed IS NOT DISTINCT FROM tgt.seed AND b.host IS NOT DISTINCT FROM tgt.host
+                 QUALIFY row_number() OVER (PARTITION BY tgt.preset, tgt.test_id, tgt.seed
+                     ORDER BY (b.run_id = tgt.run_id) DESC, b.started DESC NULLS LAST, b.run_id DESC) = 1)
+        SELECT preset, ms / base_ms FROM pair ORDER BY preset, test_id, seed
+    """, [baseline])
+    out: dict[str, list[float]] = {}
+    for preset, ratio in t.rows:
+        out.setdefault(preset, []).append(ratio)
+    return out
+
+
+def latency_trend(store, command: str | None = "check") -> Table:
+    """Per run and preset: median infer_ms over its results, ordered by run start."""
+    with _open(store) as a:
+        where = "coalesce(runs.command, 'check') = ?" if command else "?::VARCHAR IS NULL"
+        return a.sql(f"""
+            SELECT r.run_id, any_value(runs.started) AS started, r.preset, count(*) AS n,
+                   median(r.infer_ms) AS median_infer_ms
+            FROM results r JOIN runs USING (run_id)
+            WHERE r.infer_ms > 0 AND {where}
+            GROUP BY r.run_id, r.preset ORDER BY started NULLS FIRST, r.run_id, r.preset
+        """, [command])
+
+
+def latency_report(store, baseline: str | None = None) -> LatencyReport:
+    """Per preset: the median (and geometric mean) of infer_ms ratios against `baseline`
+    (default: the runs' most common baseline preset), plus the per-run trend."""
+    with _open(store) as a:
+        base = baseline or default_baseline(a)
+        samples = latency_ratios(a, base)
+        rows = []
+        for preset in sorted(samples):
+            xs = samples[preset]
+            geo = math.exp(sum(math.log(x) for x in xs) / len(xs))
+            rows.append((preset, len(xs), statistics.median(xs), geo,
+                         sum(x < 1 for x in xs), sum(x > 1 for x in xs)))
+        ratios = Table(["preset", "n", "median_ratio", "geomean_ratio", "faster", "slower"], rows)
+        return LatencyReport(base, ratios, latency_trend(a), samples)
+
+
+# ---------------------------------------------------------------- run diff
+
+@dataclass
+class RunDiff:
+    a: str
+    b: str
+    label_a: str
+    label_b: str
+    newly_failing: Table
+    newly_passing: Table
+    drift: Table
+    latency: Table
+    only_a: int = 0
+    only_b: int = 0
+
+    def sections(self) -> list[tuple[str, Table]]:
+        return [("newly failing", self.newly_failing), ("newly passing", self.newly_passing),
+                ("metric drift", self.drift), ("latency changes", self.latency)]
+
+    def summary(self) -> str:
+        return (f"{self.label_a} -> {self.label_b}: {len(self.newly_failing)} newly failing, "
+                f"{len(self.newly_passing)} newly passing, {len(self.drift)} drifted, "
+                f"{len(self.latency)} latency changes; {self.only_a} results only in A, "
+                f"{self.only_b} only in B")
+
+
+def resolve_run(a: Analytics, ref: str) -> str:
+    """A run id, or a unique part of one (its short hex suffix, say)."""
+    ids = [r[0] for r in a.sql("SELECT run_id FROM runs ORDER BY started, run_id").rows]
+    if ref in ids:
+        return ref
+    hits = [i for i in ids if ref in i]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise OpdiffError(f"run '{ref}' is ambiguous: it matches {', '.join(hits[:5])}"
+                          f"{' ...' if len(hits) > 5 else ''}; give more of the run id.")
+    raise OpdiffError(f"no run '{ref}' in the history{suggest(ref, ids)}; "
+                      "`opdiff query \"SELECT run_id, started FROM runs\"` lists them.")
+
+
+def runs_by_version(a: Analytics, by: str, versions: tuple[str, str] | None = None
+                    ) -> tuple[tuple[str, str], tuple[str, str]]:
+    """((version, run id) older, (version, run id) newer): the latest complete check run on
+    each of two versions of library `by` (default: its two latest versions)."""
+    col = _lib(by)
+    t = a.sql(f"""SELECT {col}, run_id FROM runs
+                  WHERE complete AND coalesce(command, 'check') = 'check' AND {col} IS NOT NULL
+                  QUALIFY row_number() OVER (PARTITION BY {col}
+                                             ORDER BY started DESC NULLS LAST, run_id DESC) = 1""")
+    latest = dict(t.rows)
+    if versions is None:
+        have = sorted(latest, key=version_key)
+        if len(have) < 2:
+            raise OpdiffError(f"diff-runs --by {by} needs complete check runs on two versions of "
+                              f"{by}; the history has {len(have)} ({', '.join(have) or 'none'}).")
+        versions = (have[-2], have[-1])
+    for v in versions:
+        if v not in latest:
+            raise OpdiffError(f"no complete check run with {by} {v}{suggest(v, latest)}; "
+                              f"versions in the history: {', '.join(sorted(latest, key=version_key))}.")
+    return (versions[0], latest[versions[0]]), (versions[1], latest[versions[1]])
+
+
+def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None = None,
+              versions: tuple[str, str] | None = None, drift_factor: float = 10.0,
+              latency_threshold: float = 0.25, spread_k: float = 3.0) -> RunDiff:
+    """Compare run A with run B per (test, seed, preset).
+
+    - newly failing: PASS in A, anything else in B; newly passing: the reverse.
+    - drift: max_abs_b > drift_factor * max(max_abs_a, atol) (tiny values below atol ignored).
+    - latency: |median_b - median_a| > max(latency_threshold * median_a,
+      spread_k * max(IQR_a, IQR_b)), medians and IQRs over each result's infer_ms_all.
+    With `by`, A and B are the latest complete check runs on two versions of that library.
+    """
+    with _open(store) as an:
+        if by is not None:
+            (va, a), (vb, b) = runs_by_version(an, by, versions)
+            label_a, label_b = f"{by} {va} ({a})", f"{by} {vb} ({b})"
+        else:
+            if a is None or b is None:
+                raise OpdiffError("diff-runs needs two run ids (A B), or --by <library>.")
+            a, b = resolve_run(an, a), resolve_run(an, b)
+            label_a, label_b = a, b
+        an.sql("""CREATE OR REPLACE TEMP TABLE _pair AS
+            WITH ra AS (SELECT * FROM results WHERE run_id = $1),
+                 rb AS (SELECT * FROM results WHERE run_id = $2)
+            SELECT coalesce(ra.test_id, rb.test_id) AS test_id, coalesce(ra.seed, rb.seed) AS seed,
+                   coalesce(ra.preset, rb.preset) AS preset,
+                   ra.test_id IS NOT NULL AS in_a, rb.test_id IS NOT NULL AS in_b,
+                   ra.status AS status_a, rb.status AS status_b,
+                   rb.error_class, rb.error_message,
+                   ra.max_abs AS max_abs_a, rb.max_abs AS max_abs_b,
+                   greatest(coalesce(rb.atol, ra.atol, 1e-5), 1e-12) AS atol,
+                   coalesce(list_median(ra.infer_ms_all), ra.infer_ms) AS med_a,
+                   coalesce(list_median(rb.infer_ms_all), rb.infer_ms) AS med_b,
+                   coalesce(list_aggregate(ra.infer_ms_all, 'quantile_cont', 0.75)
+                            - list_aggregate(ra.infer_ms_all, 'quantile_cont', 0.25), 0) AS iqr_a,
+                   coalesce(list_aggregate(rb.infer_ms_all, 'quantile_cont', 0.75)
+                            - list_aggregate(rb.infer_ms_all, 'quantile_cont', 0.25), 0) AS iqr_b
+            FROM ra FULL OUTER JOIN rb ON ra.test_id = rb.test_id
+                 AND ra.seed IS NOT DISTINCT FROM rb.seed AND ra.preset = rb.preset""", [a, b])
+        key = "test_id, seed, preset"
+        failing = an.sql(f"SELECT {key}, status_a, status_b, error_class, error_message FROM _pair "
+                         f"WHERE status_a = 'PASS' AND status_b <> 'PASS' ORDER BY {key}")
+        passing = an.sql(f"SELECT {key}, status_a, status_b FROM _pair "
+                         f"WHERE status_a <> 'PASS' AND status_b = 'PASS' ORDER BY {key}")
+        drift = an.sql(f"""SELECT {key}, max_abs_a, max_abs_b,
+                              max_abs_b / greatest(max_abs_a, atol) AS factor FROM _pair
+                           WHERE max_abs_b > $1 * greatest(coalesce(max_abs_a, 0), atol)
+                                 AND max_abs_a IS NOT NULL
+                           ORDER BY factor DESC, {key}""", [drift_factor])
+        latency = an.sql(f"""SELECT {key}, med_a AS median_a, med_b AS median_b,
+                                med_b / med_a AS ratio,
+                                greatest($1 * med_a, $2 * greatest(iqr_a, iqr_b)) AS threshold
+                             FROM _pair
+                             WHERE med_a > 0 AND med_b > 0
+                                   AND abs(med_b - med_a) > greatest($1 * med_a, $2 * greatest(iqr_a, iqr_b))
+                             ORDER BY ratio DESC, {key}""", [latency_threshold, spread_k])
+        only = an.sql("SELECT count(*) FILTER (WHERE NOT in_b), count(*) FILTER (WHERE NOT in_a) "
+                      "FROM _pair").rows[0]
+        an.sql("DROP TABLE _pair")
+    return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1])

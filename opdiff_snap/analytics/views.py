@@ -1,0 +1,204 @@
+"""The DuckDB side of the history store: `runs` and `results` views over store/runs/*.jsonl.
+
+JSONL is the source of truth. `<store>/cache.duckdb` holds the parsed rows and is
+brought up to date on every connect from new, grown or changed files only (tracked
+by name, size and mtime); deleting it loses nothing. If the cache cannot be opened
+for writing (locked by another process, read-only store), everything is read into
+memory instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from ..errors import OpdiffError
+from . import ingest
+from .table import Table
+
+CACHE_NAME = "cache.duckdb"
+CACHE_VERSION = "1"
+READ_ONLY_TYPES = {"SELECT", "PRAGMA", "EXPLAIN"}
+
+
+class HistoryWarning(UserWarning):
+    """A line of history that could not be read (file and line named)."""
+
+
+@dataclass
+class Analytics:
+    """An open view of one history store. Use as a context manager."""
+
+    store_dir: Path
+    con: duckdb.DuckDBPyConnection
+    cached: bool
+    warnings: list[str] = field(default_factory=list)
+    files_read: int = 0            # history files (re)parsed by this connect
+
+    def __enter__(self) -> "Analytics":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    def sql(self, sql: str, params: list | None = None) -> Table:
+        """Internal queries (trusted SQL) -> Table."""
+        rel = self.con.execute(sql, params or [])
+        cols = [d[0] for d in rel.description] if rel.description else []
+        return Table(cols, [tuple(r) for r in rel.fetchall()])
+
+    def query(self, sql: str) -> Table:
+        """Run the user's read-only SQL against the `runs` and `results` views."""
+        check_read_only(sql)
+        try:
+            return self.sql(sql)
+        except duckdb.Error as e:
+            raise OpdiffError(f"query failed: {e}\nThe views are `runs` and `results`; "
+                              "`opdiff query --schema` lists their columns.") from None
+
+    def schema(self) -> list[tuple[str, str, str, str]]:
+        """(view, column, type, meaning) for every column of both views."""
+        from .schema import MEANINGS
+        out = []
+        for view in ("runs", "results"):
+            for name, typ, *_ in self.con.execute(f"DESCRIBE {view}").fetchall():
+                out.append((view, name, typ, MEANINGS.get(view, {}).get(name, "")))
+        return out
+
+
+def check_read_only(sql: str) -> None:
+    """Reject anything but one SELECT/WITH/DESCRIBE/SHOW/SUMMARIZE/PRAGMA/EXPLAIN."""
+    try:
+        stmts = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise OpdiffError(f"cannot parse the query: {e}") from None
+    if len(stmts) != 1:
+        raise OpdiffError(f"give exactly one SQL statement to query (got {len(stmts)}).")
+    kind = str(stmts[0].type).rsplit(".", 1)[-1]
+    text = re.sub(r"^\s*(--[^\n]*\n\s*|/\*.*?\*/\s*)*", "", sql, flags=re.S)
+    m = re.match(r"explain\s+(analyze\s+)?", text, flags=re.I)
+    if kind == "EXPLAIN" and m:
+        # EXPLAIN ANALYZE executes its statement: check what it wraps
+        inner = duckdb.extract_statements(text[m.end():])
+        kind = str(inner[0].type).rsplit(".", 1)[-1] if inner else kind
+        kind = "SELECT" if kind == "EXPLAIN" else kind
+    if kind not in READ_ONLY_TYPES:
+        raise OpdiffError(
+            f"query is read-only: a {kind} statement is not allowed. Use SELECT, WITH, "
+            "DESCRIBE, SHOW, SUMMARIZE, PRAGMA or EXPLAIN over the `runs` and `results` views.")
+
+
+def _history_files(store_dir: Path) -> dict[str, tuple[int, int]]:
+    runs = store_dir / "runs"
+    out = {}
+    if runs.is_dir():
+        for p in sorted(runs.glob("*.jsonl")):
+            st = p.stat()
+            out[str(p.resolve())] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _open_cache(path: Path) -> duckdb.DuckDBPyConnection | None:
+    try:
+        con = duckdb.connect(str(path))
+    except (duckdb.Error, OSError):
+        return None
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS _cache_meta (key VARCHAR, value VARCHAR)")
+        ver = con.execute("SELECT value FROM _cache_meta WHERE key = 'version'").fetchone()
+        if ver is None or ver[0] != CACHE_VERSION:   # a cache from another layout: rebuild
+            for t in ("_runs", "_results", "_files", "_warnings"):
+                con.execute(f"DROP TABLE IF EXISTS {t} CASCADE")
+            con.execute("DELETE FROM _cache_meta")
+            con.execute("INSERT INTO _cache_meta VALUES ('version', ?)", [CACHE_VERSION])
+    except (duckdb.Error, OSError):
+        con.close()
+        return None
+    return con
+
+
+def _update(con: duckdb.DuckDBPyConnection, files: dict[str, tuple[int, int]]) -> int:
+    """Bring the tables up to date with `files`; returns how many files were (re)read."""
+    con.execute("SET TimeZone = 'UTC'")
+    for ddl in (ingest.TABLES_DDL, ingest.RUNS_DDL, ingest.RESULTS_DDL, ingest.VIEWS_DDL):
+        con.execute(ddl)
+    known = {f: (s, m) for f, s, m in con.execute("SELECT file, size, mtime_ns FROM _files").fetchall()}
+    changed = [f for f, sm in files.items() if known.get(f) != sm]
+    gone = [f for f in known if f not in files]
+    if not changed and not gone:
+        return 0
+    con.execute("BEGIN TRANSACTION")
+    try:
+        drop = changed + gone
+        if drop:
+            con.execute("CREATE OR REPLACE TEMP TABLE _drop AS SELECT unnest($1::VARCHAR[]) AS file",
+                        [drop])
+            for t in ("_runs", "_results", "_warnings", "_files"):
+                con.execute(f"DELETE FROM {t} WHERE file IN (SELECT file FROM _drop)")
+        # a run whose file changed may have rows from another file with the same id: keep those
+        if changed:
+            for i in range(0, len(changed), 2000):
+                batch = changed[i:i + 2000]
+                con.execute(ingest.stage_sql(batch))
+                con.execute(ingest.runs_insert_sql())
+                con.execute(ingest.results_insert_sql())
+                con.execute(ingest.fix_orphans_sql())
+                con.execute(ingest.warnings_insert_sql())
+            con.execute("INSERT INTO _files SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[]), "
+                        "unnest($3::BIGINT[])", [changed, [files[f][0] for f in changed],
+                                                 [files[f][1] for f in changed]])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("DROP VIEW IF EXISTS _items")
+    for t in ("_raw", "_staged", "_segs", "_bk", "_drop"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    return len(changed)
+
+
+def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True) -> Analytics:
+    """Open the history of `store_dir` (the folder holding `runs/`).
+
+    Warnings about unreadable lines are kept in `.warnings` ("file:line: message")
+    and, with `warn`, also issued as `HistoryWarning`s.
+    """
+    store = Path(store_dir)
+    if not store.is_dir():
+        raise OpdiffError(f"history store '{store}' does not exist: run `opdiff check` first, "
+                          "or point --store at the folder that holds runs/*.jsonl.")
+    files = _history_files(store)
+    con = _open_cache(store / CACHE_NAME) if cache else None
+    cached = con is not None
+    n = 0
+    if con is not None:
+        try:
+            n = _update(con, files)
+        except (duckdb.IOException, duckdb.PermissionException, OSError):
+            con.close()
+            con, cached = None, False
+        else:
+            # reopen read-only: user SQL then cannot change the cache, whatever it is
+            con.close()
+            try:
+                con = duckdb.connect(str(store / CACHE_NAME), read_only=True)
+            except duckdb.Error:
+                con, cached = None, False
+    if con is None:
+        con = duckdb.connect()
+        n = _update(con, files)
+    con.execute("SET TimeZone = 'UTC'")
+    rows = con.execute("SELECT file, line, message FROM _warnings ORDER BY file, line").fetchall()
+    msgs = [f"{f}:{ln}: {m}" for f, ln, m in rows]
+    if warn:
+        for m in msgs:
+            warnings.warn(m, HistoryWarning, stacklevel=2)
+    return Analytics(store, con, cached, msgs, n)
