@@ -171,11 +171,11 @@ def _run_options(fn):
 
 
 def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
-    from .output import (ProgressDisplay, exit_code, parse_fail_on, print_summary, report_json,
-                         write_junit)
+    from .output import (ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary,
+                         report_json, write_junit)
 
     fail_on = parse_fail_on(fail_on_text)
-    console = Console(file=sys.stderr if fmt == "json" else sys.stdout)
+    console = make_console(sys.stderr if fmt == "json" else sys.stdout)
     with ProgressDisplay(console, None, label, verbose) as progress:
         report = runner(progress)
     if fmt == "json":
@@ -376,6 +376,141 @@ def goldens_verify(ctx) -> None:
     n = len(store.index())
     click.echo(f"{n} goldens checked, {len(problems)} corrupt")
     sys.exit(1 if problems else 0)
+
+
+# ---------------------------------------------------------------- analytics
+
+FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]),
+                             default="table", show_default=True)
+
+
+def _print_table(table, fmt: str, title: str | None = None) -> None:
+    from .analytics import format_table
+
+    if title and fmt in ("table", "markdown"):
+        click.echo(f"\n{title}")
+    click.echo(format_table(table, fmt))
+
+
+def _analytics(ctx):
+    from .analytics import connect
+
+    return connect(_settings(ctx).store, warn=False)
+
+
+def _print_warnings(a) -> None:
+    for w in a.warnings:
+        click.echo(f"opdiff: warning: {w}", err=True)
+
+
+@main.command()
+@click.argument("sql", required=False)
+@click.option("--schema", is_flag=True, help="Print the views and their columns with their meaning.")
+@FORMAT_OPTION
+@click.pass_context
+@guarded
+def query(ctx, sql, schema, fmt) -> None:
+    """Read-only SQL over the history: views `runs` and `results` (see --schema).
+
+    \b
+    opdiff query "SELECT preset, status, count(*) FROM results GROUP BY ALL ORDER BY ALL"
+    """
+    from .analytics import Table
+
+    with _analytics(ctx) as a:
+        _print_warnings(a)
+        if schema:
+            _print_table(Table(["view", "column", "type", "meaning"], a.schema()), fmt)
+            return
+        if not sql:
+            raise OpdiffError("query needs SQL (or --schema to see the views), e.g. "
+                              "opdiff query \"SELECT * FROM runs\".")
+        _print_table(a.query(sql), fmt)
+
+
+@main.group()
+def report() -> None:
+    """Canned reports over the history."""
+
+
+@report.command("support")
+@click.option("--by", help="Columns per version of this library (torch, executorch, onnxruntime, coremltools).")
+@FORMAT_OPTION
+@click.option("--png", type=click.Path(path_type=Path), help="Also draw the heatmap to this PNG.")
+@click.pass_context
+@guarded
+def report_support(ctx, by, fmt, png) -> None:
+    """Tests x presets, the latest verdict of each."""
+    from .analytics.reports import support_matrix
+
+    with _analytics(ctx) as a:
+        _print_warnings(a)
+        table = support_matrix(a, by=by)
+    _print_table(table, fmt)
+    if png:
+        from .analytics.plots import support_heatmap
+
+        click.echo(f"wrote {support_heatmap(table, png)}", err=True)
+
+
+@report.command("latency")
+@click.option("--baseline", help="Preset to divide by (default: the runs' baseline).")
+@FORMAT_OPTION
+@click.option("--png-dir", type=click.Path(path_type=Path), help="Also draw the ratio CDF and trends here.")
+@click.pass_context
+@guarded
+def report_latency(ctx, baseline, fmt, png_dir) -> None:
+    """Per preset: median latency ratio against the baseline, and the trend across runs."""
+    from .analytics.reports import latency_report
+
+    with _analytics(ctx) as a:
+        _print_warnings(a)
+        rep = latency_report(a, baseline)
+    _print_table(rep.ratios, fmt, f"latency ratio against {rep.baseline}")
+    _print_table(rep.trend, fmt, "median inference latency per run")
+    if png_dir:
+        from .analytics.plots import latency_cdf, latency_trend_plot
+
+        png_dir.mkdir(parents=True, exist_ok=True)
+        click.echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
+                   f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
+
+
+@report.command("html")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True)
+@click.pass_context
+@guarded
+def report_html(ctx, output) -> None:
+    """One self-contained HTML file: summary, support heatmap and matrix, latency, regressions."""
+    from .analytics.html import render_html
+
+    click.echo(f"wrote {render_html(_settings(ctx).store, output)}")
+
+
+@main.command("diff-runs")
+@click.argument("run_a", required=False)
+@click.argument("run_b", required=False)
+@click.option("--by", help="Compare the latest runs on two versions of this library instead of run ids.")
+@click.option("--versions", nargs=2, help="With --by: the two versions (default: the two latest).")
+@click.option("--drift-factor", type=float, default=10.0, show_default=True,
+              help="max_abs growth that counts as drift.")
+@click.option("--latency-threshold", type=float, default=0.25, show_default=True,
+              help="Relative latency change that counts (never below 3x the repeat spread).")
+@FORMAT_OPTION
+@click.pass_context
+@guarded
+def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, fmt) -> None:
+    """Newly failing, newly passing, drifted metrics and latency changes from A to B."""
+    from .analytics.reports import diff_runs as compute
+
+    with _analytics(ctx) as a:
+        _print_warnings(a)
+        diff = compute(a, run_a, run_b, by=by, versions=tuple(versions) if versions else None,
+                       drift_factor=drift_factor, latency_threshold=latency_threshold)
+    for title, table in diff.sections():
+        _print_table(table, fmt, f"{title} ({len(table)})")
+    click.echo(diff.summary())
+    sys.exit(1 if len(diff.newly_failing) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,9 +6,8 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -182,10 +181,12 @@ def parse_fail_on(text: str | None) -> set[Verdict]:
     return out
 
 
-@contextmanager
-def stdout_console(json_mode: bool) -> Iterator[Console]:
-    """Progress goes to stderr when stdout carries JSON."""
-    yield Console(file=sys.stderr if json_mode else sys.stdout)
+def make_console(file) -> Console:
+    """Rich on a terminal; wide, uncoloured plain text in logs (CI) so tables stay readable."""
+    console = Console(file=file)
+    if not console.is_terminal:
+        console = Console(file=file, width=200, no_color=True)
+    return console
 
 
 def exit_code(results: Sequence[Result], fail_on: set[Verdict]) -> int:

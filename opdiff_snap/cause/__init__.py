@@ -1,0 +1,1 @@
+"""Finding the cause of a failing verdict: localize, repro scripts, gradient parity (issue 8)."""

@@ -1,0 +1,409 @@
+"""Write a standalone Python script that reproduces one (test, seed) on one preset.
+
+The script needs torch and the preset's runtime only, never opdiff_snap: someone attaches
+it to an upstream bug report. It carries the stored inputs, weights and expected outputs
+(base64 inside the script when small, a .pt file of plain tensors beside it otherwise),
+rebuilds the op or module, runs it the way the preset does, prints max_abs / max_rel /
+mismatched per output, and exits 1 on a mismatch, 0 when everything matches.
+
+The per-family code is kept below as readable source text; it is written out, never run
+by this package.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import io
+import re
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..backends.base import Preset
+from ..errors import OpdiffError
+from ..suite.construct import split_file_path
+from ..suite.model import Invocation, Node, TestCase, Tolerance
+from ..trees import flatten
+
+EMBED_LIMIT = 256 * 1024  # bytes of torch.save data embedded in the script; larger goes beside it
+
+_NEEDS = {"torch": "torch", "inductor": "torch (with a C++ compiler for inductor)",
+          "onnx": "torch, onnx, onnxscript, onnxruntime", "executorch": "torch, executorch",
+          "coreml": "torch, coremltools (prediction needs macOS)"}
+
+_COMMON = '''
+DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[PRESET["precision"]]
+DEVICE = {"gpu": "cuda"}.get(PRESET["device"], PRESET["device"])
+
+
+def cast(x):
+    """A reduced-precision preset casts real floating tensors to its dtype; fp32 keeps them."""
+    return x.to(DTYPE) if PRESET["precision"] != "fp32" and x.is_floating_point() else x
+
+
+def cast_module(module):
+    for t in list(module.parameters()) + list(module.buffers()):
+        t.data = cast(t.data)
+    return module
+'''
+
+_RUNNERS = {
+    "torch": '''
+def run(module, inputs):
+    """Eager PyTorch on DEVICE in DTYPE."""
+    module = cast_module(module).to(DEVICE)
+    with torch.no_grad():
+        return list(module(*[cast(x).to(DEVICE) for x in inputs]))
+''',
+    "inductor": '''
+def run(module, inputs):
+    """torch.compile (inductor) on DEVICE in DTYPE."""
+    module = cast_module(module).to(DEVICE)
+    opts = PRESET["options"]
+    kwargs = {"fullgraph": opts.get("fullgraph", False), "dynamic": opts.get("dynamic", False),
+              "backend": opts.get("backend", "inductor")}
+    if opts.get("inductor_options"):
+        kwargs["options"] = opts["inductor_options"]
+    else:
+        kwargs["mode"] = opts.get("mode") or "default"
+    compiled = torch.compile(module, **kwargs)
+    with torch.no_grad():
+        return list(compiled(*[cast(x).to(DEVICE) for x in inputs]))
+''',
+    "onnx": '''
+import tempfile
+
+import onnxruntime as ort
+
+OPTIONS = PRESET["options"]
+PROVIDERS = list(OPTIONS.get("providers") or [{"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+                                                "coreml": "CoreMLExecutionProvider"}[PRESET["device"]]])
+if OPTIONS.get("fallback_cpu") and "CPUExecutionProvider" not in PROVIDERS:
+    PROVIDERS.append("CPUExecutionProvider")
+
+
+def run(module, inputs):
+    """torch.onnx.export (in DTYPE) with the preset's exporter options, then an ONNX Runtime session."""
+    module, inputs = cast_module(module), tuple(cast(x) for x in inputs)
+    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    dynamo = OPTIONS.get("dynamo", True)
+    kwargs = {"opset_version": int(OPTIONS.get("opset", 20)), "dynamo": dynamo}
+    if dynamo:
+        kwargs["optimize"] = OPTIONS.get("optimize", True)
+    with torch.no_grad():
+        torch.onnx.export(module, inputs, str(path), verbose=False, **kwargs)
+    session = ort.InferenceSession(str(path), providers=PROVIDERS)
+    feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+    return [torch.from_numpy(o) for o in session.run(None, feeds)]
+''',
+    "executorch": '''
+from executorch.exir import to_edge_transform_and_lower
+from executorch.runtime import Runtime
+
+OPTIONS = PRESET["options"]
+
+
+def partitioners():
+    """cpu: XNNPACK delegate; portable: no delegate (portable kernels)."""
+    if PRESET["device"] == "cpu":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        return [XnnpackPartitioner()]
+    if PRESET["device"] == "portable":
+        return []
+    raise SystemExit(f"this script knows the cpu and portable ExecuTorch devices, not {PRESET['device']!r}")
+
+
+def run(module, inputs):
+    """torch.export -> to_edge_transform_and_lower -> .to_executorch() -> executorch.runtime."""
+    if OPTIONS.get("export_fp16"):  # the preset exports a float16 program
+        module = module.half()
+        inputs = [x.half() if x.is_floating_point() else x for x in inputs]
+    with torch.no_grad():
+        program = torch.export.export(module.eval(), tuple(inputs), strict=bool(OPTIONS.get("export_strict")))
+    executorch_program = to_edge_transform_and_lower(program, partitioner=partitioners()).to_executorch()
+    method = Runtime.get().load_program(executorch_program.buffer).load_method("forward")
+    return [t.clone() for t in method.execute([x.contiguous() for x in inputs])]
+''',
+    "coreml": '''
+import coremltools as ct
+import numpy as np
+
+UNITS = {"cpu": ct.ComputeUnit.CPU_ONLY, "gpu": ct.ComputeUnit.CPU_AND_GPU,
+         "ane": ct.ComputeUnit.CPU_AND_NE, "any": ct.ComputeUnit.ALL}[PRESET["device"]]
+
+
+def run(module, inputs):
+    """torch.export -> coremltools.convert (compute precision from the preset) -> predict."""
+    program = torch.export.export(module.eval(), tuple(inputs)).run_decompositions({})
+    precision = ct.precision.FLOAT16 if PRESET["precision"] == "fp16" else ct.precision.FLOAT32
+    mlmodel = ct.convert(program, compute_units=UNITS, compute_precision=precision)
+    if sys.platform != "darwin":
+        print("converted; CoreML prediction needs macOS, so nothing was compared here")
+        sys.exit(2)
+    spec = mlmodel.get_spec()
+    feeds = {i.name: x.numpy() for i, x in zip(spec.description.input, inputs)}
+    out = mlmodel.predict(feeds)
+    return [torch.from_numpy(np.asarray(out[o.name])) for o in spec.description.output]
+''',
+}
+
+_COMPARE_AND_MAIN = '''
+
+def flatten(out):
+    """Output tensors in order (tuples, lists and dict values walked); complex as real [..., 2]."""
+    if isinstance(out, torch.Tensor):
+        return [torch.view_as_real(out) if out.is_complex() else out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in flatten(o)]
+    return []
+
+
+def compare(expected, actual):
+    """Print per-output metrics; True when every output matches within ATOL/RTOL."""
+    if len(actual) != len(expected):
+        print(f"MISMATCH: {len(actual)} outputs, expected {len(expected)}")
+        return False
+    ok = True
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        a = a.detach().cpu()
+        if tuple(a.shape) != tuple(e.shape):
+            print(f"output {i}: MISMATCH shape {tuple(a.shape)}, expected {tuple(e.shape)}")
+            ok = False
+            continue
+        if not e.is_floating_point():
+            bad = int((a.to(e.dtype) != e).sum())
+            print(f"output {i}: {e.dtype} exact compare, mismatched={bad}/{e.numel()}")
+            ok = ok and bad == 0
+            continue
+        e64, a64 = e.double(), a.to(e.dtype).double()
+        close = torch.isclose(a64, e64, rtol=RTOL, atol=ATOL, equal_nan=True)
+        both = torch.isfinite(e64) & torch.isfinite(a64)
+        diff = (a64 - e64).abs()[both]
+        rel = diff / e64.abs()[both].clamp_min(torch.finfo(torch.float64).tiny)
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float(rel.max()) if rel.numel() else 0.0
+        bad = int((~close).sum())
+        print(f"output {i}: shape {tuple(e.shape)} max_abs={max_abs:.6g} max_rel={max_rel:.6g} "
+              f"mismatched={bad}/{e.numel()} (atol={ATOL:g}, rtol={RTOL:g})")
+        ok = ok and bad == 0
+    return ok
+
+
+def main():
+    data = load_data()
+    module = Flat(build(data)).eval()
+    actual = [t for t in run(module, data["inputs"])]
+    ok = compare(data["expected"], actual)
+    print("PASS" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def _tuple(parts: list[str]) -> str:
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+class _Source:
+    """Renders stored values and constructor nodes as Python source, collecting imports."""
+
+    def __init__(self, case: TestCase, out_dir: Path):
+        self.case, self.out_dir = case, out_dir
+        self.imports: list[str] = []
+        self.copied: list[Path] = []
+
+    def _add(self, line: str) -> None:
+        if line not in self.imports:
+            self.imports.append(line)
+
+    def value(self, s: Any) -> str:
+        """A trees structure node; tensor leaves become t[i]."""
+        ((kind, v),) = s.items()
+        if kind == "tensor":
+            return f"t[{v}]"
+        if kind == "tuple":
+            return _tuple([self.value(e) for e in v])
+        if kind == "list":
+            return "[" + ", ".join(self.value(e) for e in v) + "]"
+        if kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {self.value(e)}" for k, e in v) + "}"
+        if kind == "dtype":
+            return f"torch.{v}"
+        if kind == "float":
+            return f"float({v!r})"
+        return repr(v)
+
+    def node(self, n: Node) -> str:
+        """A constructor argument node."""
+        kind = n.get("type")
+        if kind == "const":
+            return repr(n["value"])
+        if kind == "int_list":
+            return repr(list(n["elems"]))
+        if kind == "tuple":
+            return _tuple([self.node(e) for e in n["elems"]])
+        if kind in ("construct", "module"):
+            return self.constructor(n["path"], n.get("args", []), n.get("kwargs", {}))
+        raise OpdiffError(f"test '{self.case.id}': cannot write a repro for a module whose constructor "
+                          f"takes a sampled '{kind}' value; reproduce it with `opdiff check` instead.")
+
+    def constructor(self, path: str, args, kwargs) -> str:
+        parts = [self.node(a) for a in args] + [f"{k}={self.node(v)}" for k, v in kwargs.items()]
+        return f"{self.import_name(path)}({', '.join(parts)})"
+
+    def import_name(self, path: str) -> str:
+        if path.startswith("file:"):
+            rel, name = split_file_path(path)
+            src = (self.case.suite_dir / rel).resolve()
+            stem = re.sub(r"\W", "_", src.stem)
+            if not stem.isidentifier() or stem in sys.stdlib_module_names or stem in ("torch", "repro"):
+                stem = f"user_{stem}"
+            dest = self.out_dir / f"{stem}.py"
+            if src != dest.resolve():
+                shutil.copyfile(src, dest)
+            self.copied.append(dest)
+            self._add("sys.path.insert(0, str(HERE))  # the test's own module file, copied beside this script")
+            self._add(f"from {stem} import {name}")
+            return name
+        module_name, _, attr = path.rpartition(".")
+        try:
+            importlib.import_module(module_name)
+        except ImportError:
+            head = module_name.split(".")[0]
+            self._add(f"import {head}")
+            return path
+        self._add(f"from {module_name} import {attr}")
+        return attr
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().clone().contiguous()
+
+
+def _expected_leaves(outputs: Any) -> list[torch.Tensor]:
+    _, leaves = flatten(outputs)
+    return [_plain(torch.view_as_real(t) if t.is_complex() else t) for t in leaves]
+
+
+def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
+                tolerance: Tolerance, seed: int | None = None) -> Path:
+    """Write the repro script to `out_path` and return it.
+
+    `golden` is a Golden (its .invocation and .outputs are used) or a pair
+    (invocation, expected outputs). Pair tests reproduce side a against the expected outputs.
+    """
+    invocation, outputs = (golden.invocation, golden.outputs) if hasattr(golden, "invocation") else golden
+    seed = getattr(golden, "seed", seed)
+    if case.pair is not None and isinstance(outputs, dict) and "a" in outputs:
+        outputs = outputs["a"]  # a pair golden holds both sides; the script reproduces side a
+    if preset.family not in _RUNNERS:
+        raise OpdiffError(f"no repro template for backend family '{preset.family}' (preset "
+                          f"'{preset.name}'); repro knows {', '.join(sorted(_RUNNERS))}.")
+    if tolerance.atol is None or tolerance.rtol is None:
+        raise OpdiffError("write_repro needs a resolved tolerance (both atol and rtol); use "
+                          "compare.tolerance_for(case, preset, None).")
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    src = _Source(case, out_path.parent)
+
+    try:
+        structure, leaves = flatten((list(invocation.args), dict(invocation.kwargs)))
+    except TypeError as exc:
+        raise OpdiffError(f"test '{case.id}': an input cannot be written into a repro ({exc}).") from None
+    call_args = src.value(structure)
+    if case.cast_input0_to_complex:
+        call_args = f"as_complex0({call_args})"
+
+    call = case.call
+    state = {}
+    if call.kind == "op":
+        op = call.target.split("::", 1)
+        overload = op[1] if "." in op[1] else op[1] + ".default"
+        build_src = (f"OP = torch.ops.{op[0]}.{overload}\n\n\n"
+                     "def build(data):\n    return OP\n")
+    else:
+        ctor = src.constructor(call.target, call.args, call.kwargs)
+        state = {k: _plain(v) for k, v in invocation.states.get("a", {}).items()}
+        build_src = ("def build(data):\n"
+                     f"    module = {ctor}\n"
+                     "    module.load_state_dict(data[\"state\"])\n"
+                     "    return module.eval()\n")
+
+    data = {"inputs": [_plain(t) for t in leaves], "state": state, "expected": _expected_leaves(outputs)}
+    buf = io.BytesIO()
+    torch.save(data, buf)
+    raw = buf.getvalue()
+    if len(raw) <= EMBED_LIMIT:
+        b64 = base64.b64encode(raw).decode()
+        lines = "\n".join(f'    "{chunk}"' for chunk in textwrap.wrap(b64, 96))
+        data_src = ("# inputs, module state and expected outputs, torch.save'd and base64-encoded\n"
+                    f"DATA_B64 = (\n{lines}\n)\n\n\n"
+                    "def load_data():\n"
+                    "    return torch.load(io.BytesIO(base64.b64decode(DATA_B64)), weights_only=True)\n")
+    else:
+        data_file = out_path.with_name(out_path.stem + "_data.pt")
+        data_file.write_bytes(raw)
+        data_src = ("# inputs, module state and expected outputs (plain tensors), saved beside this script\n"
+                    f"DATA_FILE = HERE / {data_file.name!r}\n\n\n"
+                    "def load_data():\n"
+                    "    return torch.load(DATA_FILE, weights_only=True)\n")
+
+    what = f"op {call.target}" if call.kind == "op" else f"module {call.target}"
+    header = textwrap.dedent(f'''\
+        #!/usr/bin/env python3
+        """Reproducer: test {case.id!r}{'' if seed is None else f' seed {seed}'} on preset {preset.name!r}.
+
+        Calls {what} on the recorded inputs{' with the recorded weights' if state else ''},
+        runs it on {preset.family} ({preset.device}, {preset.precision}) and compares with the outputs
+        recorded on the baseline. Exit status: 0 when every output is within ATOL/RTOL, 1 on a mismatch.
+
+        Needs only: {_NEEDS[preset.family]}. Written by opdiff-snap with torch {torch.__version__}.
+        """
+        ''')
+    imports = ("import base64\nimport io\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
+               "HERE = Path(__file__).resolve().parent\n")
+    consts = (f"\nATOL = {tolerance.atol!r}\nRTOL = {tolerance.rtol!r}\n"
+              f"PRESET = {preset.to_json()!r}\n")
+    user_imports = ("\n".join(src.imports) + "\n") if src.imports else ""
+    flat_src = textwrap.dedent(f'''
+
+        def make_args(t):
+            """(args, kwargs) of the call, tensor inputs t[i] in place."""
+            return {call_args}
+
+
+        class Flat(torch.nn.Module):
+            """The call as a module taking only tensors and returning a flat tuple of tensors."""
+
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *t):
+                args, kwargs = make_args(t)
+                return tuple(flatten(self.inner(*args, **kwargs)))
+        ''')
+    if case.cast_input0_to_complex:
+        flat_src += textwrap.dedent('''
+
+            def as_complex0(args_kwargs):
+                """Input 0 travels as real [..., 2] and is rebuilt as complex."""
+                args, kwargs = args_kwargs
+                if not args[0].is_complex():
+                    args[0] = torch.view_as_complex(args[0])
+                return args, kwargs
+            ''')
+    text = (header + imports + user_imports + consts + _COMMON + "\n" + _RUNNERS[preset.family].lstrip("\n")
+            + "\n\n" + data_src + "\n\n" + build_src + flat_src + _COMPARE_AND_MAIN)
+    out_path.write_text(text)
+    return out_path

@@ -1,0 +1,458 @@
+"""Tolerance policy, metrics and the comparison verdict (DESIGN rule 6).
+
+`compare(expected, actual, tol)` walks two nested values (tensors, tuples, lists, dicts,
+Python scalars, None, strings) and decides one verdict, in this order of precedence:
+
+    STRUCTURE_MISMATCH  nesting, lengths, keys, tensor vs non-tensor, or constants differ
+    SHAPE_MISMATCH      a tensor leaf has another shape
+    DTYPE_MISMATCH      a tensor leaf has another dtype (any width or kind change)
+    MISMATCH            values differ: floats beyond |a - e| <= atol + rtol * |e|,
+                        integers/bools not exactly equal, NaN/Inf not at the same places
+    PASS
+
+Metrics are computed over every leaf whose shapes agree, all leaves together, in float64.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from .backends.base import Preset
+from .suite.model import Tolerance
+from .verdicts import Verdict
+
+# torch.testing.assert_close defaults.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(atol=1e-5, rtol=1.3e-6),
+    "fp16": Tolerance(atol=1e-5, rtol=1e-3),
+    "bf16": Tolerance(atol=1e-5, rtol=1.6e-2),
+}
+FP64_TOLERANCE = Tolerance(atol=1e-7, rtol=1e-7)
+
+_GLOB_CHARS = set("*?[")
+
+
+# ---------------------------------------------------------------- tolerance policy
+
+def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = None,
+                  preset_override: Tolerance | None = None) -> Tolerance:
+    """The tolerance to compare `preset`'s outputs with. Field by field (atol and rtol
+    separately), the first source that sets the field wins:
+
+    1. `cli` (--atol / --rtol)
+    2. the test's/suite's tolerance keyed by the exact preset name
+    3. ... keyed by a glob matching the preset name (the longest matching pattern first)
+    4. ... keyed by the preset's precision (fp32, fp16, bf16)
+    5. ... keyed "*" (the plain `{atol, rtol}` form)
+    6. `preset_override`, then the preset's options `atol` / `rtol`
+    7. DEFAULT_TOLERANCES[preset.precision] (torch.testing's defaults)
+
+    `case_tolerance` is the `TestCase.tolerance` mapping (a TestCase is accepted too).
+    """
+    if hasattr(case_tolerance, "tolerance") and not isinstance(case_tolerance, Mapping):
+        case_tolerance = case_tolerance.tolerance
+    table: Mapping[str, Tolerance] = case_tolerance or {}
+    chain: list[Tolerance | None] = [cli, table.get(preset.name)]
+    globs = [k for k in table if k != "*" and k != preset.name and _GLOB_CHARS & set(k)
+             and fnmatch.fnmatchcase(preset.name, k)]
+    chain += [table[k] for k in sorted(globs, key=len, reverse=True)]
+    chain += [table.get(preset.precision), table.get("*"), preset_override]
+    opts = preset.options or {}
+    chain.append(Tolerance(_opt_float(opts.get("atol")), _opt_float(opts.get("rtol"))))
+    chain.append(DEFAULT_TOLERANCES.get(preset.precision, DEFAULT_TOLERANCES["fp32"]))
+
+    def pick(name: str) -> float:
+        for t in chain:
+            v = _field(t, name)
+            if v is not None:
+                return float(v)
+        raise AssertionError("unreachable: the defaults set every field")
+
+    return Tolerance(atol=pick("atol"), rtol=pick("rtol"))
+
+
+def _field(t: Any, name: str) -> Any:
+    if t is None:
+        return None
+    if isinstance(t, Mapping):
+        return t.get(name)
+    return getattr(t, name, None)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _leaf_tolerance(tol: Tolerance, dtype: torch.dtype) -> tuple[float, float]:
+    """Fields left None fall back to the leaf dtype's default; float64 leaves compared
+    under the plain fp32 default use torch.testing's float64 values instead."""
+    if dtype in (torch.float64, torch.complex128):
+        default = FP64_TOLERANCE
+        if tol == DEFAULT_TOLERANCES["fp32"]:
+            return FP64_TOLERANCE.atol, FP64_TOLERANCE.rtol
+    elif dtype == torch.float16:
+        default = DEFAULT_TOLERANCES["fp16"]
+    elif dtype == torch.bfloat16:
+        default = DEFAULT_TOLERANCES["bf16"]
+    else:
+        default = DEFAULT_TOLERANCES["fp32"]
+    atol = tol.atol if tol.atol is not None else default.atol
+    rtol = tol.rtol if tol.rtol is not None else default.rtol
+    return float(atol), float(rtol)
+
+
+# ---------------------------------------------------------------- results
+
+def _json_float(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+@dataclass
+class Metrics:
+    """Over all compared tensor leaves together. Means, max_abs, max_rel and cosine use
+    the entries finite on both sides (non-finite disagreements are counted in
+    `mismatched`); max_rel leaves out entries whose expected value is 0. Complex leaves
+    count one element per complex number and compare real and imaginary parts."""
+
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    mse: float = 0.0
+    max_rel: float = 0.0
+    cosine: float = 1.0
+    mismatched: int = 0
+    mismatched_frac: float = 0.0
+    numel: int = 0
+    worst_index: tuple[int, ...] | None = None
+    worst_output: str | None = None
+    worst_expected: float | str | None = None
+    worst_actual: float | str | None = None
+    min_atol: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: _json_float(v) for k, v in asdict(self).items()}
+        if self.worst_index is not None:
+            out["worst_index"] = list(self.worst_index)
+        return out
+
+    # Mapping-style access, so dict(metrics) and metrics["max_abs"] work.
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+
+@dataclass
+class Comparison:
+    verdict: Verdict
+    message: str
+    metrics: Metrics | None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == Verdict.PASS
+
+
+# ---------------------------------------------------------------- walking the trees
+
+class _Structure(Exception):
+    pass
+
+
+def _to_tensor(x: Any) -> torch.Tensor | None:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(x))
+    return None
+
+
+def _number_kind(x: Any) -> str | None:
+    if isinstance(x, (bool, np.bool_)):
+        return "bool"
+    if isinstance(x, (int, np.integer)):
+        return "int"
+    if isinstance(x, (float, np.floating)):
+        return "float"
+    if isinstance(x, (complex, np.complexfloating)):
+        return "complex"
+    return None
+
+
+def _kind(x: Any) -> str:
+    return type(x).__name__
+
+
+def _pairs(e: Any, a: Any, path: str) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Tensor/number leaf pairs; raises _Structure at the first structural difference."""
+    te, ta = _to_tensor(e), _to_tensor(a)
+    if te is not None or ta is not None:
+        if te is None or ta is None:
+            raise _Structure(f"{path}: expected {'a tensor' if te is not None else _kind(e)}, "
+                             f"got {'a tensor' if ta is not None else _kind(a)}")
+        yield path, te, ta
+        return
+    if isinstance(e, (tuple, list)) or isinstance(a, (tuple, list)):
+        if not (isinstance(e, (tuple, list)) and isinstance(a, (tuple, list))):
+            raise _Structure(f"{path}: expected {_kind(e)}, got {_kind(a)}")
+        if len(e) != len(a):
+            raise _Structure(f"{path}: expected {len(e)} elements, got {len(a)}")
+        for i, (ei, ai) in enumerate(zip(e, a)):
+            yield from _pairs(ei, ai, f"{path}[{i}]")
+        return
+    if isinstance(e, Mapping) or isinstance(a, Mapping):
+        if not (isinstance(e, Mapping) and isinstance(a, Mapping)):
+            raise _Structure(f"{path}: expected {_kind(e)}, got {_kind(a)}")
+        missing = [k for k in e if k not in a]
+        extra = [k for k in a if k not in e]
+        if missing or extra:
+            parts = ([f"missing keys {missing!r}"] if missing else []) + \
+                    ([f"unexpected keys {extra!r}"] if extra else [])
+            raise _Structure(f"{path}: {', '.join(parts)}")
+        for k in e:
+            yield from _pairs(e[k], a[k], f"{path}[{k!r}]")
+        return
+    ke, ka = _number_kind(e), _number_kind(a)
+    if ke is not None and ka is not None:
+        if (ke == "bool") != (ka == "bool") or (ke == "complex") != (ka == "complex"):
+            raise _Structure(f"{path}: expected {_kind(e)} {e!r}, got {_kind(a)} {a!r}")
+        if ke == ka == "bool":
+            yield path, torch.tensor(bool(e)), torch.tensor(bool(a))
+        elif ke == ka == "int":
+            yield path, torch.tensor(int(e), dtype=torch.int64), torch.tensor(int(a), dtype=torch.int64)
+        elif ke == "complex":
+            yield path, torch.tensor(complex(e), dtype=torch.complex128), \
+                torch.tensor(complex(a), dtype=torch.complex128)
+        else:  # float vs float, or int vs float: numeric compare under the tolerance
+            yield path, torch.tensor(float(e), dtype=torch.float64), torch.tensor(float(a), dtype=torch.float64)
+        return
+    if type(e) is not type(a) or e != a:
+        raise _Structure(f"{path}: expected {e!r}, got {a!r}")
+
+
+# ---------------------------------------------------------------- one leaf
+
+@dataclass
+class _Leaf:
+    path: str
+    numel: int
+    n_vals: int = 0            # finite-on-both-sides components
+    sum_abs: float = 0.0
+    sum_sq: float = 0.0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    dot: float = 0.0
+    ee: float = 0.0
+    aa: float = 0.0
+    bad: int = 0               # mismatched elements
+    bad_first: tuple[int, ...] | None = None
+    nonfinite_bad: int = 0
+    nonfinite_first: tuple[int, ...] | None = None
+    worst_excess: float = -math.inf
+    worst_index: tuple[int, ...] | None = None
+    worst_expected: float | None = None
+    worst_actual: float | None = None
+    min_atol: float = 0.0
+    exact: bool = False
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+def _index(flat: int, shape: tuple[int, ...], complex_: bool) -> tuple[int, ...]:
+    idx = tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
+    return idx[:-1] if complex_ else idx
+
+
+def _as_f64(t: torch.Tensor) -> np.ndarray:
+    # numpy's casts are far faster than torch's; numpy has no bfloat16, so widen that first
+    if t.dtype == torch.bfloat16:
+        t = t.to(torch.float32)
+    return t.reshape(-1).numpy().astype(np.float64)
+
+
+def _dot(x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.einsum("i,i->", x, y))   # single-threaded: BLAS threads suffer on busy boxes
+
+
+def _first(mask: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return _index(int(np.argmax(mask)), shape, False)
+
+
+def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance) -> _Leaf:
+    """Everything about one leaf pair of equal shape, vectorised in float64 numpy."""
+    e, a = (t.detach().cpu().resolve_conj().resolve_neg() for t in (e, a))
+    exact = not (e.dtype.is_floating_point or e.dtype.is_complex)
+    atol, rtol = (0.0, 0.0) if exact else _leaf_tolerance(tol, e.dtype)
+    out = _Leaf(path, e.numel(), exact=exact, atol=atol, rtol=rtol)
+    if e.numel() == 0:
+        return out
+    is_complex = e.dtype.is_complex or a.dtype.is_complex
+    if is_complex:  # real and imaginary parts as a trailing dimension of 2
+        e, a = torch.view_as_real(e.to(torch.complex128)), torch.view_as_real(a.to(torch.complex128))
+    shape = tuple(e.shape)
+    ef, af = _as_f64(e), _as_f64(a)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are dealt with below
+        return _leaf_values(out, e, a, ef, af, shape, is_complex)
+
+
+def _leaf_values(out: _Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, af: np.ndarray,
+                 shape: tuple[int, ...], is_complex: bool) -> _Leaf:
+    exact, atol, rtol = out.exact, out.atol, out.rtol
+    el_shape = shape[:-1] if is_complex else shape
+    d = np.abs(af - ef)
+    abs_e = np.abs(ef)
+    if exact:
+        bad = (e.reshape(-1) != a.reshape(-1)).numpy()
+        finite, nonfinite_bad, excess, r = None, None, d, None
+    else:
+        r = rtol * abs_e
+        finite = None if np.isfinite(d).all() else (np.isfinite(ef) & np.isfinite(af))
+        excess = d - (atol + r)
+        bad = excess > 0
+        nonfinite_bad = None
+        if finite is not None:  # slow path: NaN/Inf present somewhere
+            en, an = np.isnan(ef), np.isnan(af)
+            # NaN must face NaN; otherwise a non-finite value must be equal (same-signed Inf).
+            nonfinite_bad = (en != an) | (~finite & ~en & ~an & (ef != af))
+            bad = nonfinite_bad | (finite & bad)
+            excess = np.where(finite, excess, -np.inf)
+            excess[nonfinite_bad] = np.inf
+
+    bad_el = bad.reshape(-1, 2).any(axis=1) if is_complex else bad
+    out.bad = int(np.count_nonzero(bad_el))
+    if out.bad:
+        out.bad_first = _first(bad_el, el_shape)
+    if nonfinite_bad is not None:
+        nf_el = nonfinite_bad.reshape(-1, 2).any(axis=1) if is_complex else nonfinite_bad
+        out.nonfinite_bad = int(np.count_nonzero(nf_el))
+        if out.nonfinite_bad:
+            out.nonfinite_first = _first(nf_el, el_shape)
+
+    w = int(np.argmax(excess))
+    out.worst_excess = float(excess[w])
+    out.worst_index = _index(w, shape, is_complex)
+    out.worst_expected, out.worst_actual = float(ef[w]), float(af[w])
+
+    if finite is not None:
+        d, ef, af, abs_e = d[finite], ef[finite], af[finite], abs_e[finite]
+        r = r[finite] if r is not None else None
+    out.n_vals = int(d.size)
+    if d.size:
+        out.sum_abs = float(d.sum())
+        out.sum_sq = _dot(d, d)
+        out.max_abs = float(d.max())
+        out.max_rel = float((d / np.where(abs_e > 0, abs_e, np.inf)).max())  # e == 0 left out
+        out.dot, out.ee, out.aa = _dot(ef, af), _dot(ef, ef), _dot(af, af)
+        if r is not None:
+            out.min_atol = _passing_atol(max(0.0, float((d - r).max())), d, r)
+    return out
+
+
+def _passing_atol(m: float, d: np.ndarray, r: np.ndarray) -> float:
+    """Nudge m up by ulps until `d <= m + r` holds everywhere in float64 arithmetic
+    (the subtraction that produced m can round down); max(d) always passes."""
+    for _ in range(16):
+        if bool((d <= m + r).all()):
+            return m
+        m = math.nextafter(m, math.inf)
+    return float(d.max())
+
+
+# ---------------------------------------------------------------- compare
+
+def _fmt_idx(idx: tuple[int, ...] | None) -> str:
+    return "()" if not idx else "(" + ", ".join(map(str, idx)) + (",)" if len(idx) == 1 else ")")
+
+
+def _leaf_message(lf: _Leaf) -> str:
+    head = f"{lf.path}: {lf.bad} of {lf.numel} elements"
+    first = f"first at {_fmt_idx(lf.bad_first)}"
+    if lf.exact:
+        return f"{head} differ (exact compare), {first}"
+    outside = f"outside atol={lf.atol:g} rtol={lf.rtol:g}"
+    nonfinite = "with NaN/Inf at different positions or signs"
+    tol_bad = lf.bad - lf.nonfinite_bad
+    if not lf.nonfinite_bad:
+        return f"{head} {outside}, {first}"
+    if not tol_bad:
+        return f"{head} {nonfinite}, {first}"
+    return (f"{head} mismatch: {lf.nonfinite_bad} {nonfinite} (first at "
+            f"{_fmt_idx(lf.nonfinite_first)}), {tol_bad} {outside}; {first}")
+
+
+def _metrics(leaves: list[_Leaf]) -> Metrics:
+    m = Metrics()
+    m.numel = sum(lf.numel for lf in leaves)
+    m.mismatched = sum(lf.bad for lf in leaves)
+    m.mismatched_frac = m.mismatched / m.numel if m.numel else 0.0
+    n = sum(lf.n_vals for lf in leaves)
+    if n:
+        m.mean_abs = sum(lf.sum_abs for lf in leaves) / n
+        m.mse = sum(lf.sum_sq for lf in leaves) / n
+    m.max_abs = max((lf.max_abs for lf in leaves), default=0.0)
+    m.max_rel = max((lf.max_rel for lf in leaves), default=0.0)
+    m.min_atol = max((lf.min_atol for lf in leaves), default=0.0)
+    dot, ee, aa = (sum(getattr(lf, k) for lf in leaves) for k in ("dot", "ee", "aa"))
+    if ee == 0.0 and aa == 0.0:
+        m.cosine = 1.0
+    elif ee == 0.0 or aa == 0.0:
+        m.cosine = 0.0
+    else:
+        m.cosine = max(-1.0, min(1.0, dot / (math.sqrt(ee) * math.sqrt(aa))))
+    candidates = [lf for lf in leaves if lf.worst_index is not None]
+    if candidates:
+        worst = max(candidates, key=lambda lf: lf.worst_excess)  # first on ties
+        m.worst_index, m.worst_output = worst.worst_index, worst.path
+        m.worst_expected = _json_float(worst.worst_expected)
+        m.worst_actual = _json_float(worst.worst_actual)
+    return m
+
+
+def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out") -> Comparison:
+    """Compare two nested output values; see the module docstring for the rules."""
+    try:
+        pairs = list(_pairs(expected, actual, root))
+    except _Structure as exc:
+        return Comparison(Verdict.STRUCTURE_MISMATCH, f"structure differs at {exc}", None)
+    shape_msgs, dtype_msgs, leaves = [], [], []
+    for path, e, a in pairs:
+        if tuple(e.shape) != tuple(a.shape):
+            shape_msgs.append(f"{path}: expected shape {tuple(e.shape)}, got {tuple(a.shape)}")
+            continue
+        if e.dtype != a.dtype:
+            dtype_msgs.append(f"{path}: expected {e.dtype}, got {a.dtype}")
+            if (e.dtype.is_complex != a.dtype.is_complex
+                    or e.dtype.is_floating_point != a.dtype.is_floating_point):
+                continue  # no meaningful numbers to compare
+        leaves.append(_leaf(path, e, a, tol))
+    metrics = _metrics(leaves)
+    if shape_msgs:
+        return Comparison(Verdict.SHAPE_MISMATCH, "shape differs at " + "; ".join(shape_msgs), metrics)
+    if dtype_msgs:
+        return Comparison(Verdict.DTYPE_MISMATCH, "dtype differs at " + "; ".join(dtype_msgs), metrics)
+    failing = [lf for lf in leaves if lf.bad]
+    if not failing:
+        return Comparison(Verdict.PASS, "", metrics)
+    msg = "; ".join(_leaf_message(lf) for lf in failing[:5])
+    if len(failing) > 5:
+        msg += f"; and {len(failing) - 5} more outputs"
+    msg += (f". Worst at {metrics.worst_output}{list(metrics.worst_index or ())}: expected "
+            f"{metrics.worst_expected}, got {metrics.worst_actual}; max_abs={metrics.max_abs:.3g}, "
+            f"min_atol={metrics.min_atol:.3g}")
+    return Comparison(Verdict.MISMATCH, msg, metrics)
+
+
+def compare_pair(out_a: Any, out_b: Any, tol: Tolerance) -> Comparison:
+    """Pair tests: side a is the expected value, side b the actual one."""
+    return compare(out_a, out_b, tol)

@@ -1,0 +1,472 @@
+"""The run history: one JSONL file per run under <store>/runs/, written line by line.
+
+Line types (docs/architecture.md, "History format"): one `meta` line first, one `item`
+line per (test, seed, preset) result, and an `end` line with the tallies. A file without
+an `end` line was interrupted; `RunWriter.resume` appends the missing items to the same
+file and then writes the end line (with `"resumed": <items carried over>`).
+
+Each line goes to the OS in one write as soon as it is known, so a killed run loses at
+most the line being written; readers skip a truncated last line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import secrets
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import OpdiffError
+
+RUNS_DIR = "runs"
+
+# environment() key -> distributions to ask importlib.metadata, first found wins.
+_DISTRIBUTIONS = {
+    "torch": ("torch",),
+    "executorch": ("executorch",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-silicon"),
+    "onnx": ("onnx",),
+    "coremltools": ("coremltools",),
+    "numpy": ("numpy",),
+    "zarr": ("zarr",),
+    "duckdb": ("duckdb",),
+    "opdiff_snap": ("opdiff-snap",),
+}
+
+ItemKey = tuple[str, int, str]  # (test id, seed, preset)
+
+
+def utc_now() -> str:
+    """ISO 8601 UTC with milliseconds, e.g. 2026-11-22T05:12:00.123Z."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _version(names: Iterable[str]) -> str | None:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def environment() -> dict[str, str | None]:
+    """Platform and library versions, from package metadata only (imports nothing heavy).
+    A library that is not installed is None."""
+    env: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "os": platform.system(),
+        "machine": platform.machine(),
+        "host": socket.gethostname(),
+    }
+    for key, names in _DISTRIBUTIONS.items():
+        env[key] = _version(names)
+    return env
+
+
+def json_safe(obj: Any) -> Any:
+    """A copy with non-finite floats as the strings "nan", "inf", "-inf" (JSON has no NaN)."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, Mapping):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def _dumps(obj: Mapping[str, Any]) -> bytes:
+    try:
+        text = json.dumps(obj, allow_nan=False)
+    except ValueError:  # a NaN/Inf somewhere
+        text = json.dumps(json_safe(obj), allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+# ---------------------------------------------------------------- items
+
+def _tolerance_json(tol: Any) -> dict[str, Any] | None:
+    if tol is None:
+        return None
+    if isinstance(tol, Mapping):
+        return {"atol": tol.get("atol"), "rtol": tol.get("rtol")}
+    return {"atol": getattr(tol, "atol", None), "rtol": getattr(tol, "rtol", None)}
+
+
+def _metrics_json(metrics: Any) -> dict[str, Any] | None:
+    if metrics is None:
+        return None
+    if hasattr(metrics, "to_json"):
+        return metrics.to_json()
+    return json_safe(dict(metrics))
+
+
+def _status(v: Any) -> str:
+    return getattr(v, "value", None) or str(v)
+
+
+@dataclass
+class ItemRecord:
+    """One item line: a (test, seed, preset) result, shaped like opdiff's item records
+    (`id`, `test_type`, `baseline`, `backends[].res`, `times_all`, `diff_all`) and
+    extended with our fields."""
+
+    test_id: str
+    seed: int
+    preset: str
+    status: str
+    test_type: str | None = None
+    suite: str | None = None
+    spec_hash: str | None = None
+    tags: list[str] = field(default_factory=list)
+    baseline: str | None = None
+    export_ms: float | None = None
+    load_ms: float | None = None
+    infer_ms: float | None = None
+    infer_ms_all: list[float] = field(default_factory=list)
+    cache_hit: bool = False
+    error_class: str | None = None
+    error_message: str | None = None
+    tolerance: Any = None          # Tolerance or {"atol", "rtol"}
+    metrics: Any = None            # compare.Metrics or its to_json() dict
+
+    def to_json(self) -> dict[str, Any]:
+        metrics = _metrics_json(self.metrics)
+        res = {"status": _status(self.status), "export_ms": self.export_ms, "load_ms": self.load_ms,
+               "infer_ms": self.infer_ms, "infer_ms_all": list(self.infer_ms_all),
+               "cache_hit": bool(self.cache_hit), "error_class": self.error_class,
+               "error_message": self.error_message, "tolerance": _tolerance_json(self.tolerance),
+               "metrics": metrics}
+        return {"id": self.test_id, "seed": int(self.seed), "test_type": self.test_type,
+                "suite": self.suite, "spec_hash": self.spec_hash, "tags": list(self.tags),
+                "preset": self.preset, **res, "baseline": self.baseline,
+                "backends": [{"name": self.preset, "res": dict(res)}],
+                "times_all": {self.preset: {"export_ms": self.export_ms, "load_ms": self.load_ms,
+                                            "infer_ms": self.infer_ms}},
+                "diff_all": {self.preset: metrics}}
+
+
+_NO_ERROR = {"PASS", "RECORDED", "KEPT"}
+
+
+def _baseline_name(baseline: Any) -> str | None:
+    if baseline is None or isinstance(baseline, str):
+        return baseline
+    if isinstance(baseline, Mapping):
+        return baseline.get("name") or baseline.get("backend")
+    return getattr(baseline, "name", None) or str(baseline)
+
+
+def item_record(result: Any, baseline: Any = None) -> dict[str, Any]:
+    """The item dict for an api.Result-like object (test_id, seed, preset, verdict, case,
+    message, error_class, timings, tolerance, metrics). The message is kept as
+    `error_message` for every verdict but PASS / RECORDED / KEPT."""
+    case = getattr(result, "case", None)
+    status = _status(result.verdict)
+    message = getattr(result, "message", None) or None
+    return ItemRecord(
+        test_id=result.test_id, seed=result.seed, preset=result.preset, status=status,
+        test_type=getattr(case, "test_type", None) if case is not None else None,
+        suite=str(case.suite) if case is not None else None,
+        spec_hash=getattr(case, "spec_hash", None) if case is not None else None,
+        tags=list(getattr(case, "tags", ()) or ()) if case is not None else [],
+        baseline=_baseline_name(baseline),
+        export_ms=getattr(result, "export_ms", None), load_ms=getattr(result, "load_ms", None),
+        infer_ms=getattr(result, "infer_ms", None),
+        infer_ms_all=list(getattr(result, "infer_ms_all", None) or []),
+        cache_hit=bool(getattr(result, "cache_hit", False)),
+        error_class=getattr(result, "error_class", None),
+        error_message=None if status in _NO_ERROR else message,
+        tolerance=getattr(result, "tolerance", None), metrics=getattr(result, "metrics", None),
+    ).to_json()
+
+
+# ---------------------------------------------------------------- reading
+
+@dataclass
+class RunFile:
+    """A parsed run file. `problems` names lines that were skipped (a truncated last
+    line after a kill, or a corrupt line) as "line N: why"."""
+
+    path: Path
+    meta: dict[str, Any] | None
+    items: list[dict[str, Any]]
+    end: dict[str, Any] | None
+    problems: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None
+
+    def keys(self) -> set[ItemKey]:
+        return {k for k in map(_item_key, self.items) if k is not None}
+
+
+def _item_key(item: Mapping[str, Any]) -> ItemKey | None:
+    try:
+        return (str(item["id"]), int(item["seed"]), str(item["preset"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _parse(data: bytes, path: Path) -> RunFile:
+    run = RunFile(path, None, [], None)
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    numbered = list(enumerate(lines, 1))
+    if tail:
+        numbered.append((len(lines) + 1, tail))
+    for no, raw in numbered:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            last = no == numbered[-1][0]
+            if last:
+                run.truncated = True
+            run.problems.append(f"line {no}: {'truncated last line' if last else 'unreadable'} "
+                                f"({exc.__class__.__name__}), skipped")
+            continue
+        kind = obj.get("type")
+        if kind == "meta" and run.meta is None:
+            run.meta = obj
+        elif kind == "item":
+            run.items.append(obj)
+        elif kind == "end":
+            run.end = obj
+        else:
+            run.problems.append(f"line {no}: unknown line type {kind!r}, skipped")
+    return run
+
+
+def read_run(path: Path) -> RunFile:
+    """Parse a run file; a truncated last line is skipped and reported in `problems`."""
+    path = Path(path)
+    return _parse(path.read_bytes(), path)
+
+
+def _run_files(store_dir: Path) -> list[Path]:
+    runs = Path(store_dir) / RUNS_DIR
+    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
+
+
+def find_run(store_dir: Path, run_id: str) -> Path:
+    """The file of `run_id` (or of the one run whose id starts with it)."""
+    files = _run_files(store_dir)
+    exact = [p for p in files if p.stem == run_id]
+    if exact:
+        return exact[0]
+    prefixed = [p for p in files if p.stem.startswith(run_id)] if run_id else []
+    if len(prefixed) == 1:
+        return prefixed[0]
+    runs_dir = Path(store_dir) / RUNS_DIR
+    if not files:
+        raise OpdiffError(f"run '{run_id}' not found: there are no runs in {runs_dir}. "
+                          "Check --store, or start a new run instead of resuming one.")
+    if len(prefixed) > 1:
+        raise OpdiffError(f"run id '{run_id}' is ambiguous in {runs_dir}: it starts "
+                          f"{', '.join(p.stem for p in prefixed[-5:])}. Give the full run id.")
+    latest = ", ".join(p.stem for p in files[-5:])
+    raise OpdiffError(f"run '{run_id}' not found in {runs_dir}. The latest runs are: {latest} "
+                      "(`opdiff runs` lists them all).")
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    command: str | None
+    started: str | None
+    complete: bool
+    counts: dict[str, int]
+    path: Path
+
+
+def _tally(items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for it in items:
+        s = str(it.get("status"))
+        counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
+def _last_line(path: Path, size: int = 65536) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        n = f.tell()
+        f.seek(max(0, n - size))
+        chunk = f.read()
+    return chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+
+
+def list_runs(store_dir: Path) -> list[RunSummary]:
+    """Every run in the store, oldest first. A complete run is summarised from its meta
+    and end lines without reading its items; an incomplete one is tallied from them."""
+    out = []
+    for path in _run_files(store_dir):
+        end = None
+        try:
+            last = json.loads(_last_line(path))
+            if isinstance(last, dict) and last.get("type") == "end":
+                end = last
+        except ValueError:
+            pass
+        if end is not None:
+            with open(path, "rb") as f:
+                try:
+                    meta = json.loads(f.readline())
+                except ValueError:
+                    meta = {}
+            counts = dict(end.get("counts") or {})
+        else:
+            run = read_run(path)
+            meta, counts = run.meta or {}, _tally(run.items)
+        out.append(RunSummary(path.stem, meta.get("command"), meta.get("started"), end is not None,
+                              counts, path))
+    return out
+
+
+# ---------------------------------------------------------------- writing
+
+def _new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+class RunWriter:
+    """Appends the lines of one run. Use `RunWriter.start(...)` or `RunWriter.resume(...)`.
+
+    As a context manager it closes the file on exit; leaving on an exception
+    (KeyboardInterrupt included) writes no end line, so the run stays resumable.
+    Every line is handed to the OS in one unbuffered write; `fsync=True` also forces it
+    to disk (slower; survives a power cut, not only a killed process).
+    """
+
+    def __init__(self, path: Path, run_id: str, meta: dict[str, Any], *, fsync: bool = False,
+                 prior: Iterable[Mapping[str, Any]] = ()):
+        self.path = Path(path)
+        self.run_id = run_id
+        self.meta = meta
+        self.fsync = fsync
+        prior = list(prior)
+        self.resumed = len(prior)              # items carried over from an interrupted session
+        self._prior_counts = _tally(prior)
+        self._file = open(self.path, "ab", buffering=0)
+        self.ended = False
+
+    # -- construction
+
+    @classmethod
+    def start(cls, store_dir: Path, command: str, argv: list[str], suites: list[str],
+              presets: dict[str, dict], settings: dict, baseline_preset: str | None = None,
+              *, fsync: bool = False, env: dict[str, Any] | None = None) -> "RunWriter":
+        """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line."""
+        runs = Path(store_dir) / RUNS_DIR
+        try:
+            runs.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OpdiffError(f"cannot create the history folder {runs}: {exc}. Check --store "
+                              "and that it is writable.") from exc
+        env = environment() if env is None else env
+        while True:
+            run_id = _new_run_id()
+            path = runs / f"{run_id}.jsonl"
+            try:
+                open(path, "xb").close()
+                break
+            except FileExistsError:
+                continue
+        meta = {"type": "meta", "run_id": run_id, "command": command, "argv": list(argv),
+                "started": utc_now(), "host": env.get("host"), "os": env.get("os"),
+                "machine": env.get("machine"), "suites": [str(s) for s in suites],
+                "baseline_preset": baseline_preset, "presets": presets,
+                "env": {k: v for k, v in env.items() if k not in ("host", "os", "machine")},
+                "settings": settings, "resumes": None}
+        writer = cls(path, run_id, meta, fsync=fsync)
+        writer._write(meta)
+        return writer
+
+    @classmethod
+    def resume(cls, store_dir: Path, run_id: str, *, fsync: bool = False
+               ) -> tuple["RunWriter", set[ItemKey]]:
+        """Reopen an interrupted run for appending. Returns the writer and the
+        (test id, seed, preset) keys already in the file, which the caller skips. A
+        partial last line (the process died mid-write) is cut off first."""
+        path = find_run(store_dir, run_id)
+        data = path.read_bytes()
+        run = _parse(data, path)
+        if run.end is not None:
+            raise OpdiffError(f"run '{path.stem}' is complete (it has an end line); there is "
+                              "nothing to resume. Start a new run instead.")
+        if run.meta is None:
+            raise OpdiffError(f"run file {path} has no readable meta line, so it cannot be "
+                              "resumed. Start a new run; delete the file if it is junk.")
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            with open(path, "r+b") as f:
+                if run.truncated:      # unparseable partial line: drop it
+                    f.truncate(cut)
+                else:                  # a whole line that lost only its newline
+                    f.seek(0, os.SEEK_END)
+                    f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+        writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items)
+        return writer, run.keys()
+
+    # -- writing
+
+    def _write(self, obj: Mapping[str, Any]) -> None:
+        if self._file.closed:
+            raise ValueError(f"run {self.run_id} is closed")
+        self._file.write(_dumps(obj))
+        if self.fsync:
+            os.fsync(self._file.fileno())
+
+    def item(self, record: Mapping[str, Any]) -> None:
+        """Append one item line (adds type, run_id and ts). NaN/Inf floats become strings."""
+        line = {"type": "item", "run_id": self.run_id}
+        line.update(record)
+        line["type"], line["run_id"] = "item", self.run_id
+        line.setdefault("ts", utc_now())
+        self._write(line)
+
+    def end(self, counts: Mapping[str, int], wall_s: float) -> None:
+        """Write the end line and close. `counts` and `wall_s` are this session's; a resumed
+        run adds the tallies of the items that were already in the file."""
+        total = dict(self._prior_counts)
+        for k, v in counts.items():
+            key = _status(k)
+            total[key] = total.get(key, 0) + int(v)
+        self._write({"type": "end", "run_id": self.run_id, "finished": utc_now(),
+                     "wall_s": round(float(wall_s), 6), "counts": total, "resumed": self.resumed})
+        self.ended = True
+        self.close()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown
+        try:
+            self.close()
+        except Exception:
+            pass
+

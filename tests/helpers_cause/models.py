@@ -1,0 +1,69 @@
+"""Fixture modules for the cause tests (localize, repro, gradients)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Scale(nn.Module):
+    """A leaf with its own parameter: y = x * w (elementwise)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return x * self.w
+
+
+class Net(nn.Module):
+    """Several sublayers in a known execution order; `act` is called twice."""
+
+    def __init__(self, n: int = 8):
+        super().__init__()
+        self.fc1 = nn.Linear(n, 16)
+        self.act = nn.Tanh()
+        self.norm = nn.LayerNorm(16)
+        self.scale = Scale(16)
+        self.fc2 = nn.Linear(16, n)
+
+    def forward(self, x, bias: float = 0.0):
+        h = self.act(self.fc1(x))
+        h = self.scale(self.norm(h))
+        return self.act(self.fc2(h)) + bias
+
+
+class _Cube(torch.autograd.Function):
+    """y = x**3 with a hand-written backward; `wrong` drops the factor 3."""
+
+    @staticmethod
+    def forward(ctx, x, wrong: bool):
+        ctx.save_for_backward(x)
+        ctx.wrong = wrong
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        factor = 1.0 if ctx.wrong else 3.0
+        return g * factor * x ** 2, None
+
+
+class CubeGood(nn.Module):
+    """Linear followed by the cube function with a correct backward."""
+
+    wrong = False
+
+    def __init__(self, n: int = 4):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+
+    def forward(self, x):
+        return _Cube.apply(self.fc(x), self.wrong)
+
+
+class CubeBad(CubeGood):
+    """The same with a deliberately wrong backward."""
+
+    wrong = True

@@ -1,0 +1,91 @@
+"""localize: the first divergent leaf submodule, through the real backend protocol."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers_cause import load_case
+from helpers_cause.wrong_backend import PerturbingBackend
+from opdiff_snap.cause.localize import (calls_from_stored, capture_calls, capture_intermediates,
+                                        format_report, localize)
+from opdiff_snap.errors import OpdiffError
+from opdiff_snap.verdicts import Verdict
+
+ORDER = ["fc1", "act", "norm", "scale", "fc2", "act"]
+
+
+def _preset(name):
+    from opdiff_snap.backends.registry import get_preset
+    return get_preset(name)
+
+
+def test_capture_follows_execution_order_and_repeats():
+    calls = capture_calls(*load_case("net"))
+    assert [c.name for c in calls] == ORDER  # act is called twice: two entries
+    assert [c.cls for c in calls][:4] == ["Linear", "Tanh", "LayerNorm", "Scale"]
+    # each call's input is the previous call's output (the chain is really captured)
+    assert torch.equal(calls[1].args[0], calls[0].output)
+
+
+def test_perturbed_sublayer_is_named_and_nothing_before_it(tmp_path):
+    case, inv = load_case("net")
+    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path,
+                      backend=PerturbingBackend(victim="Scale"))
+    statuses = [(r.name, r.status) for r in report.rows]
+    assert report.first_divergent is not None and report.first_divergent.name == "scale"
+    assert report.divergence == "mismatch"
+    assert statuses[:3] == [("fc1", Verdict.PASS), ("act", Verdict.PASS), ("norm", Verdict.PASS)]
+    # layers after it get the baseline's inputs, so they reproduce it again
+    assert [s for _, s in statuses[4:]] == [Verdict.PASS, Verdict.PASS]
+    assert report.first_divergent.metrics["max_abs"] == pytest.approx(1e-2, rel=1e-3)
+    assert "first divergent submodule is 'scale'" in format_report(report)
+
+
+def test_clean_backend_reports_no_divergence(tmp_path):
+    case, inv = load_case("net")
+    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path)
+    assert report.first_divergent is None and report.divergence == "none"
+    assert all(r.status is Verdict.PASS for r in report.rows)
+
+
+def test_failure_to_run_is_reported_distinctly(tmp_path):
+    class Refusing(PerturbingBackend):
+        def export(self, module, inputs, preset, workdir):
+            if any(isinstance(m, torch.nn.LayerNorm) for m in module.modules()):
+                raise RuntimeError("LayerNorm not supported")
+            return super().export(module, inputs, preset, workdir)
+
+    case, inv = load_case("net")
+    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path,
+                      backend=Refusing(victim="Scale"))
+    assert report.first_divergent.name == "norm"
+    assert report.first_divergent.status is Verdict.EXPORT_FAIL and report.divergence == "failed"
+    assert "LayerNorm not supported" in report.first_divergent.message
+
+
+def test_stored_intermediates_round_trip_through_trees(tmp_path):
+    from opdiff_snap.trees import flatten, unflatten
+    case, inv = load_case("net")
+    structure, leaves = flatten(capture_intermediates(case, inv))
+    calls = calls_from_stored(unflatten(structure, leaves))
+    assert [c.name for c in calls] == ORDER
+    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path, calls=calls,
+                      backend=PerturbingBackend(victim="LayerNorm"))
+    assert report.first_divergent.name == "norm"
+
+
+def test_op_tests_are_refused_with_a_clear_error():
+    case, inv = load_case("add")
+    with pytest.raises(OpdiffError, match="op test"):
+        capture_calls(case, inv)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["torch_cpu_fp16", "onnx_cpu_fp32"])
+def test_localize_on_real_backends_returns_rows(tmp_path, preset):
+    case, inv = load_case("net")
+    report = localize(case, inv, _preset(preset), workdir=tmp_path)
+    assert [r.name for r in report.rows] == ORDER
+    assert all(r.status in (Verdict.PASS, Verdict.MISMATCH) for r in report.rows), format_report(report)
+    assert all("max_abs" in r.metrics for r in report.rows)

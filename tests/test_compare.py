@@ -1,0 +1,285 @@
+"""compare.py: tolerance policy, verdicts and metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from opdiff_snap.backends.base import Preset
+from opdiff_snap.compare import (DEFAULT_TOLERANCES, Comparison, compare, compare_pair,
+                                 tolerance_for)
+from opdiff_snap.suite.model import Tolerance
+from opdiff_snap.verdicts import Verdict
+
+T = Tolerance(atol=2.0 ** -10, rtol=2.0 ** -10)   # allowed at |e| = 1: exactly 2**-9
+FP32 = DEFAULT_TOLERANCES["fp32"]
+
+
+def preset(name="onnx_cpu_fp32", precision="fp32", **options) -> Preset:
+    family, device, _ = name.split("_")
+    return Preset(name, family, device, precision, options)
+
+
+# ---------------------------------------------------------------- tolerance policy
+
+def test_default_tolerances_follow_precision():
+    assert tolerance_for({}, preset()) == Tolerance(1e-5, 1.3e-6)
+    assert tolerance_for({}, preset("executorch_cpu_fp16", "fp16")) == Tolerance(1e-5, 1e-3)
+    assert tolerance_for({}, preset("torch_cpu_bf16", "bf16")) == Tolerance(1e-5, 1.6e-2)
+
+
+def test_precedence_field_by_field():
+    p = preset("coreml_any_fp16", "fp16", atol=0.5, rtol=0.25)
+    table = {"*": Tolerance(1.0, 1.0), "fp16": Tolerance(2.0, None), "coreml_*": Tolerance(None, 3.0),
+             "coreml_any_*": Tolerance(4.0, None), "coreml_any_fp16": Tolerance(None, 5.0)}
+    # exact name gives rtol, the longest matching glob gives atol
+    assert tolerance_for(table, p) == Tolerance(4.0, 5.0)
+    # the CLI overrides only what it sets
+    assert tolerance_for(table, p, Tolerance(atol=9.0)) == Tolerance(9.0, 5.0)
+    del table["coreml_any_fp16"], table["coreml_any_*"]
+    assert tolerance_for(table, p) == Tolerance(2.0, 3.0)     # precision atol, glob rtol
+    del table["coreml_*"]
+    assert tolerance_for(table, p) == Tolerance(2.0, 1.0)     # precision, then "*"
+    del table["fp16"], table["*"]
+    assert tolerance_for(table, p) == Tolerance(0.5, 0.25)    # preset options
+    assert tolerance_for(table, p, preset_override=Tolerance(atol=0.1)) == Tolerance(0.1, 0.25)
+    fp16 = preset("coreml_any_fp16", "fp16")
+    assert tolerance_for({"fp32": Tolerance(7.0, 7.0)}, fp16) == Tolerance(1e-5, 1e-3)  # other precision
+
+
+def test_tolerance_for_accepts_a_test_case_like_object():
+    class Case:
+        tolerance = {"*": Tolerance(0.5, None)}
+    assert tolerance_for(Case(), preset()) == Tolerance(0.5, 1.3e-6)
+
+
+# ---------------------------------------------------------------- tolerance edges
+
+def test_element_exactly_at_the_bound_passes_and_next_float_fails():
+    e = torch.tensor([1.0, -3.0])
+    at = torch.tensor([1.0 + 2.0 ** -9, -3.0])
+    assert compare(e, at, T).verdict == Verdict.PASS
+    above = torch.tensor([np.nextafter(np.float32(1.0 + 2.0 ** -9), np.float32(2)), -3.0])
+    c = compare(e, above, T)
+    assert c.verdict == Verdict.MISMATCH
+    assert c.metrics.mismatched == 1 and c.metrics.worst_index == (0,)
+    assert "out: 1 of 2 elements outside" in c.message and "first at (0,)" in c.message
+
+
+def test_rtol_scales_with_expected_not_actual():
+    e, a = torch.tensor([100.0]), torch.tensor([100.5])
+    assert compare(e, a, Tolerance(0.0, 0.005)).verdict == Verdict.PASS
+    assert compare(a, e, Tolerance(0.0, 0.0049)).verdict == Verdict.MISMATCH
+
+
+# ---------------------------------------------------------------- NaN / Inf
+
+def test_nan_at_same_positions_passes():
+    nan = float("nan")
+    e = torch.tensor([1.0, nan, 3.0])
+    assert compare(e, e.clone(), FP32).verdict == Verdict.PASS
+
+
+def test_nan_at_other_positions_fails_with_count_and_first_index():
+    nan = float("nan")
+    e = torch.tensor([[1.0, nan], [3.0, 4.0]])
+    a = torch.tensor([[1.0, 2.0], [nan, 4.0]])
+    c = compare(e, a, FP32)
+    assert c.verdict == Verdict.MISMATCH
+    assert c.metrics.mismatched == 2
+    assert "2 of 4 elements with NaN/Inf" in c.message and "first at (0, 1)" in c.message
+    assert c.metrics.worst_index == (0, 1)
+    assert c.metrics.worst_expected == "nan" and c.metrics.worst_actual == 2.0
+
+
+def test_inf_sign_and_placement():
+    inf = float("inf")
+    e = torch.tensor([inf, -inf, 1.0])
+    assert compare(e, e.clone(), FP32).verdict == Verdict.PASS
+    assert compare(e, torch.tensor([inf, inf, 1.0]), FP32).verdict == Verdict.MISMATCH
+    c = compare(e, torch.tensor([inf, -inf, inf]), FP32)
+    assert c.verdict == Verdict.MISMATCH and c.metrics.worst_index == (2,)
+    assert c.metrics.worst_actual == "inf"
+    # a huge tolerance never excuses a non-finite disagreement
+    assert compare(e, torch.tensor([1e30, -inf, 1.0]), Tolerance(1e38, 1.0)).verdict == Verdict.MISMATCH
+
+
+# ---------------------------------------------------------------- exact kinds
+
+def test_integers_compare_exactly():
+    e = torch.tensor([10, 20, 30])
+    assert compare(e, e.clone(), Tolerance(100.0, 100.0)).verdict == Verdict.PASS
+    c = compare(e, torch.tensor([10, 21, 30]), Tolerance(100.0, 100.0))
+    assert c.verdict == Verdict.MISMATCH and c.metrics.mismatched == 1
+    assert "exact compare" in c.message and "first at (1,)" in c.message
+
+
+def test_large_int64_off_by_one_fails():
+    big = 2 ** 62
+    assert compare(torch.tensor([big]), torch.tensor([big + 1]), FP32).verdict == Verdict.MISMATCH
+
+
+def test_bools_compare_exactly():
+    e = torch.tensor([True, False])
+    assert compare(e, e.clone(), FP32).verdict == Verdict.PASS
+    assert compare(e, torch.tensor([True, True]), FP32).verdict == Verdict.MISMATCH
+    assert compare(True, False, FP32).verdict == Verdict.MISMATCH
+
+
+def test_complex_compares_real_and_imag():
+    e = torch.tensor([1 + 1j, 2 - 2j], dtype=torch.complex64)
+    assert compare(e, e.clone(), FP32).verdict == Verdict.PASS
+    c = compare(e, torch.tensor([1 + 1j, 2 - 1j], dtype=torch.complex64), FP32)
+    assert c.verdict == Verdict.MISMATCH
+    assert c.metrics.mismatched == 1 and c.metrics.numel == 2 and c.metrics.worst_index == (1,)
+    assert c.metrics.max_abs == 1.0
+
+
+def test_bfloat16_and_float16_leaves():
+    e = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    a = torch.tensor([1.0, 2.015625], dtype=torch.bfloat16)   # one bf16 ulp above 2
+    assert compare(e, a, DEFAULT_TOLERANCES["bf16"]).verdict == Verdict.PASS
+    assert compare(e, a, FP32).verdict == Verdict.MISMATCH
+    h = torch.tensor([1.0], dtype=torch.float16)
+    assert compare(h, h + 0.0009765625, DEFAULT_TOLERANCES["fp16"]).verdict == Verdict.PASS
+
+
+def test_float64_leaf_under_fp32_default_uses_float64_tolerance():
+    e = torch.tensor([1.0], dtype=torch.float64)
+    a = e + 1e-6
+    assert compare(e, a, FP32).verdict == Verdict.MISMATCH          # 1e-7 + 1e-7 allowed
+    assert compare(e, a, Tolerance(1e-5, 0.0)).verdict == Verdict.PASS  # an explicit one is kept
+
+
+# ---------------------------------------------------------------- structure, shape, dtype
+
+def test_structure_mismatch_names_the_path():
+    t = torch.zeros(2)
+    c = compare((t, {"a": t, "b": t}), (t, {"a": t, "c": t}), FP32)
+    assert c.verdict == Verdict.STRUCTURE_MISMATCH and c.metrics is None
+    assert "out[1]" in c.message and "'b'" in c.message and "'c'" in c.message
+    c = compare((t, [t, {"b": t}]), (t, [t, {"b": 1.0}]), FP32)
+    assert c.verdict == Verdict.STRUCTURE_MISMATCH and "out[1][1]['b']" in c.message
+    assert compare((t, t), (t,), FP32).verdict == Verdict.STRUCTURE_MISMATCH
+    assert compare([t, "x"], [t, "y"], FP32).verdict == Verdict.STRUCTURE_MISMATCH
+    assert compare(None, t, FP32).verdict == Verdict.STRUCTURE_MISMATCH
+    assert compare((t, None, "s"), (t, None, "s"), FP32).verdict == Verdict.PASS
+
+
+def test_shape_mismatch_names_path_and_shapes():
+    c = compare((torch.zeros(2, 3), torch.zeros(4)), (torch.zeros(2, 3), torch.zeros(3, 2)), FP32)
+    assert c.verdict == Verdict.SHAPE_MISMATCH
+    assert "out[1]" in c.message and "(4,)" in c.message and "(3, 2)" in c.message
+
+
+def test_dtype_mismatch_names_path_and_dtypes():
+    for e_dt, a_dt in [(torch.float32, torch.float16), (torch.float32, torch.float64),
+                       (torch.int64, torch.int32), (torch.float32, torch.int64)]:
+        c = compare({"y": torch.ones(3, dtype=e_dt)}, {"y": torch.ones(3, dtype=a_dt)}, FP32)
+        assert c.verdict == Verdict.DTYPE_MISMATCH, (e_dt, a_dt)
+        assert "out['y']" in c.message and str(e_dt) in c.message and str(a_dt) in c.message
+
+
+def test_shape_outranks_dtype_outranks_values():
+    e = (torch.zeros(2), torch.zeros(2), torch.zeros(2))
+    a = (torch.ones(2), torch.zeros(2, dtype=torch.float16), torch.zeros(3))
+    assert compare(e, a, FP32).verdict == Verdict.SHAPE_MISMATCH
+    assert compare(e[:2], a[:2], FP32).verdict == Verdict.DTYPE_MISMATCH
+
+
+def test_python_scalar_leaves_use_the_same_rule():
+    assert compare((1.0, 3), (1.0 + 1e-9, 3), FP32).verdict == Verdict.PASS
+    assert compare((1.0, 3), (1.1, 3), FP32).verdict == Verdict.MISMATCH
+    c = compare((1.0, 3), (1.0, 4), FP32)
+    assert c.verdict == Verdict.MISMATCH and c.metrics.worst_output == "out[1]"
+    assert compare(float("nan"), float("nan"), FP32).verdict == Verdict.PASS
+
+
+def test_empty_tensors():
+    c = compare(torch.empty(0, 3), torch.empty(0, 3), FP32)
+    assert c.verdict == Verdict.PASS and c.metrics.numel == 0
+    assert json.dumps(c.metrics.to_json(), allow_nan=False)
+    assert compare(torch.empty(0, 3), torch.empty(3, 0), FP32).verdict == Verdict.SHAPE_MISMATCH
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_metrics_against_hand_computed_values():
+    e = (torch.tensor([1.0, 2.0]), torch.tensor([[0.0, 4.0]]))
+    a = (torch.tensor([1.5, 2.0]), torch.tensor([[1.0, 4.0]]))
+    c = compare(e, a, Tolerance(0.1, 0.0))
+    m = c.metrics
+    assert c.verdict == Verdict.MISMATCH
+    assert m.numel == 4 and m.mismatched == 2 and m.mismatched_frac == 0.5
+    assert m.max_abs == 1.0
+    assert m.mean_abs == pytest.approx(1.5 / 4)
+    assert m.mse == pytest.approx((0.25 + 1.0) / 4)
+    assert m.max_rel == pytest.approx(0.5)          # 0.5 / 1; the e == 0 entry is left out
+    dot, ee, aa = 1.5 + 4 + 0 + 16, 1 + 4 + 0 + 16, 2.25 + 4 + 1 + 16
+    assert m.cosine == pytest.approx(dot / math.sqrt(ee * aa))
+    # worst = largest excess over allowed: |1 - 0| - 0.1 beats |1.5 - 1| - 0.1
+    assert (m.worst_output, m.worst_index) == ("out[1]", (0, 0))
+    assert (m.worst_expected, m.worst_actual) == (0.0, 1.0)
+    assert m.min_atol == 1.0
+
+
+def test_worst_is_by_excess_over_allowed_not_abs_diff():
+    e = torch.tensor([1000.0, 1.0])
+    a = torch.tensor([1001.0, 1.5])   # abs 1.0 at [0] but allowed 1.0 there with rtol 1e-3
+    m = compare(e, a, Tolerance(0.0, 1e-3)).metrics
+    assert m.worst_index == (1,) and m.max_abs == 1.0
+
+
+def test_cosine_edge_cases():
+    z = torch.zeros(3)
+    assert compare(z, z, FP32).metrics.cosine == 1.0
+    assert compare(z, torch.ones(3), FP32).metrics.cosine == 0.0
+    assert compare(torch.ones(3), -torch.ones(3), FP32).metrics.cosine == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("rtol", [0.0, 1.3e-6, 1e-3, 0.3])
+def test_min_atol_is_the_smallest_passing_atol(rtol):
+    g = torch.Generator().manual_seed(0)
+    e = torch.randn(2000, generator=g) * 10
+    a = e + torch.randn(2000, generator=g) * 1e-3
+    m = compare(e, a, Tolerance(0.0, rtol)).metrics
+    assert compare(e, a, Tolerance(m.min_atol, rtol)).verdict == Verdict.PASS
+    if m.min_atol > 0:
+        below = float(np.nextafter(m.min_atol, 0.0)) * (1 - 1e-9)
+        assert compare(e, a, Tolerance(below, rtol)).verdict == Verdict.MISMATCH
+
+
+def test_metrics_json_is_strict_json():
+    nan, inf = float("nan"), float("inf")
+    c = compare(torch.tensor([1.0, nan, inf]), torch.tensor([nan, 1.0, -inf]), FP32)
+    d = c.metrics.to_json()
+    text = json.dumps(d, allow_nan=False)
+    assert json.loads(text)["worst_index"] in ([0], [1], [2])
+    assert isinstance(d["worst_expected"], (str, float)) and d["mismatched"] == 3
+    assert dict(c.metrics)["mismatched"] == 3 and c.metrics["numel"] == 3
+
+
+def test_compare_pair_uses_side_a_as_expected():
+    a, b = torch.tensor([100.0]), torch.tensor([100.5])
+    tol = Tolerance(0.0, 0.005)
+    assert compare_pair(a, b, tol).verdict == Verdict.PASS
+    assert compare_pair(b, a, Tolerance(0.0, 0.0049)).verdict == Verdict.MISMATCH
+    assert isinstance(compare_pair(a, b, tol), Comparison)
+
+
+def test_one_million_elements_is_fast():
+    import time
+    g = torch.Generator().manual_seed(1)
+    e = torch.randn(1000, 1000, generator=g)
+    a = e + 1e-7 * torch.randn(1000, 1000, generator=g)
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        c = compare(e, a, FP32)
+        best = min(best, time.perf_counter() - t0)
+    assert c.verdict == Verdict.PASS and c.metrics.numel == 10 ** 6
+    assert best < 1.0   # generous: a loaded 2-core CI box; typically tens of ms
