@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .api import Result, RunReport
+from .results import Result, RunReport
 from .errors import OpdiffError, suggest
 from .verdicts import NOT_FAILING, Verdict
 
