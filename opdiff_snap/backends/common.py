@@ -1,0 +1,100 @@
+"""Small helpers every backend family shares: precision casts, thread budget, lazy checks.
+
+Nothing here imports more than torch and the standard library; families import their
+runtimes lazily inside export/load so that listing presets and asking for availability
+stays cheap.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from .base import Preset
+
+IS_MACOS = sys.platform == "darwin"
+
+
+def cast_inputs(inputs: Iterable[torch.Tensor], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
+    """Cast real floating tensors to `dtype`; integer, bool and complex ones stay as they are."""
+    if dtype is None:
+        return tuple(inputs)
+    return tuple(t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t for t in inputs)
+
+
+def cast_module(module: torch.nn.Module, dtype: torch.dtype | None) -> torch.nn.Module:
+    """A copy of `module` whose floating parameters and buffers are `dtype` (others untouched).
+
+    `nn.Module.to(dtype)` would also touch complex tensors; this only casts real floating ones.
+    The caller's module is never modified; its train/eval mode is kept (prepare decides it).
+    """
+    if dtype is None:
+        return module
+    module = copy.deepcopy(module)
+    module._apply(lambda t: t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t)
+    return module
+
+
+def reduced_dtype(preset: Preset) -> torch.dtype | None:
+    """The dtype a reduced-precision preset casts to (None for fp32: keep golden dtypes)."""
+    return None if preset.precision == "fp32" else preset.dtype
+
+
+def as_output_list(out: Any) -> list[torch.Tensor]:
+    """Normalise what a flat module returned (tuple, list or a single tensor) to a list."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    outs = list(out)
+    for i, t in enumerate(outs):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"flat module output {i} is {type(t).__name__}, expected a Tensor")
+    return outs
+
+
+def thread_budget(option: int | None) -> int:
+    """Threads a runtime may use: the explicit option, else $OPDIFF_THREADS, else 0 (= default)."""
+    if option:
+        return int(option)
+    try:
+        return int(os.environ.get("OPDIFF_THREADS", "0") or 0)
+    except ValueError:
+        return 0
+
+
+def has_module(name: str) -> bool:
+    """True when `name` is importable, without importing it (or its parent packages'
+    heavy `__init__`: a dotted name is resolved on disk below its top-level package)."""
+    top, _, rest = name.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if not rest:
+        return True
+    roots = list(spec.submodule_search_locations or [])
+    parts = rest.split(".")
+    for root in roots:
+        base = Path(root).joinpath(*parts)
+        if base.is_dir() or base.with_suffix(".py").is_file():
+            return True
+    return False
+
+
+def single_file(workdir: Path, suffix: str) -> Path:
+    """The one file with `suffix` directly in an artifact directory."""
+    found = sorted(Path(workdir).glob(f"*{suffix}"))
+    if not found:
+        raise FileNotFoundError(f"no *{suffix} file in artifact directory {workdir}")
+    return found[0]
+
+
+def contiguous_cpu(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.detach().cpu().contiguous() for t in inputs]

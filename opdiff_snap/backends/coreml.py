@@ -1,0 +1,131 @@
+"""CoreML through coremltools: torch.export -> run_decompositions({}) -> ct.convert -> .mlpackage.
+
+Conversion works on Linux and is done (and checked) there; prediction needs macOS, so on
+Linux availability says can_run False and load raises with that reason. The fp16 presets
+follow opdiff: the module exports in float32 and CoreML computes in FLOAT16
+(`compute_precision`); inputs stay float32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from .base import Artifact, Availability, Preset, Runnable
+from .common import IS_MACOS, cast_inputs, cast_module, contiguous_cpu, has_module
+
+COMPUTE_UNITS = {"cpu": "CPU_ONLY", "gpu": "CPU_AND_GPU", "ane": "CPU_AND_NE", "any": "ALL"}
+PACKAGE_NAME = "model.mlpackage"
+NOT_MACOS = "CoreML prediction needs macOS (coremltools can only convert on Linux)"
+
+_PRECISION_NAMES = {"fp32": "FLOAT32", "float32": "FLOAT32", "FLOAT32": "FLOAT32",
+                    "fp16": "FLOAT16", "float16": "FLOAT16", "FLOAT16": "FLOAT16"}
+
+
+class CoreMLBackend:
+    """`coreml_<cpu|gpu|ane|any>_<fp32|fp16>`."""
+
+    family = "coreml"
+    devices = ("cpu", "gpu", "ane", "any")
+    precisions = ("fp32", "fp16")
+    default_options: Mapping[str, Any] = {
+        "convert_to": "mlprogram",                 # ct.convert(convert_to=...)
+        "minimum_deployment_target": "iOS18",      # a ct.target name (opdiff: minimum_ios_target)
+        "compute_units": None,                     # CPU_ONLY | CPU_AND_GPU | CPU_AND_NE | ALL (from the preset)
+        "compute_precision": None,                 # FLOAT32 | FLOAT16 (from the preset)
+        "export_fp16": False,                      # also cast module + float inputs to float16 before export
+        "export_strict": False,                    # torch.export.export(strict=...)
+        "use_default_decompositions": False,       # run_decompositions() instead of run_decompositions({})
+    }
+    option_aliases = {"minimum_ios_target": "minimum_deployment_target"}
+    serializes = True
+    can_differentiate = False
+
+    def preset_options(self, device: str, precision: str) -> dict[str, Any]:
+        return {"compute_units": COMPUTE_UNITS[device], "compute_precision": _PRECISION_NAMES[precision]}
+
+    def availability(self, preset: Preset) -> Availability:
+        if not has_module("coremltools"):
+            return Availability(False, False, "coremltools is not installed (pip install 'opdiff-snap[coreml]')")
+        if not IS_MACOS:
+            return Availability(True, False, NOT_MACOS)
+        return Availability(True, True)
+
+    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+               preset: Preset, workdir: Path) -> Artifact:
+        import coremltools as ct
+
+        opts = preset.options
+        dtype = torch.float16 if opts.get("export_fp16") else None
+        model = cast_module(module, dtype)
+        args = tuple(contiguous_cpu(cast_inputs(inputs, dtype)))
+        with torch.no_grad():
+            program = torch.export.export(model, args, strict=bool(opts.get("export_strict")))
+            program = (program.run_decompositions() if opts.get("use_default_decompositions")
+                       else program.run_decompositions({}))
+        kwargs: dict[str, Any] = {
+            "convert_to": str(opts.get("convert_to", "mlprogram")),
+            "compute_units": _enum(ct.ComputeUnit, opts.get("compute_units") or COMPUTE_UNITS[preset.device],
+                                   "compute_units"),
+        }
+        target = opts.get("minimum_deployment_target")
+        if target:
+            kwargs["minimum_deployment_target"] = _enum(ct.target, target, "minimum_deployment_target")
+        if kwargs["convert_to"] == "mlprogram":
+            precision = _PRECISION_NAMES.get(str(opts.get("compute_precision") or preset.precision))
+            if precision is None:
+                raise ValueError(f"compute_precision must be FLOAT32 or FLOAT16, got {opts.get('compute_precision')!r}")
+            kwargs["compute_precision"] = getattr(ct.precision, precision)
+        mlmodel = ct.convert(program, **kwargs)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        mlmodel.save(str(workdir / PACKAGE_NAME))
+        return Artifact(path=workdir)
+
+    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+        if not IS_MACOS:
+            raise RuntimeError(NOT_MACOS)
+        import coremltools as ct
+        import numpy as np
+
+        opts = preset.options
+        path = _package(Path(artifact.path))
+        units = _enum(ct.ComputeUnit, opts.get("compute_units") or COMPUTE_UNITS[preset.device], "compute_units")
+        mlmodel = ct.models.MLModel(str(path), compute_units=units)
+        spec = mlmodel.get_spec()
+        array_type = ct.proto.FeatureTypes_pb2.ArrayFeatureType
+        np_types = {array_type.FLOAT32: np.float32, array_type.FLOAT16: np.float16,
+                    array_type.INT32: np.int32, array_type.DOUBLE: np.float64}
+        in_specs = [(i.name, np_types.get(i.type.multiArrayType.dataType, np.float32))
+                    for i in spec.description.input]
+        out_names = [o.name for o in spec.description.output]
+        dtype = torch.float16 if opts.get("export_fp16") else None
+
+        def run(inputs):
+            args = contiguous_cpu(cast_inputs(inputs, dtype))
+            if len(args) != len(in_specs):
+                raise RuntimeError(f"the CoreML model takes {len(in_specs)} inputs, got {len(args)}")
+            feeds = {name: t.numpy().astype(np_type) for (name, np_type), t in zip(in_specs, args)}
+            result = mlmodel.predict(feeds)
+            missing = [n for n in out_names if n not in result]
+            if missing:
+                raise RuntimeError(f"CoreML predict returned no {', '.join(missing)} (got {sorted(result)})")
+            return [torch.as_tensor(np.asarray(result[n])) for n in out_names]
+
+        return run
+
+
+def _package(workdir: Path) -> Path:
+    found = sorted(workdir.glob("*.mlpackage")) + sorted(workdir.glob("*.mlmodel"))
+    if not found:
+        raise FileNotFoundError(f"no .mlpackage in artifact directory {workdir}")
+    return found[0]
+
+
+def _enum(namespace: Any, name: Any, option: str) -> Any:
+    value = getattr(namespace, str(name), None)
+    if value is None:
+        raise ValueError(f"coreml option {option}={name!r} is not a name in {getattr(namespace, '__name__', namespace)}")
+    return value

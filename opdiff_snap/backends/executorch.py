@@ -1,0 +1,165 @@
+"""ExecuTorch: torch.export -> edge dialect -> (delegate) -> .pte, run by executorch.runtime.
+
+Devices pick the delegate: cpu = XNNPACK partitioner, portable = no delegate (portable
+kernels), mps = MPS partitioner, coreml = CoreML partitioner. ExecuTorch is imported only
+inside export/load: its first XNNPACK lowering costs seconds of imports.
+
+Precision follows opdiff: fp16 on cpu/portable/mps casts the module and floating inputs to
+float16 before export (`export_fp16`); coreml_fp16 exports float32 and asks the CoreML
+delegate for FLOAT16 compute precision (`coreml_compute_precision`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from .base import Artifact, Availability, Preset, Runnable
+from .common import (IS_MACOS, cast_inputs, cast_module, contiguous_cpu, has_module,
+                     single_file, thread_budget)
+
+PROGRAM_FILE = "model.pte"
+
+_PARTITIONER_MODULES = {
+    "cpu": "executorch.backends.xnnpack.partition.xnnpack_partitioner",
+    "mps": "executorch.backends.apple.mps.partition",
+    "coreml": "executorch.backends.apple.coreml.partition",
+}
+
+
+class ExecuTorchBackend:
+    """`executorch_<cpu|portable|mps|coreml>_<fp32|fp16>`."""
+
+    family = "executorch"
+    devices = ("cpu", "portable", "mps", "coreml")
+    precisions = ("fp32", "fp16")
+    default_options: Mapping[str, Any] = {
+        "export_fp16": False,                 # cast module + float inputs to float16 before export
+        "export_strict": False,               # torch.export.export(strict=...)
+        "use_default_decompositions": False,  # run_decompositions() before lowering (else lowering decides)
+        "method_name": "forward",
+        "verification": "minimal",            # program verification at load: minimal | internal_consistency
+        "extract_delegate_segments": True,
+        "num_threads": None,                  # XNNPACK threadpool size; None: $OPDIFF_THREADS, else default
+        "coreml_compute_precision": None,     # coreml device: fp32 | fp16 (from the preset)
+        "coreml_compute_units": "ALL",        # coreml device: CPU_ONLY | CPU_AND_GPU | CPU_AND_NE | ALL
+        "coreml_minimum_deployment_target": None,  # coreml device: e.g. iOS18; None: delegate default
+        "coreml_lower_full_graph": False,
+    }
+    serializes = True
+    can_differentiate = False
+
+    def preset_options(self, device: str, precision: str) -> dict[str, Any]:
+        if device == "coreml":
+            return {"coreml_compute_precision": precision}
+        return {"export_fp16": precision == "fp16"}
+
+    def availability(self, preset: Preset) -> Availability:
+        if not has_module("executorch.exir"):
+            return Availability(False, False, "ExecuTorch is not installed (pip install 'opdiff-snap[executorch]')")
+        device = preset.device
+        part = _PARTITIONER_MODULES.get(device)
+        if part is not None and not has_module(part):
+            why = {"mps": "this ExecuTorch build has no MPS backend (it ships in macOS builds)",
+                   "coreml": "this ExecuTorch build has no CoreML backend"}.get(
+                device, "this ExecuTorch build has no XNNPACK backend")
+            return Availability(False, False, why)
+        if device == "coreml" and not has_module("coremltools"):
+            return Availability(False, False, "the ExecuTorch CoreML delegate needs coremltools")
+        if device in ("mps", "coreml") and not IS_MACOS:
+            return Availability(True, False, f"the ExecuTorch {device.upper() if device == 'mps' else 'CoreML'} "
+                                             "delegate runs only on macOS (lowering is checked here)")
+        return Availability(True, True)
+
+    def _partitioners(self, preset: Preset) -> list[Any]:
+        opts = preset.options
+        device = preset.device
+        if device == "portable":
+            return []
+        if device == "cpu":
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+            return [XnnpackPartitioner()]
+        if device == "mps":
+            from executorch.backends.apple.mps.partition import MPSPartitioner
+            from executorch.exir.backend.compile_spec_schema import CompileSpec
+            use_fp32 = not bool(opts.get("export_fp16"))
+            return [MPSPartitioner([CompileSpec("use_fp32", bytes([use_fp32]))])]
+        if device == "coreml":
+            import coremltools as ct
+            from executorch.backends.apple.coreml.compiler import CoreMLBackend
+            from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+            precision = opts.get("coreml_compute_precision") or preset.precision
+            spec_kwargs: dict[str, Any] = {
+                "compute_precision": ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32,
+                "compute_unit": getattr(ct.ComputeUnit, str(opts.get("coreml_compute_units") or "ALL")),
+            }
+            target = opts.get("coreml_minimum_deployment_target")
+            if target:
+                spec_kwargs["minimum_deployment_target"] = getattr(ct.target, str(target))
+            specs = CoreMLBackend.generate_compile_specs(**spec_kwargs)
+            return [CoreMLPartitioner(compile_specs=specs,
+                                      lower_full_graph=bool(opts.get("coreml_lower_full_graph")))]
+        raise ValueError(f"unknown ExecuTorch device '{device}'")
+
+    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+               preset: Preset, workdir: Path) -> Artifact:
+        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+        opts = preset.options
+        dtype = torch.float16 if opts.get("export_fp16") else None
+        model = cast_module(module, dtype)
+        args = tuple(contiguous_cpu(cast_inputs(inputs, dtype)))
+        with torch.no_grad():
+            program = torch.export.export(model, args, strict=bool(opts.get("export_strict")))
+            if opts.get("use_default_decompositions"):
+                program = program.run_decompositions()
+        edge = to_edge_transform_and_lower(program, partitioner=self._partitioners(preset))
+        config = ExecutorchBackendConfig(extract_delegate_segments=bool(opts.get("extract_delegate_segments", True)))
+        et_program = edge.to_executorch(config=config)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        with open(workdir / PROGRAM_FILE, "wb") as f:
+            et_program.write_to_file(f)
+        return Artifact(path=workdir)
+
+    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+        avail = self.availability(preset)
+        if not avail.can_run:
+            raise RuntimeError(avail.reason)
+        from executorch.runtime import Runtime, Verification
+
+        opts = preset.options
+        _set_threads(thread_budget(opts.get("num_threads")))
+        level = str(opts.get("verification", "minimal"))
+        verification = {"minimal": Verification.Minimal,
+                        "internal_consistency": Verification.InternalConsistency}.get(level)
+        if verification is None:
+            raise ValueError(f"verification must be 'minimal' or 'internal_consistency', got {level!r}")
+        path = single_file(Path(artifact.path), ".pte")
+        program = Runtime.get().load_program(path, verification=verification)
+        method = program.load_method(str(opts.get("method_name", "forward")))
+        dtype = torch.float16 if opts.get("export_fp16") else None
+
+        def run(inputs):
+            args = contiguous_cpu(cast_inputs(inputs, dtype))
+            outs = method.execute(args)
+            # outputs may live in the method's planned memory: copy before the next call
+            return [t.clone() if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in outs]
+
+        return run
+
+
+def _set_threads(n: int) -> None:
+    """Resize the XNNPACK threadpool to the worker's budget (process-wide, so only on change)."""
+    if n <= 0:
+        return
+    try:
+        from executorch.extension.pybindings import portable_lib as lib
+    except ImportError:
+        return
+    get = getattr(lib, "_threadpool_get_thread_count", None)
+    reset = getattr(lib, "_unsafe_reset_threadpool", None)
+    if reset is not None and (get is None or get() != n):
+        reset(n)

@@ -1,0 +1,99 @@
+"""torch.compile (TorchInductor): the compiled-versus-eager question.
+
+Export wraps the module with `torch.compile` *and calls it once on the example inputs*, so
+the compilation cost lands in export_ms and load/infer times are those of compiled code.
+Nothing is serialised: the compiled module lives in memory of the process that built it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from .base import Artifact, Availability, Preset, Runnable
+from .common import as_output_list, cast_inputs, cast_module, has_module, reduced_dtype
+from .torch_eager import device_availability, grad_context
+
+
+def _cxx_compiler() -> str | None:
+    """The C++ compiler Inductor's CPU codegen would use, if one is on PATH."""
+    for name in filter(None, (os.environ.get("CXX"), "g++", "c++", "clang++")):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+class InductorBackend:
+    """`inductor_<cpu|cuda>_<fp32|fp16|bf16>`."""
+
+    family = "inductor"
+    devices = ("cpu", "cuda")
+    precisions = ("fp32", "fp16", "bf16")
+    default_options: Mapping[str, Any] = {
+        "fullgraph": False,       # True: a graph break is an export failure
+        "mode": "default",        # torch.compile mode: default | reduce-overhead | max-autotune | ...
+        "dynamic": False,         # torch.compile dynamic=
+        "backend": "inductor",    # torch.compile backend= (e.g. aot_eager to bisect)
+        "inductor_options": {},   # torch.compile options= (Inductor config keys)
+        "inference_mode": True,
+    }
+    serializes = False
+    can_differentiate = True
+
+    def availability(self, preset: Preset) -> Availability:
+        dev = device_availability(preset.device)
+        if not dev.can_run:
+            return dev
+        if preset.options.get("backend", "inductor") != "inductor":
+            return dev
+        if preset.device == "cpu" and _cxx_compiler() is None:
+            why = "Inductor's CPU code generation needs a C++ compiler (g++/clang++, or $CXX) on PATH"
+            return Availability(False, False, why)
+        if preset.device == "cuda" and not has_module("triton"):
+            return Availability(False, False, "Inductor on CUDA needs the 'triton' package")
+        return dev
+
+    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+               preset: Preset, workdir: Path) -> Artifact:
+        opts = preset.options
+        dtype = reduced_dtype(preset)
+        moved = cast_module(module, dtype).to(preset.device)
+        args = cast_inputs((t.to(preset.device) for t in inputs), dtype)
+        # One worker serves many jobs whose flat modules share a forward code object; without
+        # a reset Dynamo's recompile limit would silently fall back to eager after a few.
+        torch._dynamo.reset()
+        kwargs: dict[str, Any] = {"fullgraph": bool(opts.get("fullgraph", False)),
+                                  "dynamic": bool(opts.get("dynamic", False)),
+                                  "backend": opts.get("backend", "inductor")}
+        extra = dict(opts.get("inductor_options") or {})
+        if extra:
+            kwargs["options"] = extra
+        else:
+            kwargs["mode"] = opts.get("mode") or "default"
+        compiled = torch.compile(moved, **kwargs)
+        with grad_context(opts):
+            compiled(*args)  # compile now, so export_ms is honest
+        if preset.device == "cuda":
+            torch.cuda.synchronize()
+        return Artifact(obj=compiled)
+
+    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+        compiled = artifact.obj
+        device = preset.device
+        dtype = reduced_dtype(preset)
+        options = preset.options
+
+        def run(inputs):
+            args = cast_inputs((t.to(device) for t in inputs), dtype)
+            with grad_context(options):
+                outs = as_output_list(compiled(*args))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            return [t.detach().cpu() for t in outs]
+
+        return run

@@ -1,0 +1,85 @@
+"""Eager PyTorch: the module itself, on a device, optionally in fp16 / bf16.
+
+Export moves (and for reduced precision casts) a copy of the module; the artifact is that
+in-memory module. Nothing is serialised, so the artifact cannot be cached across processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from .base import Artifact, Availability, Preset, Runnable
+from .common import as_output_list, cast_inputs, cast_module, reduced_dtype
+
+
+def device_availability(device: str) -> Availability:
+    """Whether torch can use `device` here (shared with the inductor family)."""
+    if device == "cpu":
+        return Availability(True, True)
+    if device == "cuda":
+        if torch.cuda.is_available():
+            return Availability(True, True)
+        why = ("this torch build has no CUDA support" if torch.version.cuda is None
+               else "no CUDA device is visible (torch.cuda.is_available() is False)")
+        return Availability(False, False, f"{why}; run on a machine with an NVIDIA GPU")
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return Availability(True, True)
+        return Availability(False, False, "MPS needs macOS on Apple silicon "
+                                          "(torch.backends.mps.is_available() is False)")
+    return Availability(False, False, f"unknown torch device '{device}'")
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def grad_context(options: Mapping[str, Any]):
+    return torch.inference_mode() if options.get("inference_mode", True) else torch.no_grad()
+
+
+class TorchEagerBackend:
+    """`torch_<cpu|cuda|mps>_<fp32|fp16|bf16>`."""
+
+    family = "torch"
+    devices = ("cpu", "cuda", "mps")
+    precisions = ("fp32", "fp16", "bf16")
+    default_options: Mapping[str, Any] = {
+        "inference_mode": True,   # torch.inference_mode() around calls; False: torch.no_grad()
+        "synchronize": True,      # wait for the device before returning (honest GPU timings)
+    }
+    serializes = False
+    can_differentiate = True
+
+    def availability(self, preset: Preset) -> Availability:
+        return device_availability(preset.device)
+
+    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+               preset: Preset, workdir: Path) -> Artifact:
+        dtype = reduced_dtype(preset)
+        moved = cast_module(module, dtype).to(preset.device)
+        return Artifact(obj=moved)
+
+    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+        module = artifact.obj
+        device = preset.device
+        dtype = reduced_dtype(preset)
+        options = preset.options
+        sync = bool(options.get("synchronize", True)) and device != "cpu"
+
+        def run(inputs):
+            args = cast_inputs((t.to(device) for t in inputs), dtype)
+            with grad_context(options):
+                outs = as_output_list(module(*args))
+            if sync:
+                _synchronize(device)
+            return [t.detach().cpu() for t in outs]
+
+        return run

@@ -1,0 +1,194 @@
+"""Preset registry: names, resolved options, overrides, availability, entry-point plugins."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from opdiff_snap.backends import (all_presets, availability, backend_for, get_preset,
+                                  plugin_errors, preset_names, reload_plugins)
+from opdiff_snap.backends.base import Backend
+from opdiff_snap.errors import OpdiffError
+
+ISSUE_PRESETS = (
+    [f"torch_{d}_{p}" for d in ("cpu", "cuda", "mps") for p in ("fp32", "fp16", "bf16")]
+    + [f"inductor_{d}_{p}" for d in ("cpu", "cuda") for p in ("fp32", "fp16", "bf16")]
+    + [f"onnx_{d}_{p}" for d in ("cpu", "cuda", "coreml") for p in ("fp32", "fp16")]
+    + [f"executorch_{d}_{p}" for d in ("cpu", "portable", "mps", "coreml") for p in ("fp32", "fp16")]
+    + [f"coreml_{d}_{p}" for d in ("cpu", "gpu", "ane", "any") for p in ("fp32", "fp16")]
+)
+
+
+def test_every_preset_of_the_issue_is_listed_and_nothing_else():
+    assert sorted(preset_names()) == sorted(ISSUE_PRESETS)
+
+
+def test_presets_are_well_formed_and_their_options_are_json():
+    for preset in all_presets():
+        assert preset.name == f"{preset.family}_{preset.device}_{preset.precision}"
+        assert isinstance(backend_for(preset), Backend)
+        assert json.loads(json.dumps(preset.to_json()))["options"] == dict(preset.options)
+
+
+def test_options_that_follow_from_the_name_are_resolved():
+    assert get_preset("onnx_cuda_fp16").options["providers"] == ["CUDAExecutionProvider"]
+    assert get_preset("coreml_ane_fp16").options["compute_units"] == "CPU_AND_NE"
+    assert get_preset("coreml_ane_fp16").options["compute_precision"] == "FLOAT16"
+    assert get_preset("executorch_cpu_fp16").options["export_fp16"] is True
+    # opdiff: executorch_coreml_fp16 exports fp32 and lets CoreML compute in fp16
+    coreml_et = get_preset("executorch_coreml_fp16").options
+    assert coreml_et["export_fp16"] is False and coreml_et["coreml_compute_precision"] == "fp16"
+
+
+def test_unknown_preset_suggests_the_nearest_names():
+    with pytest.raises(OpdiffError, match="onnx_cpu_fp32"):
+        get_preset("onnx_cpu_fp23")
+    with pytest.raises(OpdiffError, match="unknown backend preset 'tensorrt_gpu_fp32'"):
+        get_preset("tensorrt_gpu_fp32")
+
+
+def test_overrides_as_dict_json_string_and_file(tmp_path):
+    assert get_preset("onnx_cpu_fp32", {"opset": 18}).options["opset"] == 18
+    assert get_preset("onnx_cpu_fp32", '{"opset": 17, "dynamo": false}').options["dynamo"] is False
+    path = tmp_path / "over.json"
+    path.write_text(json.dumps({"opset": 19}))
+    assert get_preset("onnx_cpu_fp32", str(path)).options["opset"] == 19
+    assert get_preset("onnx_cpu_fp32", path).options["opset"] == 19
+    # defaults are not mutated by an override
+    assert get_preset("onnx_cpu_fp32").options["opset"] == 20
+
+
+def test_opdiff_override_shapes_keep_working(tmp_path):
+    # opdiff's examples/backend_overrides.json: per preset, per section
+    per_preset = {"onnx_cpu_fp32": {"onnx_overrides": {"opset": 18}},
+                  "coreml_any_fp16": {"coreml_overrides": {"minimum_ios_target": "iOS17"}}}
+    path = tmp_path / "backend_overrides.json"
+    path.write_text(json.dumps(per_preset))
+    assert get_preset("onnx_cpu_fp32", path).options["opset"] == 18
+    assert get_preset("onnx_cpu_fp16", path).options["opset"] == 20  # no entry: defaults
+    assert get_preset("coreml_any_fp16", path).options["minimum_deployment_target"] == "iOS17"
+    assert get_preset("executorch_cpu_fp32", {"torch_export_overrides": {"export_strict": True}}
+                      ).options["export_strict"] is True
+
+
+def test_unknown_or_mistyped_option_names_the_key():
+    with pytest.raises(OpdiffError, match=r"unknown option 'opsett'.*did you mean 'opset'"):
+        get_preset("onnx_cpu_fp32", {"opsett": 18})
+    with pytest.raises(OpdiffError, match=r"option 'opset' expects int"):
+        get_preset("onnx_cpu_fp32", {"opset": "eighteen"})
+    with pytest.raises(OpdiffError, match=r"option 'fullgraph' expects bool"):
+        get_preset("inductor_cpu_fp32", {"fullgraph": 1})
+    with pytest.raises(OpdiffError, match=r"'onnx_cpu_fp3' is not a preset name"):
+        get_preset("onnx_cpu_fp32", {"onnx_cpu_fp32": {}, "onnx_cpu_fp3": {}})
+    with pytest.raises(OpdiffError, match="not valid JSON"):
+        get_preset("onnx_cpu_fp32", "{opset: 18}")
+    with pytest.raises(OpdiffError, match="neither a JSON object nor an existing"):
+        get_preset("onnx_cpu_fp32", "no/such/file.json")
+
+
+def test_availability_on_this_machine_explains_every_no():
+    for preset in all_presets():
+        avail = availability(preset)
+        if not (avail.can_export and avail.can_run):
+            assert avail.reason, preset.name
+    assert availability(get_preset("torch_cpu_fp32")).can_run
+    if sys.platform != "darwin":
+        coreml = availability(get_preset("coreml_any_fp32"))
+        assert coreml.can_export and not coreml.can_run and "macOS" in coreml.reason
+        assert not availability(get_preset("executorch_coreml_fp32")).can_run
+    if not torch.cuda.is_available():
+        assert not availability(get_preset("torch_cuda_fp32")).can_run
+        assert "CUDA" in availability(get_preset("inductor_cuda_fp16")).reason
+        onnx_cuda = availability(get_preset("onnx_cuda_fp32"))
+        assert onnx_cuda.can_export and not onnx_cuda.can_run and "CUDAExecutionProvider" in onnx_cuda.reason
+
+
+# ---------------------------------------------------------------- entry-point plugins
+
+PLUGIN_SOURCE = textwrap.dedent('''
+    import torch
+    from opdiff_snap.backends.base import Artifact, Availability
+
+    class ToyBackend:
+        """A real (tiny) backend: eager torch, scaled by a factor from its options."""
+        family = "toy"
+        devices = ("cpu",)
+        precisions = ("fp32", "fp16")
+        default_options = {"scale": 1.0}
+        serializes = False
+        can_differentiate = False
+
+        def availability(self, preset):
+            return Availability(True, True)
+
+        def export(self, module, inputs, preset, workdir):
+            return Artifact(obj=module)
+
+        def load(self, artifact, preset):
+            scale = preset.options["scale"]
+            def run(inputs):
+                out = artifact.obj(*inputs)
+                return [t * scale for t in ((out,) if isinstance(out, torch.Tensor) else out)]
+            return run
+
+    def make_other():
+        backend = ToyBackend()
+        backend.family = "toy2"
+        return backend
+
+    class NotABackend:
+        family = "half"
+''')
+
+ENTRY_POINTS = textwrap.dedent('''
+    [opdiff_snap.backends]
+    toy = toy_plugin:ToyBackend
+    toy2 = toy_plugin:make_other
+    half = toy_plugin:NotABackend
+    broken = toy_plugin_missing:Backend
+''')
+
+
+@pytest.fixture
+def plugin_dist(tmp_path, monkeypatch):
+    (tmp_path / "toy_plugin.py").write_text(PLUGIN_SOURCE)
+    info = tmp_path / "toy_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reload_plugins()
+    yield
+    monkeypatch.undo()
+    sys.modules.pop("toy_plugin", None)
+    reload_plugins()
+
+
+def test_entry_point_backends_register_their_presets(plugin_dist, tmp_path):
+    names = preset_names()
+    assert {"toy_cpu_fp32", "toy_cpu_fp16", "toy2_cpu_fp32"} <= set(names)
+    preset = get_preset("toy_cpu_fp32", {"scale": 2.0})
+    assert preset.options == {"scale": 2.0}
+    backend = backend_for(preset)
+    run = backend.load(backend.export(torch.nn.ReLU(), (), preset, tmp_path), preset)
+    x = torch.tensor([-1.0, 3.0])
+    assert torch.equal(run([x])[0], torch.tensor([0.0, 6.0]))
+    with pytest.raises(OpdiffError, match="unknown option 'scal'"):
+        get_preset("toy_cpu_fp32", {"scal": 2})
+
+
+def test_a_broken_entry_point_is_named_and_breaks_nothing_else(plugin_dist):
+    errors = " ".join(plugin_errors())
+    assert "backend plugin 'broken'" in errors and "toy_plugin_missing" in errors
+    assert "backend plugin 'half'" in errors and "lacks" in errors
+    assert "onnx_cpu_fp32" in preset_names()  # built-ins unaffected
+    with pytest.raises(OpdiffError, match=r"backend plugin 'broken'.*failed to load"):
+        get_preset("broken_cpu_fp32")
+
+
+def test_without_the_plugin_its_presets_are_gone():
+    assert not any(n.startswith("toy") for n in preset_names())
