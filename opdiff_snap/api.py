@@ -22,3 +22,62 @@ def query(sql: str, store: Path = Path("store")):
 
     with connect(store, warn=False) as a:
         return a.query(sql)
+
+
+def golden_case(test_id: str, seed: int, goldens: Path = Path("goldens")):
+    """(TestCase, Golden) of one stored golden: the case rebuilt from the definition the
+    golden was recorded from, so it always matches the stored inputs and weights."""
+    from .goldens import GoldenStore
+    from .suite import case_from_definition
+
+    golden = GoldenStore(goldens).read(test_id, seed)
+    return case_from_definition(test_id, golden.definition, Path(golden.suite)), golden
+
+
+def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
+             goldens: Path = Path("goldens")):
+    """First leaf submodule whose output leaves tolerance on `backend` (see cause.localize)."""
+    from .backends.registry import get_preset
+    from .cause.localize import localize as run_localize
+
+    case, golden = golden_case(test_id, seed, goldens)
+    if case.test_type != "module":
+        from .errors import OpdiffError
+
+        raise OpdiffError(f"test '{test_id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "
+                          "localize needs a module test (it hooks the module's submodules).")
+    return run_localize(case, golden.invocation, get_preset(backend, preset_options))
+
+
+def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_options=None,
+          goldens: Path = Path("goldens")) -> Path:
+    """Write a standalone script reproducing `test_id` on `backend` (see cause.repro)."""
+    from .backends.registry import get_preset
+    from .cause.repro import write_repro
+    from .compare import tolerance_for
+
+    case, golden = golden_case(test_id, seed, goldens)
+    preset = get_preset(backend, preset_options)
+    return write_repro(case, golden, preset, out, tolerance_for(case.tolerance, preset))
+
+
+def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: float = 1e-6,
+              max_entries: int = 32, settings=None):
+    """Autograd vs central finite differences in float64 for tests with `grad: true`
+    (or every selected test when `test_ids` is given)."""
+    from .cause.gradients import gradcheck as run_gradcheck
+    from .config import Settings
+    from .errors import OpdiffError
+    from .suite import load_suites, materialize, select, suite_paths
+
+    settings = settings or Settings()
+    paths = suite_paths(suites, settings.suites)
+    if not paths:
+        raise OpdiffError(f"no suites given and none under {settings.suites}.")
+    cases = select(load_suites(paths), test_ids, tags)
+    if not test_ids:
+        cases = [c for c in cases if c.grad]
+    if not cases:
+        raise OpdiffError("no test to gradcheck: mark tests with `grad: true` or select them with --test-ids.")
+    return [run_gradcheck(c, materialize(c, seed), eps=eps, max_entries=max_entries, seed=seed)
+            for c in cases]

@@ -513,5 +513,72 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
     sys.exit(1 if len(diff.newly_failing) else 0)
 
 
+# ---------------------------------------------------------------- finding the cause
+
+@main.command()
+@click.argument("test_id")
+@click.option("-b", "--backend", required=True, help="Target preset.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
+@click.pass_context
+@guarded
+def localize(ctx, test_id, backend, seed, preset_options) -> None:
+    """First submodule of a module test whose output leaves tolerance on BACKEND.
+
+    Every leaf submodule runs alone on the target with the baseline's captured inputs;
+    exit 1 when one diverges."""
+    from . import api
+    from .cause.localize import format_report
+
+    report = api.localize(test_id, backend, seed=seed, preset_options=preset_options,
+                          goldens=_settings(ctx).goldens)
+    click.echo(format_report(report))
+    sys.exit(0 if report.first_divergent is None else 1)
+
+
+@main.command()
+@click.argument("test_id")
+@click.option("-b", "--backend", required=True, help="Target preset.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Script path (default repro_<test>_<preset>.py).")
+@click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
+@click.pass_context
+@guarded
+def repro(ctx, test_id, backend, seed, output, preset_options) -> None:
+    """Write a standalone script (torch + the backend's runtime only) that reproduces a result."""
+    import re
+
+    from . import api
+
+    out = output or Path(f"repro_{re.sub(r'[^A-Za-z0-9_]+', '_', test_id)[:80]}_{backend}.py")
+    path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
+                     goldens=_settings(ctx).goldens)
+    click.echo(f"wrote {path}; run: python {path}")
+
+
+@main.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--test-ids", multiple=True, help="Check these tests even without `grad: true`.")
+@click.option("--tags", multiple=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--eps", type=float, default=1e-6, show_default=True, help="Finite-difference step.")
+@click.option("--max-entries", type=int, default=32, show_default=True,
+              help="Entries perturbed per tensor (a seeded sample beyond this).")
+@click.pass_context
+@guarded
+def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries) -> None:
+    """Autograd against central finite differences in float64 on the baseline; exit 1 on a mismatch."""
+    from . import api
+
+    reports = api.gradcheck(list(suites) or None, test_ids=_patterns(test_ids), tags=_patterns(tags),
+                            seed=seed, eps=eps, max_entries=max_entries, settings=_settings(ctx))
+    for rep in reports:
+        click.echo(rep.format())
+    failed = [r.test_id for r in reports if not r.passed]
+    click.echo(f"{len(reports) - len(failed)} of {len(reports)} tests pass gradcheck"
+               + (f"; failing: {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
