@@ -1,0 +1,74 @@
+"""What the golden store holds and hands back: Golden, GoldenInfo, and its two errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import OpdiffError
+from ..suite.model import Invocation
+
+
+@dataclass
+class Golden:
+    """Everything recorded for one (test id, seed).
+
+    `outputs` and `grads` are nested values with tensor leaves (see trees.py); for pair
+    tests `outputs` is {"a": ..., "b": ...}. `baseline` is Preset.to_json() plus "name".
+    """
+
+    test_id: str
+    seed: int
+    spec_hash: str
+    suite: str
+    definition: dict[str, Any]
+    test_type: str
+    baseline: dict[str, Any]
+    env: dict[str, Any]
+    created: str                     # ISO 8601 UTC
+    invocation: Invocation
+    outputs: Any
+    grads: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GoldenInfo:
+    """A golden's metadata, read without touching its arrays.
+
+    `problem` is non-empty when the golden's metadata cannot be read (it is corrupt);
+    the other fields then hold what could be recovered ("" / {} otherwise).
+    """
+
+    test_id: str
+    seed: int
+    spec_hash: str
+    suite: str
+    test_type: str
+    baseline: str                    # the baseline preset's name
+    env: dict[str, Any]
+    created: str
+    key: str                         # the golden's directory name in the store
+    problem: str = ""
+
+
+class MissingGolden(OpdiffError):
+    """No golden stored for this (test id, seed)."""
+
+    def __init__(self, test_id: str, seed: int, root: Any):
+        self.test_id, self.seed = test_id, seed
+        super().__init__(f"no golden for test '{test_id}' seed {seed} in the golden store {root}. "
+                         f"Record it with `opdiff record --test-ids '{test_id}'`, or point "
+                         "--goldens at the store that has it.")
+
+
+class CorruptGolden(OpdiffError):
+    """A golden failed verification: it must be reported (CORRUPT), never compared."""
+
+    def __init__(self, test_id: str, seed: int, array: str, reason: str, path: Any = None):
+        """`array`: the tensor whose bytes failed ("" when the metadata or a chunk did)."""
+        self.test_id, self.seed, self.array, self.reason, self.path = test_id, seed, array, reason, path
+        at = f" ({path})" if path is not None else ""
+        super().__init__(f"the golden of test '{test_id}' seed {seed} is corrupt{at}: {reason}. "
+                         "It will not be compared. Re-record it with "
+                         f"`opdiff record --test-ids '{test_id}' --force`.")

@@ -1,0 +1,197 @@
+"""A golden's tensors packed back to back into one Zarr v3 uint8 array.
+
+One array per golden keeps a golden to two small files (zarr.json and one chunk), which
+is what makes writing and reading one cheap. The form the store writes, which plain zarr
+reads as is: 1-D uint8, regular chunks of up to CHUNK_BYTES (one chunk for small
+goldens), chunk key encoding `v2` (chunk files `0`, `1`, ...), codecs `bytes` then
+`crc32c` (four checksum bytes appended to each chunk). Every chunk is written, zeros
+included (zarr's write_empty_chunks=True), so a lost chunk is an error, never zeros.
+
+Each tensor is a byte range described in the attributes (offset, nbytes, shape, the NumPy
+dtype of its little-endian bytes, its torch dtype, sha256). bfloat16, float8 and
+complex32, which NumPy and zarr lack, are described as the same-width unsigned integer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import google_crc32c
+import torch
+
+META = "zarr.json"
+CHUNK_BYTES = 64 * 2**20
+
+_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float16", "float32", "float64", "complex64", "complex128")
+STORED_AS: dict[str, str] = {name: name for name in _NATIVE}   # torch dtype -> NumPy dtype of its bytes
+for _name, _as in (("bfloat16", "uint16"), ("complex32", "uint32"), ("float8_e4m3fn", "uint8"),
+                   ("float8_e5m2", "uint8"), ("float8_e4m3fnuz", "uint8"), ("float8_e5m2fnuz", "uint8")):
+    if hasattr(torch, _name):
+        STORED_AS[_name] = _as
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in STORED_AS}
+
+
+class PackError(Exception):
+    """What went wrong reading the packed data (the store turns it into CorruptGolden)."""
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """Where one tensor lies in the packed bytes, and what it must read back as."""
+
+    offset: int
+    nbytes: int
+    shape: tuple[int, ...]
+    torch_dtype: str
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "nbytes": self.nbytes, "shape": list(self.shape),
+                "dtype": STORED_AS[self.torch_dtype], "torch_dtype": self.torch_dtype, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, d: Any) -> TensorRecord:
+        try:
+            rec = cls(int(d["offset"]), int(d["nbytes"]), tuple(int(n) for n in d["shape"]),
+                      str(d["torch_dtype"]), str(d["sha256"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PackError(f"its record is malformed ({exc!r})") from None
+        if rec.torch_dtype not in TORCH_DTYPES:
+            raise PackError(f"unknown torch dtype {rec.torch_dtype!r}")
+        numel = 1
+        for n in rec.shape:
+            numel *= n
+        if rec.offset < 0 or numel * TORCH_DTYPES[rec.torch_dtype].itemsize != rec.nbytes:
+            raise PackError(f"offset {rec.offset} / nbytes {rec.nbytes} do not fit shape {list(rec.shape)}")
+        return rec
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """The tensor's elements in C order, little endian, as raw bytes."""
+    if sys.byteorder != "little":  # pragma: no cover - every supported platform is little endian
+        raise RuntimeError("the golden store writes little-endian data only")
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in STORED_AS:
+        raise TypeError(f"cannot store a tensor of dtype {t.dtype} in a golden "
+                        f"(supported: {', '.join(sorted(STORED_AS))})")
+    if t.layout != torch.strided:
+        raise TypeError(f"cannot store a {t.layout} tensor in a golden; convert it to dense first")
+    if t.numel() == 0:
+        return b""
+    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def pack(named: list[tuple[str, torch.Tensor]]) -> tuple[dict[str, TensorRecord], bytes]:
+    records, parts, offset = {}, [], 0
+    for name, t in named:
+        data = tensor_bytes(t)
+        records[name] = TensorRecord(offset, len(data), tuple(t.shape),
+                                     str(t.dtype).removeprefix("torch."), hashlib.sha256(data).hexdigest())
+        parts.append(data)
+        offset += len(data)
+    return records, b"".join(parts)
+
+
+def array_metadata(nbytes: int, attributes: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "zarr_format": 3, "node_type": "array", "shape": [nbytes], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [_chunk_len(nbytes)]}},
+        "chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}, {"name": "crc32c"}],
+        "attributes": attributes, "storage_transformers": [],
+    }
+
+
+def _chunk_len(nbytes: int) -> int:
+    return max(1, min(nbytes, CHUNK_BYTES))
+
+
+def write_packed(path: Path, attributes: dict[str, Any], data: bytes) -> None:
+    """Write the Zarr array directory `path` (which must exist and be empty)."""
+    step = _chunk_len(len(data))
+    for i, start in enumerate(range(0, len(data), step)):
+        chunk = data[start:start + step]
+        if len(chunk) < step:  # zarr stores edge chunks at full size
+            chunk += bytes(step - len(chunk))
+        with open(path / str(i), "wb") as f:
+            f.write(chunk + struct.pack("<I", google_crc32c.value(chunk)))
+    text = json.dumps(array_metadata(len(data), attributes), separators=(",", ":"))
+    with open(path / META, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """The array's zarr.json; raises FileNotFoundError, or PackError if unreadable."""
+    with open(path / META, "rb") as f:
+        raw = f.read()
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:
+        raise PackError(f"{META} is unreadable ({exc})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("attributes"), dict):
+        raise PackError(f"{META} has no attributes")
+    return meta
+
+
+def read_data(path: Path, meta: dict[str, Any]) -> bytes:
+    """The packed bytes, every chunk's crc32c checked; other zarr forms go through zarr."""
+    try:
+        nbytes = int(meta["shape"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise PackError(f"{META} has no valid shape") from None
+    if meta != array_metadata(nbytes, meta["attributes"]):
+        return _read_with_zarr(path, meta)
+    step = _chunk_len(nbytes)
+    parts = []
+    for i, start in enumerate(range(0, nbytes, step)):
+        file = path / str(i)
+        try:
+            with open(file, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise PackError(f"chunk file {i} is missing") from None
+        except OSError as exc:
+            raise PackError(f"chunk file {i} is unreadable ({exc})") from None
+        if len(raw) != step + 4:
+            raise PackError(f"chunk file {i} has {len(raw)} bytes, expected {step + 4}")
+        if struct.pack("<I", google_crc32c.value(raw[:-4])) != raw[-4:]:
+            raise PackError(f"crc32c checksum of chunk file {i} does not match")
+        parts.append(raw[:min(step, nbytes - start)])
+    return b"".join(parts)
+
+
+def unpack(data: bytes, records: dict[str, TensorRecord]) -> dict[str, torch.Tensor]:
+    """Raises PackError naming the tensor whose bytes are out of range or fail sha256."""
+    tensors = {}
+    for name, rec in records.items():
+        piece = data[rec.offset:rec.offset + rec.nbytes]
+        if len(piece) != rec.nbytes:
+            raise PackError(f"tensor '{name}' lies outside the packed data")
+        if hashlib.sha256(piece).hexdigest() != rec.sha256:
+            raise PackError(f"sha256 of tensor '{name}' does not match the one recorded")
+        dtype = TORCH_DTYPES[rec.torch_dtype]
+        tensors[name] = (torch.frombuffer(bytearray(piece), dtype=dtype).reshape(rec.shape) if piece
+                         else torch.empty(rec.shape, dtype=dtype))
+    return tensors
+
+
+def _read_with_zarr(path: Path, meta: dict[str, Any]) -> bytes:
+    """A golden rewritten in another valid zarr form (other chunks or codecs): slow path."""
+    if meta.get("zarr_format") != 3 or meta.get("node_type") != "array" or meta.get("data_type") != "uint8" \
+            or len(meta.get("shape", ())) != 1:
+        raise PackError(f"{META} does not describe a 1-D uint8 Zarr v3 array")
+    import numpy as np
+    import zarr
+
+    try:
+        return np.asarray(zarr.open_array(str(path), mode="r")[...]).tobytes()
+    except Exception as exc:  # zarr raises many types for damaged arrays
+        raise PackError(f"zarr could not read it ({type(exc).__name__}: {exc})") from None
