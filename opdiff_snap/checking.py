@@ -1,11 +1,34 @@
-"""`opdiff check`: goldens -> target preset -> compare -> verdicts in the history."""
+"""`opdiff check`: goldens -> target preset -> compare -> verdicts in the history.
+
+Plan first, then run. Planning decides, for every selected (test, seed), what can be
+said without running anything: NO_GOLDEN, STALE (spec hash changed, or the test is gone
+from the suites), CORRUPT (unreadable metadata or definition), SKIPPED (a suite `skip`
+matching the preset). Everything else becomes one Job per preset, run in the worker pool
+on exactly the stored inputs and weights; an array that fails its checksum at read time
+is CORRUPT too. Each result is written to the history as soon as it is known.
+
+Without suites (no ./suites, none given) every golden is checked against the definition
+stored in it; `--test-ids` and `--tags` select on that definition, and a `file:` module
+that changed since record still makes the golden STALE.
+
+Pair tests: the target runs both sides on the same inputs and side b is compared with
+side a, as opdiff does; the golden's recorded a/b outputs do not decide the verdict, but
+their distance to the target's is kept in the metrics under `vs_golden`.
+
+Gradients: for a `grad: true` test whose golden holds gradients, on a preset that can
+differentiate (cause.gradients.can_differentiate), the recorded vector-Jacobian product
+is recomputed *in this process* after the forward result came back and passed (a few
+small tests; no isolation, see docs/check.md). A gradient mismatch makes the item
+MISMATCH with a message that says so; its metrics go under `metrics["grad"]`.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import history
 from .backends.base import Preset
@@ -13,8 +36,9 @@ from .backends.registry import get_preset
 from .compare import compare, tolerance_for
 from .config import Settings
 from .errors import OpdiffError
-from .execution import Job, restore_outputs
-from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore
+from .execution import Job, Outcome, restore_outputs
+from .execution.runner import error_text
+from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, store_key
 from .results import (Listener, Result, RunReport, emit, make_pool, resolve_suites, seeds_for,
                       settings_json, skip_reason, with_timings)
 from .suite import case_from_definition, load_suites, select
@@ -23,47 +47,187 @@ from .verdicts import Verdict
 
 
 @dataclass
-class _Planned:
-    case: TestCase
+class Planned:
+    """One selected (test, seed). `verdict` is set when it is decided without running."""
+
+    test_id: str
     seed: int
-    golden_info: GoldenInfo
+    case: TestCase | None
+    info: GoldenInfo | None
+    verdict: Verdict | None = None
+    message: str = ""
+
+    @property
+    def baseline(self) -> str | None:
+        return self.info.baseline if self.info is not None and self.info.baseline else None
 
 
-def _plan_check(cases: list[TestCase] | None, store: GoldenStore, seeds: int | None,
-                seed_list: Sequence[int] | None, test_ids, tags
-                ) -> tuple[list[_Planned], list[tuple[str, int, Verdict, str, TestCase | None]]]:
-    """What to run, and what is decided without running (NO_GOLDEN, STALE)."""
-    index = {(g.test_id, g.seed): g for g in store.index()}
-    planned: list[_Planned] = []
-    decided: list[tuple[str, int, Verdict, str, TestCase | None]] = []
-    if cases is None:  # no suites: check every golden against its own stored definition
-        for (test_id, seed), info in sorted(index.items()):
-            case = case_from_definition(test_id, store.read_definition(test_id, seed), Path(info.suite))
-            planned.append(_Planned(case, seed, info))
-        planned = [p for p in planned if p.case in select([p.case], test_ids, tags)]
-        return planned, decided
-    known_ids = {c.id for c in cases}
+@dataclass
+class _Pending:
+    item: Planned
+    golden: Golden
+    preset: Preset
+    tol: Tolerance
+
+
+@dataclass
+class CheckPlan:
+    items: list[Planned] = field(default_factory=list)
+
+    def total(self, n_presets: int) -> int:
+        return len(self.items) * n_presets
+
+
+def _corrupt(test_id: str, seed: int, info: GoldenInfo | None, why: str) -> Planned:
+    return Planned(test_id, seed, None, info, Verdict.CORRUPT,
+                   f"the golden of test '{test_id}' seed {seed} is corrupt: {why}. It will not be "
+                   f"compared. Re-record it with `opdiff record --test-ids '{test_id}' --force`.")
+
+
+def _stale_message(info: GoldenInfo, case: TestCase) -> str:
+    return ("the test or its file: module changed since the golden was recorded "
+            f"(spec {info.spec_hash[:12]} -> {case.spec_hash[:12]}); re-record it with `opdiff record`")
+
+
+def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | None = None,
+                     seed_list: Sequence[int] | None = None, test_ids=None, tags=None,
+                     report_orphans: bool = True) -> CheckPlan:
+    """Selected cases x seeds against the store. With `report_orphans` (every suite of the
+    project was loaded and nothing narrowed the selection), goldens of tests that no
+    longer exist are STALE and unreadable ones CORRUPT."""
+    by_key = {info.key: info for info in store.index()}
+    plan = CheckPlan()
+    claimed: set[str] = set()
     for case in select(cases, test_ids, tags):
-        wanted = seeds_for(case, seeds, seed_list)
-        for seed in wanted:
-            info = index.get((case.id, seed))
+        for seed in seeds_for(case, seeds, seed_list):
+            key = store_key(case.id, seed)
+            info = by_key.get(key)
+            claimed.add(key)
             if info is None:
-                decided.append((case.id, seed, Verdict.NO_GOLDEN,
-                                "no golden recorded; run `opdiff record`", case))
+                plan.items.append(Planned(case.id, seed, case, None, Verdict.NO_GOLDEN,
+                                          "no golden recorded; run `opdiff record`"))
+            elif info.problem:
+                item = _corrupt(case.id, seed, info, info.problem)
+                item.case = case
+                plan.items.append(item)
             elif info.spec_hash != case.spec_hash:
-                decided.append((case.id, seed, Verdict.STALE,
-                                "the test or its file: module changed since the golden was recorded "
-                                f"(spec {info.spec_hash[:12]} -> {case.spec_hash[:12]}); re-record it", case))
+                plan.items.append(Planned(case.id, seed, case, info, Verdict.STALE, _stale_message(info, case)))
             else:
-                planned.append(_Planned(case, seed, info))
-    if not test_ids and not tags:
-        for (test_id, seed), info in sorted(index.items()):
-            if test_id not in known_ids:
-                decided.append((test_id, seed, Verdict.STALE,
-                                "golden of a test that no longer exists in the suites; "
-                                "`opdiff goldens prune` removes it", None))
-    return planned, decided
+                plan.items.append(Planned(case.id, seed, case, info))
+    if report_orphans and not test_ids and not tags:
+        known = {c.id for c in cases}
+        for key, info in sorted(by_key.items()):
+            if key in claimed or (info.test_id in known and not info.problem):
+                continue  # a seed of a known test that was not asked for
+            if info.problem:
+                plan.items.append(_corrupt(info.test_id, info.seed, info, info.problem))
+            else:
+                plan.items.append(Planned(info.test_id, info.seed, None, info, Verdict.STALE,
+                                          "golden of a test that no longer exists in the suites; "
+                                          "`opdiff goldens prune` removes it"))
+    return plan
 
+
+def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
+                      seed_list: Sequence[int] | None = None, test_ids=None, tags=None) -> CheckPlan:
+    """Every golden, each against the test definition stored in it."""
+    wanted_seeds = set(seed_list) if seed_list else (set(range(seeds)) if seeds is not None else None)
+    plan = CheckPlan()
+    for info in store.index():
+        if wanted_seeds is not None and info.seed not in wanted_seeds:
+            continue
+        if info.problem:
+            if not test_ids and not tags:  # its id and tags are unknown: only in an unnarrowed check
+                plan.items.append(_corrupt(info.test_id, info.seed, info, info.problem))
+            continue
+        try:
+            definition = store.read_definition(info.test_id, info.seed)
+            case = case_from_definition(info.test_id, definition, Path(info.suite))
+        except CorruptGolden as exc:
+            plan.items.append(_corrupt(info.test_id, info.seed, info, exc.reason))
+            continue
+        except OpdiffError as exc:  # a malformed stored definition
+            plan.items.append(_corrupt(info.test_id, info.seed, info, str(exc)))
+            continue
+        if not select([case], test_ids, tags):
+            continue
+        if case.spec_hash != info.spec_hash:
+            plan.items.append(Planned(case.id, info.seed, case, info, Verdict.STALE, _stale_message(info, case)))
+        else:
+            plan.items.append(Planned(case.id, info.seed, case, info))
+    return plan
+
+
+# ---------------------------------------------------------------- verdicts of one outcome
+
+def judge(pending: _Pending, outcome: Outcome) -> Result:
+    """The Result of one finished job: the backend's failure, or the comparison."""
+    item, golden, preset, tol = pending.item, pending.golden, pending.preset, pending.tol
+    case = item.case
+    result = with_timings(Result(item.test_id, item.seed, preset.name, Verdict.PASS, case, tolerance=tol), outcome)
+    if outcome.status is not None:
+        result.verdict = outcome.status
+        return result
+    actual = restore_outputs(outcome.output_structure, outcome.outputs)
+    if case.pair is not None:
+        cmp = compare(actual["a"], actual["b"], tol, root="b_vs_a")
+    else:
+        cmp = compare(golden.outputs, actual, tol)
+    result.verdict, result.message = cmp.verdict, cmp.message
+    result.metrics = cmp.metrics.to_json() if cmp.metrics is not None else None
+    if case.pair is not None:
+        vs = compare(golden.outputs, actual, tol)
+        extra = {"verdict": vs.verdict.value, **(vs.metrics.to_json() if vs.metrics is not None else {})}
+        result.metrics = {**(result.metrics or {}), "vs_golden": extra}
+    if result.verdict is Verdict.PASS:
+        _check_grads(result, pending)
+    return result
+
+
+def _check_grads(result: Result, pending: _Pending) -> None:
+    """Gradient parity in this process (see the module docstring)."""
+    from .cause.gradients import can_differentiate, check_grads, unpack_grads
+
+    case, golden, preset = pending.item.case, pending.golden, pending.preset
+    if not case.grad or golden.grads is None or not can_differentiate(preset):
+        return
+    try:
+        cotangent, expected = unpack_grads(golden.grads)
+        cmp = check_grads(case, golden.invocation, cotangent, expected, preset, pending.tol)
+    except Exception as exc:  # noqa: BLE001 - a failing backward is a verdict, not a crash
+        result.verdict = Verdict.INFER_FAIL
+        result.error_class = type(exc).__name__
+        result.message = f"the forward pass matched; computing the gradients failed: {error_text(exc)}"
+        return
+    if cmp is None:
+        return
+    grad_metrics = cmp.metrics.to_json() if cmp.metrics is not None else {}
+    result.metrics = {**(result.metrics or {}), "grad": {"verdict": cmp.verdict.value, **grad_metrics}}
+    if cmp.verdict is not Verdict.PASS:
+        result.verdict = Verdict.MISMATCH
+        result.message = (f"the forward pass matched, the gradient does not ({cmp.verdict.value}): "
+                          f"{cmp.message}")
+
+
+def _prior_results(path: Path) -> list[Result]:
+    """The items an interrupted run already holds, as Results (for the summary, JSON and JUnit)."""
+    out = []
+    for it in history.read_run(path).items:
+        try:
+            verdict = Verdict(str(it.get("status")))
+            out.append(Result(str(it["id"]), int(it["seed"]), str(it["preset"]), verdict, None,
+                              it.get("error_message") or "", error_class=it.get("error_class"),
+                              export_ms=it.get("export_ms"), load_ms=it.get("load_ms"),
+                              infer_ms=it.get("infer_ms"), infer_ms_all=list(it.get("infer_ms_all") or []),
+                              cache_hit=bool(it.get("cache_hit")),
+                              tolerance=Tolerance(**it["tolerance"]) if it.get("tolerance") else None,
+                              metrics=it.get("metrics")))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+# ---------------------------------------------------------------- check
 
 def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           preset_options: dict[str, str | dict] | None = None, seeds: int | None = None,
@@ -72,88 +236,101 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           resume: str | None = None, in_process: bool = False, use_cache: bool = True,
           settings: Settings = Settings(), argv: Sequence[str] = (),
           listener: Listener | None = None) -> RunReport:
-    """Run each target preset on exactly the stored inputs and weights and compare."""
+    """Run each target preset on exactly the stored inputs and weights and compare.
+
+    A `listener` with a `set_total(n)` method is told how many results to expect."""
     if not backends:
         raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
+    if len(set(backends)) != len(backends):
+        raise OpdiffError(f"--backend names a preset twice ({', '.join(backends)}); give each once.")
     options = preset_options or {}
+    unknown = [name for name in options if name not in backends]
+    if unknown:
+        raise OpdiffError(f"--preset-options names '{unknown[0]}', which is not a --backend of this "
+                          f"check ({', '.join(backends)}).")
     presets = [get_preset(name, options.get(name)) for name in backends]
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
     suite_paths = resolve_suites(suites, settings)
-    cases = load_suites(suite_paths) if suite_paths else None
-    planned, decided = _plan_check(cases, store, seeds, seed_list, test_ids, tags)
-    started = time.perf_counter()
-    results: list[Result] = []
+    if suite_paths:
+        plan = plan_from_suites(load_suites(suite_paths), store, seeds=seeds, seed_list=seed_list,
+                                test_ids=test_ids, tags=tags, report_orphans=not suites)
+    else:
+        plan = plan_from_goldens(store, seeds=seeds, seed_list=seed_list, test_ids=test_ids, tags=tags)
 
+    results: list[Result] = []      # this session's
+    prior: list[Result] = []
     if resume:
         writer, done = history.RunWriter.resume(settings.store, resume)
+        _same_presets(writer, presets)
+        prior = _prior_results(writer.path)
     else:
         writer = history.RunWriter.start(
             settings.store, "check", list(argv), [str(p) for p in suite_paths],
             {p.name: p.to_json() for p in presets}, settings_json(settings, in_process, use_cache))
         done = set()
-    baseline_of: dict[tuple[str, int], str] = {}
+    set_total = getattr(listener, "set_total", None)
+    if callable(set_total):
+        set_total(plan.total(len(presets)) - len(done))
+    started = time.perf_counter()
 
     with writer:
-        for test_id, seed, verdict, message, case in decided:
-            for preset in presets:
-                if (test_id, seed, preset.name) not in done:
-                    emit(writer, Result(test_id, seed, preset.name, verdict, case, message),
-                          None, results, listener)
+        pending: dict[str, _Pending] = {}
 
-        goldens: dict[str, Golden] = {}
-        meta: dict[str, tuple[_Planned, Preset, Tolerance]] = {}
+        def out(item: Planned, preset: Preset, verdict: Verdict, message: str, **kw: Any) -> None:
+            emit(writer, Result(item.test_id, item.seed, preset.name, verdict, item.case, message, **kw),
+                 item.baseline, results, listener)
 
         def jobs() -> Iterator[Job]:
-            for item in planned:
-                case, seed = item.case, item.seed
-                todo = [p for p in presets if (case.id, seed, p.name) not in done]
-                if not todo:
+            for item in plan.items:
+                todo = [p for p in presets if (item.test_id, item.seed, p.name) not in done]
+                runnable = []
+                for preset in todo:
+                    reason = skip_reason(item.case, preset.name) if item.case is not None else None
+                    if reason:
+                        out(item, preset, Verdict.SKIPPED, reason)
+                    elif item.verdict is not None:
+                        out(item, preset, item.verdict, item.message)
+                    else:
+                        runnable.append(preset)
+                if not runnable:
                     continue
                 try:
-                    golden = store.read(case.id, seed)
-                except CorruptGolden as exc:
-                    for preset in todo:
-                        emit(writer, Result(case.id, seed, preset.name, Verdict.CORRUPT, case, str(exc)),
-                              item.golden_info.baseline, results, listener)
+                    golden = store.read(item.test_id, item.seed)
+                except (CorruptGolden, MissingGolden) as exc:
+                    verdict = Verdict.CORRUPT if isinstance(exc, CorruptGolden) else Verdict.NO_GOLDEN
+                    for preset in runnable:
+                        out(item, preset, verdict, str(exc))
                     continue
-                baseline_of[(case.id, seed)] = item.golden_info.baseline
-                for preset in todo:
-                    reason = skip_reason(case, preset.name)
-                    tol = tolerance_for(case.tolerance, preset, tolerance)
-                    if reason:
-                        emit(writer, Result(case.id, seed, preset.name, Verdict.SKIPPED, case, reason,
-                                             tolerance=tol), item.golden_info.baseline, results, listener)
-                        continue
-                    key = f"{case.id}\0{seed}\0{preset.name}"
-                    goldens[key] = golden
-                    meta[key] = (item, preset, tol)
-                    yield Job(case=case, seed=seed, invocation=golden.invocation, preset=preset,
+                for preset in runnable:
+                    key = f"{item.test_id}\0{item.seed}\0{preset.name}"
+                    tol = tolerance_for(item.case.tolerance, preset, tolerance)
+                    pending[key] = _Pending(item, golden, preset, tol)
+                    yield Job(case=item.case, seed=item.seed, invocation=golden.invocation, preset=preset,
                               repeats=settings.repeats, warmup=settings.warmup,
                               cache_dir=settings.cache if use_cache else None, key=key)
 
         with make_pool(settings, in_process) as pool:
             for outcome in pool.run(jobs()):
-                golden = goldens.pop(outcome.key)
-                item, preset, tol = meta.pop(outcome.key)
-                case = item.case
-                result = with_timings(Result(case.id, item.seed, preset.name, Verdict.PASS, case,
-                                       tolerance=tol), outcome)
-                if outcome.status is not None:
-                    result.verdict = outcome.status
-                else:
-                    actual = restore_outputs(outcome.output_structure, outcome.outputs)
-                    if case.pair is not None:
-                        cmp = compare(actual["a"], actual["b"], tol)
-                    else:
-                        cmp = compare(golden.outputs, actual, tol)
-                    result.verdict = cmp.verdict
-                    result.message = cmp.message
-                    result.metrics = cmp.metrics.to_json() if cmp.metrics is not None else None
-                emit(writer, result, item.golden_info.baseline, results, listener)
+                p = pending.pop(outcome.key)
+                emit(writer, judge(p, outcome), p.item.baseline, results, listener)
         wall = time.perf_counter() - started
-        report = RunReport(writer.run_id, writer.path, "check", results, wall)
-        writer.end(report.counts(), wall)
-    return report
+        writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)
+    return RunReport(writer.run_id, writer.path, "check", prior + results, wall)
+
+
+def _same_presets(writer: history.RunWriter, presets: list[Preset]) -> None:
+    recorded = writer.meta.get("presets") or {}
+    if set(recorded) != {p.name for p in presets}:
+        writer.close()
+        raise OpdiffError(f"run '{writer.run_id}' checked {', '.join(sorted(recorded)) or 'no presets'}; "
+                          f"resuming it needs the same --backend list (got "
+                          f"{', '.join(p.name for p in presets)}).")
+    for p in presets:
+        if json.loads(json.dumps(recorded[p.name].get("options") or {})) != json.loads(json.dumps(dict(p.options))):
+            writer.close()
+            raise OpdiffError(f"run '{writer.run_id}' ran {p.name} with options "
+                              f"{recorded[p.name].get('options')}; resuming it needs the same "
+                              "--preset-options.")

@@ -57,6 +57,12 @@ class ProgressDisplay:
             self._task = self._progress.add_task(self.label, total=self.total, counts="")
         return self
 
+    def set_total(self, total: int) -> None:
+        """Called by record/check once they know how many results to expect (for the ETA)."""
+        self.total = total
+        if self._progress is not None:
+            self._progress.update(self._task, total=total)
+
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)

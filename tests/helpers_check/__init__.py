@@ -1,0 +1,78 @@
+"""Fixtures for tests/test_check_*.py: a registered perturbing backend, recorded projects,
+and running the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+PYTHON = sys.executable
+ENTRY_POINTS = "[opdiff_snap.backends]\nperturb = helpers_check.opdiff_perturb:PerturbBackend\n"
+
+
+def make_site(root: Path) -> Path:
+    """A directory holding only a *.dist-info that registers the perturbing backend
+    through the entry point group `opdiff_snap.backends`."""
+    info = root / "opdiff_perturb_test-1.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opdiff-perturb-test\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    return root
+
+
+@contextlib.contextmanager
+def plugin_installed(site: Path):
+    """The perturbing backend visible to this process (and to workers it spawns)."""
+    from opdiff_snap.backends.registry import reload_plugins
+
+    sys.path.insert(0, str(site))
+    reload_plugins()
+    try:
+        yield
+    finally:
+        sys.path.remove(str(site))
+        reload_plugins()
+
+
+def new_project(root: Path, *suites: str) -> Path:
+    """root/suites/ holding the named files of this folder (plus mods.py)."""
+    (root / "suites").mkdir(parents=True)
+    for name in (*suites, "mods.py"):
+        shutil.copy(HERE / name, root / "suites" / name)
+    return root
+
+
+def copy_project(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".opdiff-cache"))
+    return dst
+
+
+def cli_env(site: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def opdiff(cwd: Path, site: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m opdiff_snap.cli ARGS` in `cwd`, with the perturbing backend installed."""
+    return subprocess.run([PYTHON, "-m", "opdiff_snap.cli", *args], cwd=cwd, env=cli_env(site),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def opdiff_popen(cwd: Path, site: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, "-m", "opdiff_snap.cli", *args], cwd=cwd, env=cli_env(site),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def flip_byte(path: Path, offset: int = 3) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
