@@ -1,22 +1,84 @@
-"""`opdiff record`: suites -> seeded inputs -> baseline -> goldens."""
+"""`opdiff record`: suites -> seeded inputs -> baseline -> goldens.
+
+For every selected (test, seed) the recorder first decides, from the golden store's
+metadata alone, what to do (`plan`):
+
+    SKIPPED        the suite excludes the baseline preset for this test (no golden)
+    KEPT           a golden exists, was made from the same spec (hash) by the same
+                   baseline preset, and --force was not given
+    to record      no golden, a stale one (spec changed), one from another baseline,
+                   one whose metadata is unreadable, or --force
+
+Each one to record is materialised (seeded inputs and module weights) here, run on
+the baseline in the worker pool, and, when the baseline produced outputs, written as a
+Golden (atomically; see goldens/store.py). A test with `grad: true` also gets its
+gradients recorded, in this (parent) process after the worker returned: eager torch on
+CPU in the golden's dtypes, whatever the baseline preset is, so they never depend on a
+backend's autograd support. Any failure on the way (materialising, the baseline, the
+gradients, a value the store cannot hold) makes the item BASELINE_FAIL with the reason,
+writes no golden and never stops the run. Every item goes to the run's history file
+(meta line, one item per (test, seed), end line).
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator, Sequence
 
 from . import history
+from .backends.base import Preset
 from .backends.registry import availability, get_preset
 from .config import Settings
 from .errors import OpdiffError
-from .execution import Job, restore_outputs
-from .goldens import Golden, GoldenStore
+from .execution import Job, Outcome, restore_outputs
+from .goldens import Golden, GoldenInfo, GoldenStore
 from .results import (Listener, Result, RunReport, emit, make_pool, resolve_suites, seeds_for,
                       settings_json, skip_reason, with_timings)
 from .suite import load_suites, materialize, select
-from .suite.model import TestCase
+from .suite.model import Invocation, TestCase
 from .verdicts import Verdict
+
+
+@dataclass
+class Planned:
+    """One (test, seed) the recorder has decided about. `verdict` is SKIPPED or KEPT
+    when nothing is to run, None when the baseline must run; `why` says which."""
+
+    case: TestCase
+    seed: int
+    verdict: Verdict | None
+    why: str
+
+
+def plan(cases: Sequence[TestCase], store: GoldenStore, preset: Preset, *, seeds: int | None = None,
+         seed_list: Sequence[int] | None = None, force: bool = False) -> Iterator[Planned]:
+    """What record does with each (test, seed), decided from metadata only."""
+    for case in cases:
+        for seed in seeds_for(case, seeds, seed_list):
+            reason = skip_reason(case, preset.name)
+            if reason:
+                yield Planned(case, seed, Verdict.SKIPPED, reason)
+                continue
+            info = store.info(case.id, seed)
+            why = _why_record(case, info, preset, force)
+            yield Planned(case, seed, None if why else Verdict.KEPT, why or "golden is up to date")
+
+
+def _why_record(case: TestCase, info: GoldenInfo | None, preset: Preset, force: bool) -> str:
+    """Why this golden must be (re)written; "" when the stored one is to be kept."""
+    if info is None:
+        return "new golden"
+    if info.problem:
+        return f"the stored golden is unreadable ({info.problem}); replaced"
+    if info.spec_hash != case.spec_hash:
+        return f"stale: the test changed since its golden was recorded ({info.created[:19]}); replaced"
+    if info.baseline != preset.name:
+        return f"the stored golden came from baseline '{info.baseline}'; replaced"
+    if force:
+        return "--force; replaced"
+    return ""
 
 
 def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_fp32",
@@ -26,78 +88,127 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
            settings: Settings = Settings(), argv: Sequence[str] = (),
            listener: Listener | None = None) -> RunReport:
     """Run the baseline on freshly materialised inputs and store goldens for every
-    (test, seed) that has none or a stale one (or all of them with `force`)."""
+    (test, seed) that has none or a stale one (or all of them with `force`).
+
+    Raises OpdiffError (before anything is written) for an unknown preset, a preset that
+    cannot run here, no suites, an invalid suite, or a selection that matches nothing.
+    A `listener` with a `set_total(n)` method is told how many results to expect."""
     preset = get_preset(baseline, preset_options)
     avail = availability(preset)
     if not (avail.can_export and avail.can_run):
-        raise OpdiffError(f"preset '{baseline}' cannot be the baseline on this machine: {avail.reason}. "
+        raise OpdiffError(f"preset '{preset.name}' cannot be the baseline on this machine: {avail.reason}. "
                           "Pick a preset that runs here (see `opdiff list-presets`).")
     suite_paths = resolve_suites(suites, settings)
     if not suite_paths:
         raise OpdiffError(f"no suites found under {settings.suites}. Give suite files, or create "
                           "suites there (see docs/yaml-format.md).")
-    cases = select(load_suites(suite_paths), test_ids, tags)
+    all_cases = load_suites(suite_paths)
+    cases = select(all_cases, test_ids, tags)
+    if not cases and (test_ids or tags):
+        raise OpdiffError(f"no test among the {len(all_cases)} of {', '.join(map(str, suite_paths))} "
+                          f"matches --test-ids {list(test_ids or [])} / --tags {list(tags or [])}. "
+                          "See `opdiff list-tests` for the ids.")
     store = GoldenStore(settings.goldens)
+    planned = list(plan(cases, store, preset, seeds=seeds, seed_list=seed_list, force=force))
+    set_total = getattr(listener, "set_total", None)
+    if callable(set_total):
+        set_total(len(planned))
+    recorder = _Recorder(store, preset, settings, listener)
     started = time.perf_counter()
-    results: list[Result] = []
-    pending: dict[str, tuple[TestCase, int]] = {}
-
     with history.RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],
                                  {preset.name: preset.to_json()}, settings_json(settings, in_process, False),
                                  baseline_preset=preset.name) as writer:
-
-        def jobs() -> Iterator[Job]:
-            for case in cases:
-                for seed in seeds_for(case, seeds, seed_list):
-                    reason = skip_reason(case, preset.name)
-                    if reason:
-                        emit(writer, Result(case.id, seed, preset.name, Verdict.SKIPPED, case, reason),
-                              None, results, listener)
-                        continue
-                    info = store.info(case.id, seed)
-                    if info is not None and info.spec_hash == case.spec_hash and not force:
-                        emit(writer, Result(case.id, seed, preset.name, Verdict.KEPT, case,
-                                             "golden is up to date"), None, results, listener)
-                        continue
-                    try:
-                        invocation = materialize(case, seed)
-                    except OpdiffError as exc:
-                        emit(writer, Result(case.id, seed, preset.name, Verdict.BASELINE_FAIL, case,
-                                             str(exc), error_class="MaterializeError"),
-                              None, results, listener)
-                        continue
-                    key = f"{case.id}\0{seed}"
-                    pending[key] = (case, seed)
-                    yield Job(case=case, seed=seed, invocation=invocation, preset=preset,
-                              repeats=settings.repeats, warmup=settings.warmup, cache_dir=None, key=key)
-
-        invocations: dict[str, Any] = {}
-
-        def remember(job_iter: Iterable[Job]) -> Iterator[Job]:
-            for job in job_iter:
-                invocations[job.key] = job.invocation
-                yield job
-
-        env = history.environment()
+        recorder.writer = writer
         with make_pool(settings, in_process) as pool:
-            for outcome in pool.run(remember(jobs())):
-                case, seed = pending.pop(outcome.key)
-                invocation = invocations.pop(outcome.key)
-                result = with_timings(Result(case.id, seed, preset.name, Verdict.RECORDED, case), outcome)
-                if outcome.status is not None:
-                    result.verdict = Verdict.BASELINE_FAIL
-                    result.message = f"{outcome.status.value}: {outcome.error_message or ''}".strip()
-                else:
-                    outputs = restore_outputs(outcome.output_structure, outcome.outputs)
-                    store.write(Golden(
-                        test_id=case.id, seed=seed, spec_hash=case.spec_hash, suite=str(case.suite),
-                        definition=dict(case.definition), test_type=case.test_type,
-                        baseline={"name": preset.name, **preset.to_json()}, env=env,
-                        created=history.utc_now(), invocation=invocation, outputs=outputs))
-                emit(writer, result, None, results, listener)
+            for outcome in pool.run(recorder.jobs(iter(planned))):
+                recorder.finish(outcome)
         wall = time.perf_counter() - started
-        report = RunReport(writer.run_id, writer.path, "record", results, wall)
+        report = RunReport(writer.run_id, writer.path, "record", recorder.results, wall)
         writer.end(report.counts(), wall)
     return report
 
 
+class _Recorder:
+    """The state of one record run: turns the plan into jobs and outcomes into goldens."""
+
+    def __init__(self, store: GoldenStore, preset: Preset, settings: Settings, listener: Listener | None):
+        self.store, self.preset, self.settings, self.listener = store, preset, settings, listener
+        self.writer: history.RunWriter | None = None
+        self.results: list[Result] = []
+        self.env = history.environment()
+        self.pending: dict[str, tuple[Planned, Invocation]] = {}
+
+    def emit(self, result: Result) -> None:
+        assert self.writer is not None
+        emit(self.writer, result, self.preset.name, self.results, self.listener)
+
+    def jobs(self, planned: Iterator[Planned]) -> Iterator[Job]:
+        """Jobs for the items to record; the others are reported as they are met (the
+        pool pulls lazily, so reports follow suite order)."""
+        for item in planned:
+            case, seed = item.case, item.seed
+            if item.verdict is not None:
+                self.emit(Result(case.id, seed, self.preset.name, item.verdict, case, item.why))
+                continue
+            try:
+                invocation = materialize(case, seed)
+            except Exception as exc:  # a sampler or constructor error of this test only
+                self.emit(self._failed(item, f"materialising the inputs failed: {_text(exc)}", exc))
+                continue
+            key = f"{case.id}\0{seed}"
+            self.pending[key] = (item, invocation)
+            yield Job(case=case, seed=seed, invocation=invocation, preset=self.preset,
+                      repeats=self.settings.repeats, warmup=self.settings.warmup, cache_dir=None, key=key)
+
+    def finish(self, outcome: Outcome) -> None:
+        item, invocation = self.pending.pop(outcome.key)
+        result = with_timings(Result(item.case.id, item.seed, self.preset.name, Verdict.RECORDED, item.case),
+                              outcome)
+        if outcome.status is not None:
+            result.verdict = Verdict.BASELINE_FAIL
+            result.message = (f"baseline {self.preset.name}: {outcome.status.value}: "
+                              f"{outcome.error_message or 'no detail'}")
+            self.emit(result)
+            return
+        result.message = item.why
+        try:
+            golden = self._golden(item, invocation, restore_outputs(outcome.output_structure, outcome.outputs))
+        except _Failed as exc:
+            result.verdict, result.message, result.error_class = Verdict.BASELINE_FAIL, exc.message, exc.error_class
+        else:
+            try:
+                self.store.write(golden)
+            except (TypeError, ValueError) as exc:  # a value the store cannot hold (OSError stops the run)
+                result.verdict, result.error_class = Verdict.BASELINE_FAIL, type(exc).__name__
+                result.message = f"the golden cannot be stored: {exc}"
+        self.emit(result)
+
+    def _golden(self, item: Planned, invocation: Invocation, outputs: Any) -> Golden:
+        case = item.case
+        grads = None
+        if case.grad:
+            from .cause.gradients import pack_grads, record_grads
+
+            try:
+                grads = pack_grads(*record_grads(case, invocation, item.seed))
+            except Exception as exc:
+                raise _Failed(f"recording gradients (grad: true) failed: {_text(exc)}",
+                              type(exc).__name__) from None
+        return Golden(test_id=case.id, seed=item.seed, spec_hash=case.spec_hash, suite=str(case.suite),
+                      definition=dict(case.definition), test_type=case.test_type,
+                      baseline={"name": self.preset.name, **self.preset.to_json()}, env=self.env,
+                      created=history.utc_now(), invocation=invocation, outputs=outputs, grads=grads)
+
+    def _failed(self, item: Planned, message: str, exc: BaseException) -> Result:
+        return Result(item.case.id, item.seed, self.preset.name, Verdict.BASELINE_FAIL, item.case, message,
+                      error_class=type(exc).__name__)
+
+
+class _Failed(Exception):
+    def __init__(self, message: str, error_class: str):
+        super().__init__(message)
+        self.message, self.error_class = message, error_class
+
+
+def _text(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, OpdiffError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,104 @@
+"""Shared pieces of the record tests: tmp projects, CLI runs, a plain-zarr reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+CLI = REPO / "cli.py"
+PY = sys.executable
+
+
+def make_project(root: Path, suite_text: str, name: str = "s.yaml", models: bool = True) -> Path:
+    """A project dir holding suites/<name> (and suites/models.py for `file:` modules)."""
+    (root / "suites").mkdir(parents=True, exist_ok=True)
+    (root / "suites" / name).write_text(textwrap.dedent(suite_text))
+    if models:
+        shutil.copy(HERE / "models.py", root / "suites" / "models.py")
+    return root
+
+
+def run_cli(project: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`python cli.py ARGS` with cwd = project (so ./suites, ./goldens, ./store are its own)."""
+    env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
+    return subprocess.run([PY, str(CLI), *args], cwd=project, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def record_json(project: Path, *args: str) -> tuple[int, dict]:
+    """`opdiff record --format json ARGS`: (exit code, report)."""
+    proc = run_cli(project, "record", "--format", "json", "--repeats", "1", "--warmup", "0", *args)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON report (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
+    return proc.returncode, report
+
+
+def statuses(report: dict) -> dict[tuple[str, int], str]:
+    return {(r["id"], r["seed"]): r["status"] for r in report["results"]}
+
+
+# Reads a whole golden store with zarr and numpy only, following docs/goldens-layout.md:
+# every golden is a 1-D uint8 array; its attributes say where each tensor's bytes lie.
+PLAIN_READER = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np, zarr
+
+    root = sys.argv[1]
+    group = zarr.open_group(root, mode="r")
+    out = {}
+    for key, golden in group.arrays():
+        attrs = dict(golden.attrs)
+        raw = golden[...]
+        arrays = {}
+        for name, t in attrs["tensors"].items():
+            piece = raw[t["offset"]:t["offset"] + t["nbytes"]]
+            arr = piece.view(np.dtype(t["dtype"]).newbyteorder("<")).reshape(t["shape"])
+            arrays[name] = {"hex": arr.tobytes().hex(), "shape": list(arr.shape),
+                            "dtype": str(arr.dtype), "torch_dtype": t["torch_dtype"]}
+        out[f"{attrs['test_id']}|{attrs['seed']}"] = {
+            "key": key, "arrays": arrays,
+            **{k: attrs[k] for k in ("args", "kwargs", "outputs", "states", "grads", "spec_hash")}}
+    assert not any(m == "torch" or m.startswith(("torch.", "opdiff_snap")) for m in sys.modules)
+    print(json.dumps(out))
+""")
+
+
+def read_plain(goldens: Path) -> dict:
+    """{"<test id>|<seed>": {...}} of every golden in the store, read in a fresh process."""
+    proc = subprocess.run([PY, "-c", PLAIN_READER, str(goldens)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def cli_inproc(project: Path, *args: str):
+    """The same CLI through click's test runner, in this process (no interpreter start-up):
+    (exit code, stdout, stderr)."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    from opdiff_snap.cli import main
+
+    with contextlib.chdir(project):
+        result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def record_inproc(project: Path, *args: str) -> tuple[int, dict]:
+    """`opdiff record --format json ARGS` in this process (jobs still run in workers)."""
+    code, out, err = cli_inproc(project, "record", "--format", "json", "--repeats", "1", "--warmup", "0",
+                                "-j", "1", *args)
+    try:
+        return code, json.loads(out)
+    except ValueError:
+        raise AssertionError(f"no JSON report (rc {code}):\n{out}\n{err}") from None
