@@ -338,36 +338,7 @@ def goldens_show(ctx, test_id, seed) -> None:
     from .output import describe_golden
 
     golden = GoldenStore(_settings(ctx).goldens).read(test_id, seed)
-    console = Console()
-    describe_golden(console, golden)
-    if golden.grads is not None:
-        _describe_grads(console, golden)
-
-
-def _describe_grads(console: Console, golden) -> None:
-    """The recorded gradients of a `grad: true` golden: cotangent and d(loss)/d(input, param)."""
-    import torch
-    from rich.markup import escape
-
-    from .output import _summary
-
-    rows: list[tuple[str, object]] = []
-    grads = golden.grads if isinstance(golden.grads, dict) else {"grads": golden.grads}
-    for i, cot in enumerate(grads.get("cotangent") or []):
-        rows.append((f"cotangent[{i}]", cot))
-    for kind, values in (grads.get("grads") or {}).items():
-        for name, value in (values or {}).items():
-            rows.append((f"grad {kind} {name}", value))
-    table = Table(title=f"gradients of {escape(golden.test_id)} seed={golden.seed}")
-    for col in ("value", "shape", "dtype", "summary"):
-        table.add_column(col, overflow="fold")
-    for name, value in rows:
-        if isinstance(value, torch.Tensor):
-            table.add_row(escape(name), str(tuple(value.shape)), str(value.dtype).removeprefix("torch."),
-                          _summary(value))
-        else:
-            table.add_row(escape(name), "", type(value).__name__, escape(_summary(value)))
-    console.print(table)
+    describe_golden(Console(), golden)
 
 
 @goldens.command("prune")

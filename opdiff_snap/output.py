@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -80,6 +82,27 @@ class ProgressDisplay:
                                soft_wrap=True)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_BURIED = [  # exporters put the cause under boilerplate; pull it up
+    re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'.*?Failure message: ([^\n]+)", re.S),
+    re.compile(r"Unsupported fx node [^,\n]+"),
+]
+
+
+def headline(message: str | None, width: int = 160) -> str:
+    """The informative line of an error message, without colour codes."""
+    text = _ANSI.sub("", message or "")
+    for pattern in _BURIED:
+        m = pattern.search(text)
+        if m:
+            return ("no ONNX function for " + ": ".join(m.groups()) if len(m.groups()) > 1
+                    else m.group(0))[:width]
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:width]
+    return ""
+
+
 def _line(r: Result) -> str:
     text = f"{r.verdict.value:<18} {r.test_id} seed={r.seed} {r.preset}"
     if r.infer_ms is not None:
@@ -87,7 +110,7 @@ def _line(r: Result) -> str:
     if r.metrics and r.verdict not in GOOD:
         text += f" max_abs={r.metrics.get('max_abs')}"
     if r.message and r.verdict not in GOOD:
-        text += f" -- {r.message.splitlines()[0][:200]}"
+        text += f" -- {headline(r.message, 200)}"
     return text
 
 
@@ -104,12 +127,15 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
     failing.sort(key=lambda r: (r.verdict.value, -_severity(r)))
     if failing:
         table = Table(title="Not passing (worst first)", show_lines=False)
-        for col in ("verdict", "test", "seed", "preset", "max_abs", "min_atol", "detail"):
+        with_metrics = any(r.metrics for r in failing)
+        cols = ("verdict", "test", "seed", "preset") + (("max_abs", "min_atol") if with_metrics else ()) + ("detail",)
+        for col in cols:
             table.add_column(col, overflow="fold")
         for r in failing[:limit]:
             m = r.metrics or {}
-            table.add_row(r.verdict.value, r.test_id, str(r.seed), r.preset, _fmt(m.get("max_abs")),
-                          _fmt(m.get("min_atol")), (r.message or "").splitlines()[0][:120] if r.message else "")
+            metrics = (_fmt(m.get("max_abs")), _fmt(m.get("min_atol"))) if with_metrics else ()
+            table.add_row(r.verdict.value, escape(r.test_id), str(r.seed), r.preset, *metrics,
+                          escape(headline(r.message)))
         console.print(table)
         if len(failing) > limit:
             console.print(f"... and {len(failing) - limit} more (see `opdiff query` or --format json)")
@@ -117,7 +143,7 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
     reasons = Counter((r.verdict.value, r.preset, (r.message or "").splitlines()[0][:100] if r.message else "")
                       for r in quiet)
     for (verdict, preset, reason), n in sorted(reasons.items()):
-        console.print(f"[yellow]{verdict}[/] {preset} x{n}: {reason}", highlight=False)
+        console.print(f"[yellow]{verdict}[/] {preset} x{n}: {escape(reason)}", highlight=False)
     parts = ", ".join(f"{n} {v.value}" for v, n in sorted(counts.items(), key=lambda kv: kv[0].value))
     console.print(f"[bold]{report.command}[/] {report.run_id}: {len(report.results)} results in "
                   f"{report.wall_s:.1f} s: {parts or 'nothing to do'}", highlight=False)
@@ -219,29 +245,34 @@ def _summary(value) -> str:
     return text + (f"  non-finite {nonfinite}" if nonfinite else "")
 
 
+def _value_rows(prefix: str, value) -> list[tuple[str, object]]:
+    if isinstance(value, (list, tuple)):
+        return [r for i, v in enumerate(value) for r in _value_rows(f"{prefix}[{i}]", v)]
+    if isinstance(value, dict):
+        return [r for k, v in value.items() for r in _value_rows(f"{prefix}[{k!r}]", v)]
+    return [(prefix, value)]
+
+
 def describe_golden(console: Console, golden) -> None:
-    """`opdiff goldens show`: one table of every stored value, then the metadata."""
+    """`opdiff goldens show`: one table of every stored value (inputs, parameters,
+    outputs, gradients when recorded), then the metadata."""
     import torch
 
-    def paths(prefix: str, value) -> list[tuple[str, object]]:
-        if isinstance(value, (list, tuple)):
-            return [p for i, v in enumerate(value) for p in paths(f"{prefix}[{i}]", v)]
-        if isinstance(value, dict):
-            return [p for k, v in value.items() for p in paths(f"{prefix}[{k!r}]", v)]
-        return [(prefix, value)]
-
-    table = Table(title=f"{golden.test_id} seed={golden.seed}")
+    table = Table(title=escape(f"{golden.test_id} seed={golden.seed}"))
     for col in ("value", "shape", "dtype", "summary"):
         table.add_column(col, overflow="fold")
-    rows = paths("args", golden.invocation.args) + paths("kwargs", golden.invocation.kwargs)
+    rows = _value_rows("args", golden.invocation.args) + _value_rows("kwargs", golden.invocation.kwargs)
     for side, state in golden.invocation.states.items():
         rows += [(f"state[{side}].{k}", v) for k, v in state.items()]
-    rows += paths("outputs", golden.outputs)
+    rows += _value_rows("outputs", golden.outputs)
+    if golden.grads is not None:
+        rows += _value_rows("grads", golden.grads)
     for name, value in rows:
         if isinstance(value, torch.Tensor):
-            table.add_row(name, str(tuple(value.shape)), str(value.dtype).removeprefix("torch."), _summary(value))
+            table.add_row(escape(name), str(tuple(value.shape)), str(value.dtype).removeprefix("torch."),
+                          _summary(value))
         else:
-            table.add_row(name, "", type(value).__name__, _summary(value))
+            table.add_row(escape(name), "", type(value).__name__, escape(_summary(value)))
     console.print(table)
     meta = {"spec_hash": golden.spec_hash, "suite": golden.suite, "test_type": golden.test_type,
             "baseline": golden.baseline, "created": golden.created, "env": golden.env,

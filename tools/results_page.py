@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opdiff_snap.analytics import connect  # noqa: E402
+from opdiff_snap.output import headline  # noqa: E402
 
 PRESETS = ["torch_cpu_fp16", "torch_cpu_bf16", "inductor_cpu_fp32", "onnx_cpu_fp32", "onnx_cpu_fp16",
            "executorch_cpu_fp32", "executorch_cpu_fp16", "executorch_portable_fp32",
@@ -60,10 +61,11 @@ def load_rules(path: Path) -> list[Rule]:
     return rules
 
 
-def run_checks(presets: list[str], jobs: int) -> None:
+def run_checks(presets: list[str], jobs: int, store: Path) -> None:
     for preset in presets:
         print(f"== checking {preset}", flush=True)
-        subprocess.run([sys.executable, str(ROOT / "cli.py"), "check", "-b", preset, "-j", str(jobs),
+        subprocess.run([sys.executable, str(ROOT / "cli.py"), "--store", str(store), "check", "-b", preset,
+                        "-j", str(jobs),
                         "--repeats", "3", "--fail-on", "CRASH"], cwd=ROOT, check=False)
 
 
@@ -77,19 +79,6 @@ def latest_results(store: Path, presets: list[str]) -> dict[tuple[str, str], tup
             QUALIFY row_number() OVER (PARTITION BY r.test_id, r.preset
                                        ORDER BY runs.started DESC, r.ts DESC) = 1""")
     return {(test, preset): (status, msg or "") for test, preset, status, msg in t.rows if preset in presets}
-
-
-def headline(message: str) -> str:
-    """The informative line of an error: exporters bury it under boilerplate."""
-    message = re.sub(r"\x1b\[[0-9;]*m", "", message or "")
-    m = re.search(r"No ONNX function found for <OpOverload\(op='([^']+)'", message)
-    if m:
-        return f"no ONNX function for {m.group(1)}"
-    for line in message.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("-", "#", "(")) and "step 3/3" not in line:
-            return line[:160]
-    return ""
 
 
 def write_page(results, rules: list[Rule], presets: list[str], out: Path) -> int:
@@ -143,7 +132,7 @@ def main() -> None:
     args = ap.parse_args()
     presets = [p for p in args.presets.split(",") if p]
     if args.run:
-        run_checks(presets, args.jobs)
+        run_checks(presets, args.jobs, args.store)
     results = latest_results(args.store, presets)
     unexplained = write_page(results, load_rules(args.notes), presets, args.output)
     print(f"wrote {args.output}; {unexplained} non-PASS results without an explanation")

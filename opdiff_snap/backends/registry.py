@@ -172,7 +172,7 @@ def _unknown_preset_message(name: Any) -> str:
     close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return (f"unknown backend preset '{name}'.{hint} Presets are named <family>_<device>_<precision>; "
-            f"families: {', '.join(families())}. `opdiff presets` lists them all.{_plugin_note()}")
+            f"families: {', '.join(families())}. `opdiff list-presets` lists them all.{_plugin_note()}")
 
 
 def _plugin_note() -> str:

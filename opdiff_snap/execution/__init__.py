@@ -1,0 +1,9 @@
+"""Job -> Outcome: prepare a flat module, export (cached), load, time, isolate."""
+
+from .job import Job, Outcome
+from .pool import WorkerPool
+from .prepare import FlatModule, Prepared, flat_module, restore_outputs
+from .runner import run_job
+
+__all__ = ["Job", "Outcome", "WorkerPool", "Prepared", "FlatModule", "flat_module",
+           "restore_outputs", "run_job"]

@@ -1,0 +1,160 @@
+"""On-disk cache of exported artifacts, for backends that serialise (`serializes = True`).
+
+Layout: `<cache_dir>/<key[:2]>/<key>/` holding the backend's workdir under `work/`,
+`entry.json` (original export time, where the artifact sits in `work/`, who made it)
+and an empty `complete` marker written last. An entry is built in a temporary sibling
+directory and renamed into place, so a killed export leaves no entry that looks
+complete; an entry without the marker, or one whose files do not load, is removed and
+rebuilt.
+
+The key is sha256 over: test id and spec hash, seed, the resolved preset, a digest of
+the module weights that export bakes in (a re-recorded golden with new weights must
+not reuse an old artifact), and the versions of torch, of the backend's runtime
+packages and of opdiff-snap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .. import __version__
+from ..backends.base import Artifact
+from .job import Job
+
+# The packages whose versions can change what an export produces, by backend family.
+RUNTIME_PACKAGES = {
+    "onnx": ("onnx", "onnxscript", "onnxruntime"),
+    "executorch": ("executorch",),
+    "coreml": ("coremltools",),
+}
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _states_digest(job: Job) -> str:
+    h = hashlib.sha256()
+    for side in sorted(job.invocation.states):
+        for name, t in sorted(job.invocation.states[side].items()):
+            t = t.detach().cpu().contiguous().reshape(-1)
+            h.update(f"{side}/{name}/{t.dtype}/{tuple(t.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def cache_key(job: Job) -> str:
+    packages = RUNTIME_PACKAGES.get(job.preset.family, ())
+    material = {
+        "test": job.case.id,
+        "spec_hash": job.case.spec_hash,
+        "definition": job.case.definition if not job.case.spec_hash else None,
+        "seed": job.seed,
+        "preset": {"name": job.preset.name, **job.preset.to_json()},
+        "states": _states_digest(job),
+        "versions": {"torch": torch.__version__, "opdiff_snap": __version__,
+                     **{p: _version(p) for p in packages}},
+    }
+    blob = json.dumps(material, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass
+class CacheEntry:
+    key: str
+    path: Path                # <cache_dir>/<key[:2]>/<key>
+    export_ms: float | None   # the original export time, kept for history
+
+    def artifact(self) -> Artifact:
+        meta = json.loads((self.path / "entry.json").read_text())
+        rel = meta.get("artifact")
+        return Artifact(path=self.path / "work" / rel if rel else self.path / "work")
+
+
+class ArtifactCache:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def lookup(self, key: str) -> CacheEntry | None:
+        """The complete entry for `key`, or None (an incomplete one is removed)."""
+        path = self.entry_dir(key)
+        if not path.exists():
+            return None
+        try:
+            if (path / "complete").is_file():
+                meta = json.loads((path / "entry.json").read_text())
+                return CacheEntry(key, path, meta.get("export_ms"))
+        except (OSError, ValueError):
+            pass
+        self.evict(key)
+        return None
+
+    def evict(self, key: str) -> None:
+        path = self.entry_dir(key)
+        if path.exists():
+            trash = path.with_name(f".trash-{key}-{uuid.uuid4().hex[:8]}")
+            try:
+                path.rename(trash)  # atomic: readers never see half a deletion
+            except OSError:
+                return
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def store(self, key: str, export: Callable[[Path], Artifact], info: dict[str, Any]
+              ) -> tuple[CacheEntry, float]:
+        """Run `export(workdir)` into a staging directory, time it, and publish the entry.
+
+        Returns the entry and the export time in ms. If another process published the
+        same key meanwhile, its entry is used and ours discarded."""
+        final = self.entry_dir(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=final.parent))
+        try:
+            work = staging / "work"
+            work.mkdir()
+            t0 = time.perf_counter()
+            artifact = export(work)
+            export_ms = (time.perf_counter() - t0) * 1e3
+            rel = None
+            if artifact.path is not None:
+                resolved = Path(artifact.path).resolve()
+                try:
+                    rel = str(resolved.relative_to(work.resolve()))
+                except ValueError:
+                    raise RuntimeError(f"the backend wrote its artifact outside its workdir "
+                                       f"({resolved}); it cannot be cached") from None
+                rel = None if rel == "." else rel
+            meta = {"key": key, "export_ms": export_ms, "artifact": rel, "created": time.time(), **info}
+            (staging / "entry.json").write_text(json.dumps(meta, indent=1, default=str))
+            (staging / "complete").write_text("")
+            try:
+                os.rename(staging, final)
+            except OSError:
+                # published by someone else meanwhile (rename onto a non-empty dir fails)
+                shutil.rmtree(staging, ignore_errors=True)
+                entry = self.lookup(key)
+                if entry is None:
+                    raise
+                return entry, export_ms
+            return CacheEntry(key, final, export_ms), export_ms
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+

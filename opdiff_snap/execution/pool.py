@@ -1,0 +1,278 @@
+"""Persistent, isolated worker processes with a per-job timeout.
+
+Each worker is a spawned process that imports torch and the backends once and then
+serves jobs over a Pipe, one at a time. The parent hands a job to a worker as soon as
+that worker says it is ready (workers start in parallel; nobody waits for all of
+them), and waits on all worker connections at once:
+
+- a result arrives: yield it, hand the worker the next job;
+- the pipe reports EOF (the process died): CRASH naming the signal or exit code, start a
+  replacement;
+- the job's deadline passes: SIGKILL the worker, TIMEOUT, start a replacement.
+
+Every submitted job yields exactly one Outcome, in completion order. Messages are
+pickled once with the standard pickler (tensors by value, no shared-memory handles
+that a killed worker could leave dangling).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Iterable, Iterator
+
+from ..verdicts import Verdict
+from .job import Job, Outcome
+
+_READY = b"ready"
+_STOP = b"stop"
+STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
+MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
+
+
+def _worker_main(conn: Connection, threads: int) -> None:
+    """Entry point of a worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    os.environ["OPDIFF_THREADS"] = str(threads)
+    import torch
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set (cannot happen in a fresh process, but harmless)
+    from . import runner
+    try:
+        from ..backends import registry  # noqa: F401  (import once, before the first job)
+    except ImportError:
+        pass
+    conn.send_bytes(_READY)
+    while True:
+        try:
+            msg = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        if msg == _STOP:
+            return
+        job: Job = pickle.loads(msg)
+        try:
+            outcome = runner.run_job(job)
+        except BaseException as exc:  # run_job catches Exception; this is SystemExit & co.
+            outcome = Outcome(job.key, Verdict.INFER_FAIL, error_class=type(exc).__name__,
+                              error_message=runner.error_text(exc))
+        outcome.worker_pid = os.getpid()
+        try:
+            data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            data = pickle.dumps(Outcome(job.key, Verdict.INFER_FAIL, error_class=type(exc).__name__,
+                                        error_message=f"the outcome could not be sent back: "
+                                                      f"{runner.error_text(exc)}",
+                                        worker_pid=os.getpid()))
+        conn.send_bytes(data)
+
+
+@dataclass
+class _Worker:
+    proc: mp.process.BaseProcess
+    conn: Connection
+    started: float
+    ready: bool = False
+    job: Job | None = None
+    deadline: float = 0.0
+    sent_at: float = 0.0
+    served: int = 0
+
+
+def death_description(exitcode: int | None) -> tuple[str, str]:
+    """(error_class, message) for a worker that exited with `exitcode`."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        desc = signal.strsignal(-exitcode) or name
+        return f"signal {name}", f"the worker process died from {name} ({desc}) while running the job"
+    return f"exit code {exitcode}", f"the worker process exited with code {exitcode} while running the job"
+
+
+class WorkerPool:
+    """Run jobs in `jobs` persistent worker processes (or in this process)."""
+
+    def __init__(self, jobs: int | None = None, timeout_s: float = 300, in_process: bool = False):
+        self.n = max(1, int(jobs or os.cpu_count() or 1))
+        self.timeout_s = float(timeout_s)
+        self.in_process = in_process
+        self.threads = max(1, (os.cpu_count() or 1) // self.n)
+        self._ctx = mp.get_context("spawn")
+        self._workers: list[_Worker] = []
+        self.started_workers = 0   # how many processes were spawned (replacements included)
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.threads),
+                                 name="opdiff-worker", daemon=True)
+        proc.start()
+        child.close()  # so that the parent sees EOF when the worker dies
+        self.started_workers += 1
+        w = _Worker(proc, parent, time.monotonic())
+        self._workers.append(w)
+        return w
+
+    def _discard(self, w: _Worker, kill: bool) -> None:
+        if w in self._workers:
+            self._workers.remove(w)
+        if kill and w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(timeout=5)
+        try:
+            w.conn.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Stop every worker: ask politely, then kill whoever is still there after 2 s."""
+        workers, self._workers = list(self._workers), []
+        for w in workers:
+            if w.job is None:
+                try:
+                    w.conn.send_bytes(_STOP)
+                except OSError:
+                    pass
+        end = time.monotonic() + 2.0
+        for w in workers:
+            if w.job is None:
+                w.proc.join(timeout=max(0.0, end - time.monotonic()))
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(timeout=5)
+            try:
+                w.conn.close()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ running
+    def run(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+        if self.in_process:
+            yield from self._run_in_process(jobs)
+        else:
+            yield from self._run_isolated(jobs)
+
+    def _run_in_process(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+        from .runner import run_job
+        for job in jobs:
+            outcome = run_job(job)
+            outcome.worker_pid = os.getpid()
+            yield outcome
+
+    def _run_isolated(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+        source = iter(jobs)
+        queue: deque[Job] = deque()
+        exhausted = False
+        start_failures = 0
+        try:
+            while True:
+                # Pull jobs lazily: only as many as there are workers to take them.
+                busy = sum(1 for w in self._workers if w.job is not None)
+                while not exhausted and len(queue) + busy < self.n:
+                    try:
+                        queue.append(next(source))
+                    except StopIteration:
+                        exhausted = True
+                idle = [w for w in self._workers if w.job is None]
+                for _ in range(min(len(queue) - len(idle), self.n - len(self._workers))):
+                    idle.append(self._spawn())
+                for w in idle:
+                    if w.ready and queue:
+                        job = queue.popleft()
+                        if not self._send(w, job):
+                            queue.appendleft(job)  # it never reached the worker: not its fault
+                any_busy = any(w.job is not None for w in self._workers)
+                if not queue and exhausted and not any_busy:
+                    return
+                if start_failures >= MAX_START_FAILURES and not any_busy:
+                    yield from self._give_up(queue, source)
+                    return
+
+                now = time.monotonic()
+                deadlines = [w.deadline for w in self._workers if w.job is not None]
+                deadlines += [w.started + STARTUP_TIMEOUT_S for w in self._workers if not w.ready]
+                timeout = max(0.0, min(deadlines) - now) if deadlines else None
+                for conn in wait([w.conn for w in self._workers], timeout):
+                    w = next(x for x in self._workers if x.conn is conn)
+                    try:
+                        msg = conn.recv_bytes()
+                    except (EOFError, OSError):
+                        if not w.ready:
+                            start_failures += 1
+                        outcome = self._died(w)
+                        if outcome is not None:
+                            yield outcome
+                        continue
+                    if msg == _READY:
+                        w.ready, start_failures = True, 0
+                        continue
+                    outcome = pickle.loads(msg)
+                    w.job, w.served = None, w.served + 1
+                    yield outcome
+                now = time.monotonic()
+                for w in list(self._workers):
+                    if w.job is not None and now >= w.deadline:
+                        job = w.job
+                        self._discard(w, kill=True)
+                        yield Outcome(job.key, Verdict.TIMEOUT, error_class="Timeout",
+                                      error_message=f"no result after {self.timeout_s:g} s; the worker "
+                                                    f"(pid {w.proc.pid}) was killed and replaced",
+                                      worker_pid=w.proc.pid)
+                    elif not w.ready and now >= w.started + STARTUP_TIMEOUT_S:
+                        start_failures += 1
+                        self._discard(w, kill=True)
+        except GeneratorExit:
+            # The consumer stopped early: jobs in flight are abandoned with their workers.
+            for w in [w for w in self._workers if w.job is not None]:
+                self._discard(w, kill=True)
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _send(self, w: _Worker, job: Job) -> bool:
+        """Hand `job` to a ready worker; False (worker discarded) if its pipe is broken."""
+        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            w.conn.send_bytes(data)
+        except OSError:
+            self._discard(w, kill=True)
+            return False
+        w.job = job
+        w.sent_at = time.monotonic()
+        w.deadline = w.sent_at + self.timeout_s
+        return True
+
+    def _died(self, w: _Worker) -> Outcome | None:
+        job = w.job
+        self._discard(w, kill=True)
+        if job is None:
+            return None
+        error_class, message = death_description(w.proc.exitcode)
+        return Outcome(job.key, Verdict.CRASH, error_class=error_class,
+                       error_message=f"{message} (pid {w.proc.pid}); the worker was replaced",
+                       worker_pid=w.proc.pid)
+
+    def _give_up(self, queue: deque[Job], source: Iterator[Job]) -> Iterator[Outcome]:
+        msg = (f"{MAX_START_FAILURES} worker processes in a row died before they were ready "
+               "(see stderr); run with --in-process to see the error")
+        for job in [*queue, *source]:
+            yield Outcome(job.key, Verdict.CRASH, error_class="WorkerStartFailed", error_message=msg)
+        queue.clear()

@@ -1,0 +1,260 @@
+"""Turn a test case plus a stored invocation into a *flat* module for backends.
+
+A flat module takes only tensors and returns only a flat tuple of tensors:
+
+    forward(*inputs) -> (out0, out1, ...)
+
+Non-tensor arguments (ints, lists of ints, dtypes, None, constructed objects) are
+baked in as constants. Complex tensors never cross the boundary: complex inputs
+arrive as real `[..., 2]` tensors and are rebuilt with `view_as_complex` inside the
+graph (this is also how `cast_input0_to_complex` works: materialize already stores
+input 0 as real pairs); complex outputs leave as `view_as_real`. Python scalar outputs
+leave as 0-d tensors. `out_structure` records how to rebuild the nested output value
+(see `restore_outputs`): it is a trees.py structure with two extra leaf kinds,
+
+    {"complex": i}               flat output i is a real [..., 2] view of a complex tensor
+    {"scalar": i, "type": "int"} flat output i is a 0-d tensor standing for a Python
+                                 int / float / bool
+
+A pair test runs side a and side b on the same inputs; its structure is
+`{"dict": [["a", ...], ["b", ...]]}`, side b's leaf indices following side a's.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from .. import trees
+from ..errors import OpdiffError
+from ..suite.construct import build_modules, resolve_op
+from ..suite.model import Invocation, TestCase
+
+_SCALAR_TYPES = {"bool": bool, "int": int, "float": float}
+
+
+@dataclass
+class Prepared:
+    """A flat module, the example inputs it takes, and how to rebuild its outputs.
+
+    `out_dtypes` are the dtypes of the flat outputs as the eager module produced them
+    (probed once in fp32 here): reduced-precision outputs are cast back to them.
+    """
+
+    module: torch.nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    out_structure: Any
+    out_dtypes: list[torch.dtype]
+
+    def fresh_inputs(self) -> list[torch.Tensor]:
+        """Copies of the inputs: in-place ops must not change what the next call sees."""
+        return [t.clone() for t in self.inputs]
+
+
+class FlatModule(torch.nn.Module):
+    """forward(*tensors) -> tuple of tensors; see the module docstring."""
+
+    def __init__(self, sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: dict[str, Any],
+                 complex_slots: set[int]):
+        super().__init__()
+        self.side_names = list(sides)
+        self.fns: dict[str, Callable[..., Any]] = {}
+        for name, fn in sides.items():
+            if isinstance(fn, torch.nn.Module):
+                self.add_module(f"side_{name}", fn)  # registered, so .to(dtype) casts its weights
+            else:
+                self.fns[name] = fn
+        leaves: list[Any] = []
+        self._spec = _split((list(args), dict(kwargs)), leaves)
+        self._slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        self._consts = [None if isinstance(v, torch.Tensor) else v for v in leaves]
+        self._complex = [i in complex_slots for i in range(len(self._slots))]
+
+    def _fn(self, side: str) -> Callable[..., Any]:
+        return self.fns[side] if side in self.fns else getattr(self, f"side_{side}")
+
+    def call_args(self, tensors: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The original (args, kwargs) with `tensors` in the tensor slots."""
+        leaves = list(self._consts)
+        for slot, is_complex, t in zip(self._slots, self._complex, tensors):
+            leaves[slot] = torch.view_as_complex(t) if is_complex else t
+        return _join(self._spec, leaves)
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        args, kwargs = self.call_args(tensors)
+        flat: list[torch.Tensor] = []
+        for side in self.side_names:
+            _collect(self._fn(side)(*args, **kwargs), flat)
+        return tuple(flat)
+
+
+def _collect(out: Any, flat: list[torch.Tensor]) -> None:
+    """Append the output leaves of `out` to `flat`, in the order `_structure` numbers them."""
+    if isinstance(out, torch.Tensor):
+        flat.append(torch.view_as_real(out) if out.is_complex() else out)
+    elif isinstance(out, (tuple, list)):
+        for v in out:
+            _collect(v, flat)
+    elif isinstance(out, dict):
+        for v in out.values():
+            _collect(v, flat)
+    elif isinstance(out, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        flat.append(torch.tensor(out))
+
+
+def _structure(out: Any, counter: list[int], where: str) -> Any:
+    """The out_structure of one eager output value; `counter[0]` numbers the leaves."""
+
+    def leaf(kind: str, **extra: Any) -> dict[str, Any]:
+        node = {kind: counter[0], **extra}
+        counter[0] += 1
+        return node
+
+    if isinstance(out, torch.Tensor):
+        return leaf("complex") if out.is_complex() else leaf("tensor")
+    if isinstance(out, tuple):
+        return {"tuple": [_structure(v, counter, where) for v in out]}
+    if isinstance(out, list):
+        return {"list": [_structure(v, counter, where) for v in out]}
+    if isinstance(out, dict):
+        return {"dict": [[str(k), _structure(v, counter, where)] for k, v in out.items()]}
+    if isinstance(out, bool):
+        return leaf("scalar", type="bool")
+    if isinstance(out, int):
+        return leaf("scalar", type="int")
+    if isinstance(out, float):
+        return leaf("scalar", type="float")
+    if out is None or isinstance(out, str):
+        return {"value": out}
+    if isinstance(out, torch.dtype):
+        return {"dtype": str(out).removeprefix("torch.")}
+    raise OpdiffError(f"{where} returned a value of type {type(out).__name__}, which cannot be "
+                      "compared: return tensors, numbers, or tuples/lists/dicts of them.")
+
+
+def restore_outputs(structure: Any, outputs: list[torch.Tensor]) -> Any:
+    """The nested output value from flat outputs: complex tensors rebuilt from real pairs,
+    Python scalars from 0-d tensors, constants (None, strings) from the structure."""
+
+    def build(s: Any) -> Any:
+        kind = next(k for k in s if k != "type")
+        v = s[kind]
+        if kind == "tensor":
+            return outputs[v]
+        if kind == "complex":
+            t = outputs[v]
+            if t.dtype in (torch.float16, torch.bfloat16):
+                t = t.float()  # there is no complex bfloat16, and complex32 is barely usable
+            return torch.view_as_complex(t.contiguous())
+        if kind == "scalar":
+            return _SCALAR_TYPES[s["type"]](outputs[v].item())
+        if kind == "tuple":
+            return tuple(build(e) for e in v)
+        if kind == "list":
+            return [build(e) for e in v]
+        if kind == "dict":
+            return {k: build(e) for k, e in v}
+        return trees.unflatten(s, [])
+
+    return build(structure)
+
+
+def count_outputs(structure: Any) -> int:
+    """How many flat outputs a structure refers to."""
+    if isinstance(structure, dict):
+        if any(k in structure for k in ("tensor", "complex", "scalar")):
+            return 1
+        return sum(count_outputs(v) for v in structure.values())
+    if isinstance(structure, list):
+        return sum(count_outputs(v) for v in structure)
+    return 0
+
+
+def _side_callables(case: TestCase, invocation: Invocation) -> dict[str, Callable[..., Any]]:
+    modules = build_modules(case)
+    sides: dict[str, Callable[..., Any]] = {}
+    for side, call in (("a", case.call), ("b", case.pair)):
+        if call is None:
+            continue
+        if call.kind == "op":
+            sides[side] = resolve_op(call.target)
+            continue
+        module = modules[side]
+        state = invocation.states.get(side)
+        if state is None:
+            raise OpdiffError(f"test '{case.id}': the stored invocation has no module state for side "
+                              f"'{side}' ({call.target}). Re-record the golden.")
+        try:
+            module.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise OpdiffError(f"test '{case.id}': the stored weights do not fit the module built from "
+                              f"{call.target} ({' '.join(str(exc).split()).rstrip('.')}). The module changed since the golden "
+                              "was recorded: re-record it.") from exc
+        sides[side] = module.eval()
+    return sides
+
+
+def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
+    """Build the flat module of (case, invocation) and probe its outputs once in eager mode."""
+    sides = _side_callables(case, invocation)
+    args = [_detached(a) for a in copy.deepcopy(list(invocation.args))]
+    kwargs = {k: _detached(v) for k, v in copy.deepcopy(dict(invocation.kwargs)).items()}
+    if case.cast_input0_to_complex and args and isinstance(args[0], torch.Tensor) \
+            and not args[0].is_complex():
+        if args[0].shape[-1:] != (2,):
+            raise OpdiffError(f"test '{case.id}': cast_input0_to_complex needs input 0 as a real "
+                              f"tensor of shape [..., 2]; it has shape {list(args[0].shape)}.")
+        args[0] = torch.view_as_complex(args[0].contiguous())
+    # Every complex tensor leaf travels as real pairs and is rebuilt inside forward.
+    leaves: list[Any] = []
+    _split((args, kwargs), leaves)
+    tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
+    complex_slots = {i for i, t in enumerate(tensors) if t.is_complex()}
+    inputs = tuple(torch.view_as_real(t).clone() if t.is_complex() else t.contiguous() for t in tensors)
+    module = FlatModule(sides, args, kwargs, complex_slots).eval()
+
+    # Probe: one eager call gives the output structure and the eager dtypes.
+    counter, parts, flat = [0], [], []
+    with torch.no_grad():
+        args_p, kwargs_p = module.call_args([t.clone() for t in inputs])
+        for side in module.side_names:
+            out = module._fn(side)(*args_p, **kwargs_p)
+            where = f"test '{case.id}'" + (f" side {side}" if case.pair is not None else "")
+            parts.append((side, _structure(out, counter, where)))
+            _collect(out, flat)
+    structure = {"dict": [[s, st] for s, st in parts]} if case.pair is not None else parts[0][1]
+    return Prepared(module, inputs, structure, [t.dtype for t in flat])
+
+
+def _detached(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_detached(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _detached(v) for k, v in x.items()}
+    return x
+
+
+def _split(x: Any, leaves: list[Any]) -> Any:
+    """A spec of plain tuples for lists / tuples / dicts; every other value is a leaf.
+    (Plain tuples, not pytree specs: backends deep-copy the module that holds it.)"""
+    if isinstance(x, (list, tuple)) and type(x) in (list, tuple):
+        return (type(x).__name__, tuple(_split(v, leaves) for v in x))
+    if type(x) is dict:
+        return ("dict", tuple((k, _split(v, leaves)) for k, v in x.items()))
+    leaves.append(x)
+    return ("leaf", len(leaves) - 1)
+
+
+def _join(spec: Any, leaves: list[Any]) -> Any:
+    kind, body = spec
+    if kind == "leaf":
+        return leaves[body]
+    if kind == "dict":
+        return {k: _join(v, leaves) for k, v in body}
+    items = [_join(v, leaves) for v in body]
+    return items if kind == "list" else tuple(items)

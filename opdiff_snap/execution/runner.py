@@ -1,0 +1,157 @@
+"""Run one Job in the current process: availability -> prepare -> export (cached) ->
+load -> warm-up -> timed repeats -> outputs.
+
+Every failure becomes an Outcome with a status and the exception's class and first
+lines; nothing raises out of `run_job` except KeyboardInterrupt / SystemExit.
+
+Precision rule: a reduced-precision preset (fp16/bf16) may return float16/bfloat16
+where the eager module produced float32 (or float64). Such outputs are cast back to
+the dtype the eager module produced, which `prepare` probes with one eager call; an
+output the eager module itself produced in float16 stays float16. Integer, bool and
+fp32-preset outputs are never cast: a dtype difference there is a finding.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..backends.base import Artifact, Backend, Runnable
+from ..verdicts import Verdict
+from .cache import ArtifactCache, cache_key
+from .job import Job, Outcome
+from .prepare import Prepared, count_outputs, flat_module
+
+MESSAGE_CHARS = 2000
+_REDUCED = (torch.float16, torch.bfloat16)
+
+
+def error_text(exc: BaseException) -> str:
+    """`Class: message` trimmed to MESSAGE_CHARS (the head is where the cause usually is)."""
+    text = str(exc).strip() or repr(exc)
+    text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."
+
+
+def _fail(job: Job, status: Verdict, exc: BaseException | str, **timings: Any) -> Outcome:
+    if isinstance(exc, BaseException):
+        return Outcome(job.key, status, error_class=type(exc).__name__, error_message=error_text(exc),
+                       **timings)
+    return Outcome(job.key, status, error_message=exc, **timings)
+
+
+def _backend(job: Job) -> Backend:
+    from ..backends.registry import backend_for
+    return backend_for(job.preset)
+
+
+def run_job(job: Job, backend: Backend | None = None) -> Outcome:
+    """Run `job`; `backend` defaults to the registry's backend for the job's preset."""
+    try:
+        backend = backend if backend is not None else _backend(job)
+        avail = backend.availability(job.preset)
+    except Exception as exc:  # an unknown family or a broken plug-in
+        return _fail(job, Verdict.UNAVAILABLE, exc)
+    if not avail.can_export:
+        return _fail(job, Verdict.UNAVAILABLE, avail.reason or f"preset {job.preset.name} cannot run here")
+    try:
+        prepared = flat_module(job.case, job.invocation)
+    except Exception as exc:
+        out = _fail(job, Verdict.EXPORT_FAIL, exc)
+        out.error_message = f"preparing the test failed before export: {out.error_message}"
+        return out
+    with tempfile.TemporaryDirectory(prefix="opdiff-job-") as tmp:
+        return _export_and_run(job, backend, prepared, avail.can_run, avail.reason, Path(tmp))
+
+
+def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: bool, reason: str,
+                    tmp: Path) -> Outcome:
+    use_cache = job.cache_dir is not None and getattr(backend, "serializes", False)
+    cache = ArtifactCache(job.cache_dir) if use_cache else None
+    key = cache_key(job) if cache is not None else ""
+    for attempt in (0, 1):  # a cached artifact that fails to load is evicted and rebuilt once
+        cache_hit = False
+        try:
+            t0 = time.perf_counter()
+            entry = cache.lookup(key) if cache is not None else None
+            if entry is not None:
+                artifact = entry.artifact()
+                cache_hit = True  # the original export time stays in the entry's entry.json
+                export_ms = (time.perf_counter() - t0) * 1e3
+            elif cache is not None:
+                entry, export_ms = cache.store(
+                    key, lambda work: _export(backend, prepared, job, work),
+                    {"test": job.case.id, "seed": job.seed, "preset": job.preset.name})
+                artifact = entry.artifact()
+            else:
+                workdir = tmp / f"work{attempt}"
+                workdir.mkdir()
+                artifact = _export(backend, prepared, job, workdir)
+                export_ms = (time.perf_counter() - t0) * 1e3
+        except Exception as exc:
+            return _fail(job, Verdict.EXPORT_FAIL, exc)
+        timings = {"export_ms": export_ms, "cache_hit": cache_hit}
+        if not can_run:
+            return _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {reason}", **timings)
+        try:
+            t0 = time.perf_counter()
+            runnable = backend.load(artifact, job.preset)
+            load_ms = (time.perf_counter() - t0) * 1e3
+        except Exception as exc:
+            if cache_hit and attempt == 0:
+                cache.evict(key)
+                continue
+            return _fail(job, Verdict.LOAD_FAIL, exc, **timings)
+        return _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
+    raise AssertionError("unreachable")
+
+
+def _export(backend: Backend, prepared: Prepared, job: Job, workdir: Path) -> Artifact:
+    with torch.no_grad():
+        return backend.export(prepared.module, tuple(prepared.fresh_inputs()), job.preset, workdir)
+
+
+def _infer(job: Job, runnable: Runnable, prepared: Prepared, **timings: Any) -> Outcome:
+    times: list[float] = []
+    outputs: Any = None
+    try:
+        with torch.no_grad():
+            for i in range(max(0, job.warmup) + max(1, job.repeats)):
+                inputs = prepared.fresh_inputs()
+                t0 = time.perf_counter()
+                outputs = runnable(inputs)
+                dt = (time.perf_counter() - t0) * 1e3
+                if i >= max(0, job.warmup):
+                    times.append(dt)
+        outputs = _finish(outputs, prepared, job)
+    except Exception as exc:
+        return _fail(job, Verdict.INFER_FAIL, exc, infer_ms_all=times, **timings)
+    expected = count_outputs(prepared.out_structure)
+    timing = {"infer_ms": statistics.median(times), "infer_ms_all": times, **timings}
+    if len(outputs) != expected:
+        return _fail(job, Verdict.STRUCTURE_MISMATCH,
+                     f"the backend returned {len(outputs)} outputs; the eager module returns {expected}",
+                     **timing)
+    return Outcome(job.key, None, outputs=outputs, output_structure=prepared.out_structure, **timing)
+
+
+def _finish(outputs: Any, prepared: Prepared, job: Job) -> list[torch.Tensor]:
+    """Outputs as a list of detached CPU tensors, reduced-precision ones cast back."""
+    if isinstance(outputs, torch.Tensor):
+        outputs = [outputs]
+    result = []
+    for i, t in enumerate(outputs):
+        if not isinstance(t, torch.Tensor):
+            t = torch.as_tensor(t)
+        t = t.detach().cpu()
+        eager = prepared.out_dtypes[i] if i < len(prepared.out_dtypes) else None
+        if (job.preset.precision != "fp32" and t.dtype in _REDUCED and eager is not None
+                and eager.is_floating_point and eager != t.dtype):
+            t = t.to(eager)
+        result.append(t.contiguous())
+    return result

@@ -1,0 +1,44 @@
+"""Modules that misbehave on purpose, for the execution tests (loaded as file: paths)."""
+
+import ctypes
+import time
+
+import torch
+
+
+class Segfault(torch.nn.Module):
+    """Reads address 0: the process dies from SIGSEGV."""
+
+    def forward(self, x):
+        ctypes.string_at(0)
+        return x
+
+
+class Hang(torch.nn.Module):
+    """Never returns."""
+
+    def forward(self, x):
+        while True:
+            time.sleep(1)
+
+
+class Scaled(torch.nn.Module):
+    """A well-behaved module with a parameter and a buffer."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n))
+        self.register_buffer("offset", torch.randn(n))
+
+    def forward(self, x):
+        return x * self.weight + self.offset
+
+
+
+class DataDependent(torch.nn.Module):
+    """Fine in eager mode; torch.export rejects Python control flow on tensor values."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x

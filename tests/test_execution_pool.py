@@ -1,0 +1,103 @@
+"""WorkerPool: isolation (CRASH with the signal, TIMEOUT), replacement, -j 2, in-process."""
+
+import os
+
+import pytest
+import torch
+
+from helpers_execution.cases import job, module_case, op_case, x
+from opdiff_snap.execution import WorkerPool, restore_outputs
+from opdiff_snap.execution.pool import death_description
+from opdiff_snap.verdicts import Verdict
+
+
+def relu_jobs(n, prefix="relu", preset="torch_cpu_fp32"):
+    return [job(op_case("aten::relu", id=f"{prefix}{i}"), [x(4, seed=i)], preset=preset, key=f"{prefix}{i}")
+            for i in range(n)]
+
+
+def check_relu(outcome):
+    i = int(outcome.key.removeprefix("relu").removeprefix("after"))
+    assert outcome.status is None, outcome.error_message
+    torch.testing.assert_close(restore_outputs(outcome.output_structure, outcome.outputs), x(4, seed=i).relu())
+
+
+def test_death_description_names_the_signal():
+    assert death_description(-11) == ("signal SIGSEGV", death_description(-11)[1])
+    assert "SIGSEGV" in death_description(-11)[1]
+    assert death_description(3)[0] == "exit code 3"
+
+
+def test_in_process_mode_runs_here():
+    with WorkerPool(jobs=2, in_process=True) as pool:
+        outcomes = list(pool.run(relu_jobs(3)))
+    assert [o.key for o in outcomes] == ["relu0", "relu1", "relu2"]
+    assert {o.worker_pid for o in outcomes} == {os.getpid()}
+    for o in outcomes:
+        check_relu(o)
+
+
+@pytest.mark.slow
+def test_segfault_is_crash_and_the_replacement_keeps_serving():
+    crash = job(module_case("file:crashy.py::Segfault", id="segv"), [x(3)], key="segv")
+    jobs = relu_jobs(2) + [crash] + relu_jobs(3, prefix="after")
+    with WorkerPool(jobs=1, timeout_s=60) as pool:
+        outcomes = list(pool.run(jobs))
+        assert pool.started_workers == 2   # one replacement, no more
+    assert sorted(o.key for o in outcomes) == sorted(j.key for j in jobs)  # exactly one each
+    by_key = {o.key: o for o in outcomes}
+    seg = by_key.pop("segv")
+    assert seg.status is Verdict.CRASH
+    assert seg.error_class == "signal SIGSEGV" and "SIGSEGV" in seg.error_message
+    for o in by_key.values():
+        check_relu(o)
+    before = {by_key[f"relu{i}"].worker_pid for i in range(2)}
+    after = {by_key[f"after{i}"].worker_pid for i in range(3)}
+    assert len(before) == 1 and len(after) == 1 and before != after
+    assert seg.worker_pid in before and os.getpid() not in before | after
+
+
+@pytest.mark.slow
+def test_hang_is_timeout_and_others_finish_on_two_workers():
+    hang = job(module_case("file:crashy.py::Hang", id="hang"), [x(3)], key="hang")
+    jobs = [hang] + relu_jobs(6)
+    with WorkerPool(jobs=2, timeout_s=5) as pool:
+        outcomes = list(pool.run(jobs))
+        more = list(pool.run(relu_jobs(2, prefix="after")))  # the pool lives on between runs
+    assert len(outcomes) == len(jobs)
+    by_key = {o.key: o for o in outcomes}
+    assert by_key["hang"].status is Verdict.TIMEOUT
+    assert "no result after 5 s" in by_key["hang"].error_message
+    served = {o.worker_pid for k, o in by_key.items() if k != "hang"}
+    assert by_key["hang"].worker_pid not in served
+    for o in [*(o for k, o in by_key.items() if k != "hang"), *more]:
+        check_relu(o)
+
+
+@pytest.mark.slow
+def test_onnx_jobs_on_two_workers_in_completion_order():
+    jobs = relu_jobs(4, preset="onnx_cpu_fp32")
+    with WorkerPool(jobs=2, timeout_s=120) as pool:
+        outcomes = list(pool.run(iter(jobs)))
+    assert sorted(o.key for o in outcomes) == [j.key for j in jobs]
+    assert len({o.worker_pid for o in outcomes}) == 2
+    for o in outcomes:
+        check_relu(o)
+        assert o.export_ms > 0 and o.load_ms is not None
+
+
+@pytest.mark.slow
+def test_leaving_early_stops_every_worker():
+    hang = job(module_case("file:crashy.py::Hang", id="hang"), [x(3)], key="hang")
+    pool = WorkerPool(jobs=2, timeout_s=300)
+    with pool:
+        it = pool.run([*relu_jobs(1), hang])
+        first = next(it)               # relu0 finishes; hang keeps its worker busy
+        check_relu(first)
+        procs = [w.proc for w in pool._workers]
+        assert len(procs) == 2
+    it.close()
+    for p in procs:
+        p.join(timeout=10)
+        assert not p.is_alive()
+    assert pool._workers == []
