@@ -49,6 +49,8 @@ def test_segfault_is_crash_and_the_replacement_keeps_serving():
     seg = by_key.pop("segv")
     assert seg.status is Verdict.CRASH
     assert seg.error_class == "signal SIGSEGV" and "SIGSEGV" in seg.error_message
+    # the worker's own last words (its stderr goes to a log, not into the run's output)
+    assert "about to read address 0" in seg.error_message
     for o in by_key.values():
         check_relu(o)
     before = {by_key[f"relu{i}"].worker_pid for i in range(2)}

@@ -21,10 +21,13 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..verdicts import Verdict
@@ -36,9 +39,18 @@ STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is 
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
 
 
-def _worker_main(conn: Connection, threads: int) -> None:
-    """Entry point of a worker process."""
+def _worker_main(conn: Connection, threads: int, log_path: str | None = None) -> None:
+    """Entry point of a worker process. Its stdout and stderr (exporter chatter, library
+    warnings, a native crash's last words) go to `log_path`, never into the run's output;
+    the parent quotes the tail of that log when the worker dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    if log_path:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     os.environ["OPDIFF_THREADS"] = str(threads)
     import torch
     torch.set_num_threads(threads)
@@ -86,6 +98,18 @@ class _Worker:
     deadline: float = 0.0
     sent_at: float = 0.0
     served: int = 0
+    log: Path | None = None
+
+
+def log_tail(path: Path | None, lines: int = 15, chars: int = 1500) -> str:
+    """The end of a worker's log: what a native crash printed before it died."""
+    if path is None or not path.exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 16384))
+        text = f.read().decode("utf-8", "replace")
+    return "\n".join(text.strip().splitlines()[-lines:])[-chars:]
 
 
 def death_description(exitcode: int | None) -> tuple[str, str]:
@@ -110,6 +134,7 @@ class WorkerPool:
         self.threads = max(1, (os.cpu_count() or 1) // self.n)
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
+        self._logs: tempfile.TemporaryDirectory | None = None
         self.started_workers = 0   # how many processes were spawned (replacements included)
 
     # ------------------------------------------------------------ lifecycle
@@ -120,13 +145,16 @@ class WorkerPool:
         self.close()
 
     def _spawn(self) -> _Worker:
+        if self._logs is None:
+            self._logs = tempfile.TemporaryDirectory(prefix="opdiff-workers-")
+        log = Path(self._logs.name) / f"worker-{self.started_workers}.log"
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main, args=(child, self.threads),
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.threads, str(log)),
                                  name="opdiff-worker", daemon=True)
         proc.start()
         child.close()  # so that the parent sees EOF when the worker dies
         self.started_workers += 1
-        w = _Worker(proc, parent, time.monotonic())
+        w = _Worker(proc, parent, time.monotonic(), log=log)
         self._workers.append(w)
         return w
 
@@ -161,6 +189,9 @@ class WorkerPool:
                 w.conn.close()
             except OSError:
                 pass
+        if self._logs is not None:
+            self._logs.cleanup()
+            self._logs = None
 
     # ------------------------------------------------------------ running
     def run(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
@@ -266,13 +297,15 @@ class WorkerPool:
         if job is None:
             return None
         error_class, message = death_description(w.proc.exitcode)
+        last = log_tail(w.log)
         return Outcome(job.key, Verdict.CRASH, error_class=error_class,
-                       error_message=f"{message} (pid {w.proc.pid}); the worker was replaced",
+                       error_message=f"{message} (pid {w.proc.pid}); the worker was replaced"
+                                     + (f". Its last output:\n{last}" if last else ""),
                        worker_pid=w.proc.pid)
 
     def _give_up(self, queue: deque[Job], source: Iterator[Job]) -> Iterator[Outcome]:
         msg = (f"{MAX_START_FAILURES} worker processes in a row died before they were ready "
-               "(see stderr); run with --in-process to see the error")
+               "; run with --in-process to see the error")
         for job in [*queue, *source]:
             yield Outcome(job.key, Verdict.CRASH, error_class="WorkerStartFailed", error_message=msg)
         queue.clear()

@@ -13,6 +13,7 @@ fp32-preset outputs are never cast: a dtype difference there is a finding.
 
 from __future__ import annotations
 
+import re
 import statistics
 import tempfile
 import time
@@ -31,9 +32,13 @@ MESSAGE_CHARS = 2000
 _REDUCED = (torch.float16, torch.bfloat16)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def error_text(exc: BaseException) -> str:
-    """`Class: message` trimmed to MESSAGE_CHARS (the head is where the cause usually is)."""
-    text = str(exc).strip() or repr(exc)
+    """`Class: message` without colour codes, trimmed to MESSAGE_CHARS (the head is where
+    the cause usually is)."""
+    text = _ANSI.sub("", str(exc)).strip() or repr(exc)
     text = f"{type(exc).__name__}: {text}"
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."
 
@@ -65,12 +70,15 @@ def run_job(job: Job, backend: Backend | None = None) -> Outcome:
         out = _fail(job, Verdict.EXPORT_FAIL, exc)
         out.error_message = f"preparing the test failed before export: {out.error_message}"
         return out
+    if not getattr(backend, "serializes", False) or job.cache_dir is not None:
+        # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
+        return _export_and_run(job, backend, prepared, avail.can_run, avail.reason, None)
     with tempfile.TemporaryDirectory(prefix="opdiff-job-") as tmp:
         return _export_and_run(job, backend, prepared, avail.can_run, avail.reason, Path(tmp))
 
 
 def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: bool, reason: str,
-                    tmp: Path) -> Outcome:
+                    tmp: Path | None) -> Outcome:
     use_cache = job.cache_dir is not None and getattr(backend, "serializes", False)
     cache = ArtifactCache(job.cache_dir) if use_cache else None
     key = cache_key(job) if cache is not None else ""
@@ -89,8 +97,9 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: boo
                     {"test": job.case.id, "seed": job.seed, "preset": job.preset.name})
                 artifact = entry.artifact()
             else:
-                workdir = tmp / f"work{attempt}"
-                workdir.mkdir()
+                workdir = tmp / f"work{attempt}" if tmp is not None else Path(tempfile.gettempdir())
+                if tmp is not None:
+                    workdir.mkdir()
                 artifact = _export(backend, prepared, job, workdir)
                 export_ms = (time.perf_counter() - t0) * 1e3
         except Exception as exc:

@@ -1,6 +1,7 @@
 """Modules that misbehave on purpose, for the execution tests (loaded as file: paths)."""
 
 import ctypes
+import sys
 import time
 
 import torch
@@ -10,6 +11,7 @@ class Segfault(torch.nn.Module):
     """Reads address 0: the process dies from SIGSEGV."""
 
     def forward(self, x):
+        print("segfault: about to read address 0", file=sys.stderr, flush=True)
         ctypes.string_at(0)
         return x
 
