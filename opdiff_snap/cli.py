@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .config import Settings, load_settings
-from .errors import OpdiffError, suggest
+from .errors import OpdiffError
 from .suite.model import Tolerance
 
 

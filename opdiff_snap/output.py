@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path

@@ -193,7 +193,7 @@ def _struct_type(structure) -> str:
 
 
 def warnings_insert_sql() -> str:
-    return f"""
+    return """
 INSERT INTO _warnings
   SELECT file, line, 'truncated or corrupt JSON line skipped' FROM _staged WHERE type IS NULL
     AND run_id IS NULL AND id IS NULL

@@ -20,7 +20,7 @@ from ..backends.base import Preset
 from ..errors import OpdiffError
 from ..suite.model import Invocation, TestCase, Tolerance
 from ..verdicts import Verdict
-from ._call import Target, build_target, is_float
+from ._call import Target, build_target
 
 DIFFERENTIABLE_FAMILIES = ("torch", "inductor")
 

@@ -27,7 +27,7 @@ import torch
 from ..backends.base import Preset
 from ..errors import OpdiffError
 from ..suite.construct import split_file_path
-from ..suite.model import Invocation, Node, TestCase, Tolerance
+from ..suite.model import Node, TestCase, Tolerance
 from ..trees import flatten
 
 EMBED_LIMIT = 256 * 1024  # bytes of torch.save data embedded in the script; larger goes beside it

@@ -22,7 +22,6 @@ A pair test runs side a and side b on the same inputs; its structure is
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,7 +29,7 @@ import torch
 
 from .. import trees
 from ..errors import OpdiffError
-from ..suite.construct import build_modules, resolve_op
+from ..suite.construct import bind, call_inputs
 from ..suite.model import Invocation, TestCase
 
 _SCALAR_TYPES = {"bool": bool, "int": int, "float": float}
@@ -173,41 +172,10 @@ def count_outputs(structure: Any) -> int:
     return 0
 
 
-def _side_callables(case: TestCase, invocation: Invocation) -> dict[str, Callable[..., Any]]:
-    modules = build_modules(case)
-    sides: dict[str, Callable[..., Any]] = {}
-    for side, call in (("a", case.call), ("b", case.pair)):
-        if call is None:
-            continue
-        if call.kind == "op":
-            sides[side] = resolve_op(call.target)
-            continue
-        module = modules[side]
-        state = invocation.states.get(side)
-        if state is None:
-            raise OpdiffError(f"test '{case.id}': the stored invocation has no module state for side "
-                              f"'{side}' ({call.target}). Re-record the golden.")
-        try:
-            module.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise OpdiffError(f"test '{case.id}': the stored weights do not fit the module built from "
-                              f"{call.target} ({' '.join(str(exc).split()).rstrip('.')}). The module changed since the golden "
-                              "was recorded: re-record it.") from exc
-        sides[side] = module.eval()
-    return sides
-
-
 def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
     """Build the flat module of (case, invocation) and probe its outputs once in eager mode."""
-    sides = _side_callables(case, invocation)
-    args = [_detached(a) for a in copy.deepcopy(list(invocation.args))]
-    kwargs = {k: _detached(v) for k, v in copy.deepcopy(dict(invocation.kwargs)).items()}
-    if case.cast_input0_to_complex and args and isinstance(args[0], torch.Tensor) \
-            and not args[0].is_complex():
-        if args[0].shape[-1:] != (2,):
-            raise OpdiffError(f"test '{case.id}': cast_input0_to_complex needs input 0 as a real "
-                              f"tensor of shape [..., 2]; it has shape {list(args[0].shape)}.")
-        args[0] = torch.view_as_complex(args[0].contiguous())
+    sides = bind(case, invocation)
+    args, kwargs = call_inputs(case, invocation)
     # Every complex tensor leaf travels as real pairs and is rebuilt inside forward.
     leaves: list[Any] = []
     _split((args, kwargs), leaves)
@@ -227,16 +195,6 @@ def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
             _collect(out, flat)
     structure = {"dict": [[s, st] for s, st in parts]} if case.pair is not None else parts[0][1]
     return Prepared(module, inputs, structure, [t.dtype for t in flat])
-
-
-def _detached(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.detach()
-    if isinstance(x, (list, tuple)):
-        return type(x)(_detached(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _detached(v) for k, v in x.items()}
-    return x
 
 
 def _split(x: Any, leaves: list[Any]) -> Any:

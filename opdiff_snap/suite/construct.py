@@ -139,3 +139,53 @@ def build_modules(case: TestCase, sample: Callable[[Node], Any] | None = None) -
     sides: Mapping[str, Call | None] = {"a": case.call, "b": case.pair}
     return {side: construct_module(call, case.suite_dir, sample)
             for side, call in sides.items() if call is not None and call.kind == "module"}
+
+
+def bind(case: TestCase, invocation) -> dict[str, Any]:
+    """What each side of a case calls, with the stored weights loaded: the ATen op, or the
+    module (eval mode) with `invocation.states[side]`. Keys "a" (and "b" for pairs)."""
+    modules = build_modules(case)
+    sides: dict[str, Any] = {}
+    for side, call in (("a", case.call), ("b", case.pair)):
+        if call is None:
+            continue
+        if call.kind == "op":
+            sides[side] = resolve_op(call.target)
+            continue
+        state = invocation.states.get(side)
+        if state is None:
+            raise OpdiffError(f"test '{case.id}': the stored invocation has no module state for side "
+                              f"'{side}' ({call.target}). Re-record the golden.")
+        try:
+            modules[side].load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise OpdiffError(f"test '{case.id}': the stored weights do not fit the module built from "
+                              f"{call.target} ({' '.join(str(exc).split()).rstrip('.')}). The module "
+                              "changed since the golden was recorded: re-record it.") from exc
+        sides[side] = modules[side].eval()
+    return sides
+
+
+def call_inputs(case: TestCase, invocation) -> tuple[list[Any], dict[str, Any]]:
+    """Detached deep copies of the stored args and kwargs (callers may mutate or cast them),
+    input 0 rebuilt as complex when the test travels it as a real [..., 2] tensor."""
+    import copy
+
+    def detached(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach()
+        if isinstance(x, (list, tuple)):
+            return type(x)(detached(v) for v in x)
+        if isinstance(x, dict):
+            return {k: detached(v) for k, v in x.items()}
+        return x
+
+    args = detached(copy.deepcopy(list(invocation.args)))
+    kwargs = detached(copy.deepcopy(dict(invocation.kwargs)))
+    if case.cast_input0_to_complex and args and isinstance(args[0], torch.Tensor) \
+            and not args[0].is_complex():
+        if args[0].shape[-1:] != (2,):
+            raise OpdiffError(f"test '{case.id}': cast_input0_to_complex needs input 0 as a real "
+                              f"tensor of shape [..., 2]; it has shape {list(args[0].shape)}.")
+        args[0] = torch.view_as_complex(args[0].contiguous())
+    return args, kwargs
