@@ -252,27 +252,42 @@ def _value_rows(prefix: str, value) -> list[tuple[str, object]]:
     return [(prefix, value)]
 
 
-def describe_golden(console: Console, golden) -> None:
-    """`opdiff goldens show`: one table of every stored value (inputs, parameters,
-    outputs, gradients when recorded), then the metadata."""
+def _values_table(title: str, rows: list[tuple[str, object]]) -> Table:
     import torch
 
-    table = Table(title=escape(f"{golden.test_id} seed={golden.seed}"))
+    table = Table(title=escape(title))
     for col in ("value", "shape", "dtype", "summary"):
         table.add_column(col, overflow="fold")
-    rows = _value_rows("args", golden.invocation.args) + _value_rows("kwargs", golden.invocation.kwargs)
-    for side, state in golden.invocation.states.items():
-        rows += [(f"state[{side}].{k}", v) for k, v in state.items()]
-    rows += _value_rows("outputs", golden.outputs)
-    if golden.grads is not None:
-        rows += _value_rows("grads", golden.grads)
     for name, value in rows:
         if isinstance(value, torch.Tensor):
             table.add_row(escape(name), str(tuple(value.shape)), str(value.dtype).removeprefix("torch."),
                           _summary(value))
         else:
             table.add_row(escape(name), "", type(value).__name__, escape(_summary(value)))
-    console.print(table)
+    return table
+
+
+def _grad_rows(grads) -> list[tuple[str, object]]:
+    """Rows of a recorded gradient value: the cotangent, then d(loss)/d(each input and parameter)."""
+    if not (isinstance(grads, dict) and "cotangent" in grads):
+        return _value_rows("grads", grads)
+    rows = [(f"cotangent[{i}]", c) for i, c in enumerate(grads.get("cotangent") or [])]
+    for kind, values in (grads.get("grads") or {}).items():
+        rows += [(f"grad {kind} {name}", v) for name, v in (values or {}).items()]
+    return rows
+
+
+def describe_golden(console: Console, golden) -> None:
+    """`opdiff goldens show`: every stored value (inputs, parameters, outputs; gradients
+    when recorded) with shape, dtype and a summary, then the metadata."""
+    rows = _value_rows("args", golden.invocation.args) + _value_rows("kwargs", golden.invocation.kwargs)
+    for side, state in golden.invocation.states.items():
+        rows += [(f"state[{side}].{k}", v) for k, v in state.items()]
+    rows += _value_rows("outputs", golden.outputs)
+    console.print(_values_table(f"{golden.test_id} seed={golden.seed}", rows))
+    if golden.grads is not None:
+        console.print(_values_table(f"gradients of {golden.test_id} seed={golden.seed}",
+                                    _grad_rows(golden.grads)))
     meta = {"spec_hash": golden.spec_hash, "suite": golden.suite, "test_type": golden.test_type,
             "baseline": golden.baseline, "created": golden.created, "env": golden.env,
             "definition": golden.definition}
