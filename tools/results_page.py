@@ -38,14 +38,15 @@ KINDS = {"backend-limit": "backend limit", "tolerance": "tolerance choice",
 @dataclass
 class Rule:
     preset: str
-    test: str
+    test: list[str]
     status: str
     match: str
     kind: str
     why: str
 
     def explains(self, preset: str, test: str, status: str, message: str) -> bool:
-        return (fnmatch.fnmatchcase(preset, self.preset) and fnmatch.fnmatchcase(test, self.test)
+        return (fnmatch.fnmatchcase(preset, self.preset)
+                and any(fnmatch.fnmatchcase(test, t) for t in self.test)
                 and fnmatch.fnmatchcase(status, self.status)
                 and (not self.match or re.search(self.match, message or "", re.S) is not None))
 
@@ -56,7 +57,9 @@ def load_rules(path: Path) -> list[Rule]:
         unknown = set(r) - {"preset", "test", "status", "match", "kind", "why"}
         if unknown or r.get("kind") not in KINDS or not r.get("why"):
             raise SystemExit(f"{path}: rule {i}: needs kind in {sorted(KINDS)} and why; unknown keys {unknown}")
-        rules.append(Rule(r.get("preset", "*"), r.get("test", "*"), r.get("status", "*"),
+        tests = r.get("test", "*")
+        rules.append(Rule(r.get("preset", "*"), [tests] if isinstance(tests, str) else list(tests),
+                          r.get("status", "*"),
                           r.get("match", ""), r["kind"], r["why"]))
     return rules
 
