@@ -16,7 +16,7 @@ from rich.table import Table
 
 from .results import Result, RunReport
 from .errors import OpdiffError, suggest
-from .verdicts import NOT_FAILING, Verdict
+from .verdicts import COMPARE_FAILURES, NOT_FAILING, Verdict
 
 GOOD = {Verdict.PASS, Verdict.RECORDED, Verdict.KEPT}
 QUIET = {Verdict.SKIPPED, Verdict.UNAVAILABLE}
@@ -138,6 +138,10 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
         console.print(table)
         if len(failing) > limit:
             console.print(f"... and {len(failing) - limit} more (see `opdiff query` or --format json)")
+        first = next((c for c in map(repro_command, failing) if c), None)
+        if first and report.command == "check":
+            console.print(f"to reproduce a failure outside opdiff, e.g.: {escape(first)} -o bug.py "
+                          "(--format json lists the command for each)", highlight=False)
     quiet = [r for r in report.results if r.verdict in QUIET]
     reasons = Counter((r.verdict.value, r.preset, (r.message or "").splitlines()[0][:100] if r.message else "")
                       for r in quiet)
@@ -147,6 +151,18 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
     console.print(f"[bold]{report.command}[/] {report.run_id}: {len(report.results)} results in "
                   f"{report.wall_s:.1f} s: {parts or 'nothing to do'}", highlight=False)
     console.print(f"history: {report.path}", highlight=False)
+
+
+# Verdicts where the target ran (or tried to) on a golden: a repro script helps there.
+REPRODUCIBLE = COMPARE_FAILURES | {Verdict.EXPORT_FAIL, Verdict.LOAD_FAIL, Verdict.INFER_FAIL,
+                                   Verdict.CRASH, Verdict.TIMEOUT}
+
+
+def repro_command(r: Result) -> str | None:
+    """The command that writes a standalone script reproducing a failing check result."""
+    if r.verdict not in REPRODUCIBLE:
+        return None
+    return f"opdiff repro '{r.test_id}' -b {r.preset} --seed {r.seed}"
 
 
 def _fmt(v) -> str:
@@ -164,7 +180,8 @@ def report_json(report: RunReport) -> str:
         "results": [{"id": r.test_id, "seed": r.seed, "preset": r.preset, "status": r.verdict.value,
                      "message": r.message, "error_class": r.error_class, "infer_ms": r.infer_ms,
                      "export_ms": r.export_ms, "load_ms": r.load_ms, "metrics": r.metrics,
-                     "tolerance": vars(r.tolerance) if r.tolerance else None}
+                     "tolerance": vars(r.tolerance) if r.tolerance else None,
+                     "repro": repro_command(r) if report.command == "check" else None}
                     for r in report.results]}, indent=1)
 
 
