@@ -25,6 +25,7 @@ MISMATCH with a message that says so; its metrics go under `metrics["grad"]`.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,6 +242,11 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     A `listener` with a `set_total(n)` method is told how many results to expect."""
     if not backends:
         raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
+    if tolerance is not None:
+        for name in ("atol", "rtol"):
+            value = getattr(tolerance, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise OpdiffError(f"--{name} {value}: a tolerance must be a finite number >= 0.")
     if len(set(backends)) != len(backends):
         raise OpdiffError(f"--backend names a preset twice ({', '.join(backends)}); give each once.")
     options = preset_options or {}
@@ -259,6 +265,9 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                                 test_ids=test_ids, tags=tags, report_orphans=not suites)
     else:
         plan = plan_from_goldens(store, seeds=seeds, seed_list=seed_list, test_ids=test_ids, tags=tags)
+    if not plan.items and (test_ids or tags):
+        raise OpdiffError(f"no test matches --test-ids {list(test_ids or [])} / --tags {list(tags or [])}; "
+                          "`opdiff list-tests` shows the ids. Nothing was checked.")
 
     results: list[Result] = []      # this session's
     prior: list[Result] = []
@@ -322,6 +331,10 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
 
 def _same_presets(writer: history.RunWriter, presets: list[Preset]) -> None:
+    if writer.meta.get("command") != "check":
+        writer.close()
+        raise OpdiffError(f"run '{writer.run_id}' is a `{writer.meta.get('command')}` run; "
+                          "--resume finishes interrupted check runs only.")
     recorded = writer.meta.get("presets") or {}
     if set(recorded) != {p.name for p in presets}:
         writer.close()

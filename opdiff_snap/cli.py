@@ -67,7 +67,7 @@ def _seed_list(text: str | None) -> list[int] | None:
         raise OpdiffError(f"--seed-list '{text}': give comma-separated non-negative integers like 0,3,7.") from None
     if any(s < 0 for s in seeds):
         raise OpdiffError(f"--seed-list '{text}': seeds must be non-negative.")
-    return seeds
+    return list(dict.fromkeys(seeds))  # a seed given twice runs once
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -183,7 +183,11 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
     else:
         print_summary(console, report)
     if junit:
-        write_junit(report, Path(junit), fail_on)
+        try:
+            write_junit(report, Path(junit), fail_on)
+        except OSError as exc:
+            raise OpdiffError(f"--junit {junit}: cannot write it ({exc.strerror}); the run itself is in "
+                              f"{report.path}.") from None
     sys.exit(exit_code(report.results, fail_on))
 
 
@@ -358,7 +362,7 @@ def goldens_prune(ctx, yes) -> None:
     for info in orphans:
         click.echo(f"{'deleting' if yes else 'would delete'} {info.test_id} seed={info.seed}")
         if yes:
-            store.delete(info.test_id, info.seed)
+            store.delete_key(info.key)
     click.echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
 
 

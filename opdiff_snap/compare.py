@@ -234,8 +234,12 @@ def _pairs(e: Any, a: Any, path: str) -> Iterator[tuple[str, torch.Tensor, torch
         elif ke == "complex":
             yield path, torch.tensor(complex(e), dtype=torch.complex128), \
                 torch.tensor(complex(a), dtype=torch.complex128)
-        else:  # float vs float, or int vs float: numeric compare under the tolerance
-            yield path, torch.tensor(float(e), dtype=torch.float64), torch.tensor(float(a), dtype=torch.float64)
+        else:  # float vs float, or int vs float: numeric compare under the tolerance. A Python
+            # float leaves a backend as a float32 tensor (torch's default dtype), so it is held
+            # to the float32 rule, not to float64's tighter one.
+            wide = any(math.isfinite(float(v)) and abs(float(v)) > 3.0e38 for v in (e, a))
+            dtype = torch.float64 if wide else torch.float32
+            yield path, torch.tensor(float(e), dtype=dtype), torch.tensor(float(a), dtype=dtype)
         return
     if type(e) is not type(a) or e != a:
         raise _Structure(f"{path}: expected {e!r}, got {a!r}")

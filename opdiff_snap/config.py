@@ -65,7 +65,21 @@ def load_settings(start: Path | None = None) -> Settings:
         default = getattr(settings, name)
         if isinstance(default, Path):
             value = pyproject.parent / str(value)
-        elif isinstance(default, (int, float)) and not isinstance(value, (int, float)):
-            raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be a number, not {value!r}.")
+        elif isinstance(default, (int, float)):
+            value = _number(pyproject, key, value, whole=isinstance(default, int),
+                            minimum=0 if name == "warmup" else (1 if isinstance(default, int) else None))
         values[name] = value
     return replace(settings, **values)
+
+
+def _number(pyproject: Path, key: str, value: Any, whole: bool, minimum: int | None) -> int | float:
+    """A numeric setting: whole numbers >= minimum, or numbers > 0 when minimum is None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and whole:
+        ok = isinstance(value, int) and value >= (minimum or 0)
+    elif ok:
+        ok = value > 0 and value == value and value != float("inf")
+    if not ok:
+        want = f"a whole number >= {minimum}" if whole else "a number > 0"
+        raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be {want}, not {value!r}.")
+    return value

@@ -292,3 +292,31 @@ def test_resume_runs_only_the_missing_items_and_needs_the_same_presets(site, pro
     keys = [(i["id"], i["seed"], i["preset"]) for i in run.items]
     assert len(keys) == len(set(keys)) == 4 and run.end["resumed"] == 2
     assert run.end["counts"] == {"PASS": 4}
+
+
+def test_tolerance_overrides_must_be_finite_and_non_negative(site, recorded):
+    for bad in (float("nan"), -1e-3, float("inf")):
+        with pytest.raises(OpdiffError, match="finite number >= 0"):
+            check(recorded, ["torch_cpu_fp32"], tolerance=Tolerance(atol=bad, rtol=None))
+
+
+def test_a_selection_that_matches_nothing_is_an_error_not_a_green_run(site, recorded):
+    with pytest.raises(OpdiffError, match="no test matches"):
+        check(recorded, ["torch_cpu_fp32"], test_ids=["tol_tpyo*"])
+
+
+def test_resume_refuses_a_record_run(site, project):
+    with contextlib.chdir(project):
+        rec = api.record(settings=settings(), in_process=True, force=True, test_ids=["tol_default"])
+    run_path = project / rec.path
+    run_path.write_text("".join(run_path.read_text().splitlines(keepends=True)[:-1]))  # drop the end line
+    with pytest.raises(OpdiffError, match="finishes interrupted check runs only"):
+        check(project, ["torch_cpu_fp32"], resume=rec.run_id)
+
+
+def test_a_seed_given_twice_is_checked_once(site, recorded):
+    from opdiff_snap.cli import _seed_list
+
+    assert _seed_list("0,0,3,0") == [0, 3]
+    report, _ = check(recorded, ["torch_cpu_fp32"], test_ids=["tol_default"], seed_list=_seed_list("0,0"))
+    assert [(r.test_id, r.seed) for r in report.results] == [("tol_default", 0)]

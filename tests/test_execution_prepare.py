@@ -136,3 +136,22 @@ def test_in_place_op_does_not_change_stored_inputs():
     p, _ = run_flat(op_case("aten::add_.Tensor"), [a, torch.ones(3)])
     assert torch.equal(a, before) and torch.equal(p.inputs[0], before)
     torch.testing.assert_close(p.module(*p.fresh_inputs())[0], before + 1)
+
+
+def test_outputs_that_do_not_fit_the_structure_are_refused_not_coerced():
+    """A backend returning a float where the eager op gave an int, or two elements for a
+    scalar, must not be rounded into a pass (the runner turns this into STRUCTURE_MISMATCH)."""
+    import pytest as _pytest
+    import torch as _torch
+
+    from opdiff_snap.execution.prepare import restore_outputs
+
+    structure = {"tuple": [{"scalar": 0, "type": "int"}, {"complex": 1}]}
+    ok = restore_outputs(structure, [_torch.tensor(3), _torch.zeros(2, 2)])
+    assert ok[0] == 3 and ok[1].is_complex()
+    with _pytest.raises(ValueError, match="Python int"):
+        restore_outputs(structure, [_torch.tensor(3.9), _torch.zeros(2, 2)])
+    with _pytest.raises(ValueError, match="Python int"):
+        restore_outputs(structure, [_torch.tensor([3, 4]), _torch.zeros(2, 2)])
+    with _pytest.raises(ValueError, match="complex"):
+        restore_outputs(structure, [_torch.tensor(3), _torch.zeros(2, 3)])

@@ -31,6 +31,7 @@ import torch
 
 from .. import __version__
 from ..backends.base import Artifact
+from .. import trees
 from .job import Job
 
 # The packages whose versions can change what an export produces, by backend family.
@@ -58,6 +59,13 @@ def _states_digest(job: Job) -> str:
     return h.hexdigest()
 
 
+def _inputs_signature(job: Job) -> Any:
+    """What export bakes in besides the weights: every non-tensor argument, and the
+    shapes and dtypes of the tensor ones (artifacts are exported for static shapes)."""
+    structure, leaves = trees.flatten((list(job.invocation.args), dict(job.invocation.kwargs)))
+    return [structure, [[str(t.dtype), list(t.shape)] for t in leaves]]
+
+
 def cache_key(job: Job) -> str:
     packages = RUNTIME_PACKAGES.get(job.preset.family, ())
     material = {
@@ -67,6 +75,7 @@ def cache_key(job: Job) -> str:
         "seed": job.seed,
         "preset": {"name": job.preset.name, **job.preset.to_json()},
         "states": _states_digest(job),
+        "inputs": _inputs_signature(job),
         "versions": {"torch": torch.__version__, "opdiff_snap": __version__,
                      **{p: _version(p) for p in packages}},
     }

@@ -88,6 +88,12 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         conn.send_bytes(data)
 
 
+class UnsendableJob(Exception):
+    def __init__(self, job: Job, cause: BaseException):
+        super().__init__(str(cause))
+        self.job, self.cause = job, cause
+
+
 @dataclass
 class _Worker:
     proc: mp.process.BaseProcess
@@ -227,7 +233,13 @@ class WorkerPool:
                 for w in idle:
                     if w.ready and queue:
                         job = queue.popleft()
-                        if not self._send(w, job):
+                        try:
+                            sent = self._send(w, job)
+                        except UnsendableJob as exc:
+                            yield Outcome(job.key, Verdict.EXPORT_FAIL, error_class=type(exc.cause).__name__,
+                                          error_message=f"the job could not be sent to a worker: {exc.cause}")
+                            continue
+                        if not sent:
                             queue.appendleft(job)  # it never reached the worker: not its fault
                 any_busy = any(w.job is not None for w in self._workers)
                 if not queue and exhausted and not any_busy:
@@ -259,7 +271,9 @@ class WorkerPool:
                     yield outcome
                 now = time.monotonic()
                 for w in list(self._workers):
-                    if w.job is not None and now >= w.deadline:
+                    if w.job is not None and now >= w.deadline and not w.conn.poll():
+                        # (a result already waiting in the pipe is read on the next turn: the
+                        # consumer, not the worker, took the time)
                         job = w.job
                         self._discard(w, kill=True)
                         yield Outcome(job.key, Verdict.TIMEOUT, error_class="Timeout",
@@ -280,7 +294,10 @@ class WorkerPool:
 
     def _send(self, w: _Worker, job: Job) -> bool:
         """Hand `job` to a ready worker; False (worker discarded) if its pipe is broken."""
-        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # e.g. an unpicklable value in a test's inputs
+            raise UnsendableJob(job, exc) from exc
         try:
             w.conn.send_bytes(data)
         except OSError:

@@ -145,11 +145,18 @@ def restore_outputs(structure: Any, outputs: list[torch.Tensor]) -> Any:
             return outputs[v]
         if kind == "complex":
             t = outputs[v]
+            if t.shape[-1:] != (2,) or not t.is_floating_point():
+                raise ValueError(f"output {v} should be a complex tensor as real [..., 2] pairs, got a "
+                                 f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
             if t.dtype in (torch.float16, torch.bfloat16):
                 t = t.float()  # there is no complex bfloat16, and complex32 is barely usable
             return torch.view_as_complex(t.contiguous())
         if kind == "scalar":
-            return _SCALAR_TYPES[s["type"]](outputs[v].item())
+            t = outputs[v]
+            if t.numel() != 1 or (s["type"] != "float" and (t.is_floating_point() or t.is_complex())):
+                raise ValueError(f"output {v} should be a Python {s['type']} (one element), got a "
+                                 f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
+            return _SCALAR_TYPES[s["type"]](t.item())
         if kind == "tuple":
             return tuple(build(e) for e in v)
         if kind == "list":

@@ -26,7 +26,7 @@ from ..backends.base import Artifact, Backend, Runnable
 from ..verdicts import Verdict
 from .cache import ArtifactCache, cache_key
 from .job import Job, Outcome
-from .prepare import Prepared, count_outputs, flat_module
+from .prepare import Prepared, count_outputs, flat_module, restore_outputs
 
 MESSAGE_CHARS = 2000
 _REDUCED = (torch.float16, torch.bfloat16)
@@ -60,8 +60,10 @@ def run_job(job: Job, backend: Backend | None = None) -> Outcome:
     try:
         backend = backend if backend is not None else _backend(job)
         avail = backend.availability(job.preset)
-    except Exception as exc:  # an unknown family or a broken plug-in
-        return _fail(job, Verdict.UNAVAILABLE, exc)
+    except Exception as exc:  # a broken plug-in or a bug: a failure, never a quiet UNAVAILABLE
+        out = _fail(job, Verdict.EXPORT_FAIL, exc)
+        out.error_message = f"the backend failed before export (availability check): {out.error_message}"
+        return out
     if not avail.can_export:
         return _fail(job, Verdict.UNAVAILABLE, avail.reason or f"preset {job.preset.name} cannot run here")
     try:
@@ -146,6 +148,11 @@ def _infer(job: Job, runnable: Runnable, prepared: Prepared, **timings: Any) -> 
         return _fail(job, Verdict.STRUCTURE_MISMATCH,
                      f"the backend returned {len(outputs)} outputs; the eager module returns {expected}",
                      **timing)
+    try:  # the parent rebuilds the nested value; make sure it can, here in the isolated worker
+        restore_outputs(prepared.out_structure, outputs)
+    except (ValueError, RuntimeError) as exc:
+        return _fail(job, Verdict.STRUCTURE_MISMATCH, f"the backend's outputs do not fit the eager "
+                     f"module's output structure: {exc}", **timing)
     return Outcome(job.key, None, outputs=outputs, output_structure=prepared.out_structure, **timing)
 
 

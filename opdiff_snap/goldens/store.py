@@ -20,6 +20,7 @@ from typing import Any
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
 from .packed import META, PackError, pack, read_data, read_metadata, unpack, write_packed
 from .keys import seed_of_key, store_key
+from ..errors import OpdiffError
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
 
 STAGING, TRASH = ".staging", ".trash"
@@ -147,6 +148,13 @@ class GoldenStore:
         key = store_key(test_id, seed)
         if not (self.root / key).is_dir():
             raise MissingGolden(test_id, seed, self.root)
+        self._remove(key)
+
+    def delete_key(self, key: str) -> None:
+        """Delete by store key (GoldenInfo.key): works for goldens whose metadata, and so
+        whose test id, cannot be read."""
+        if "/" in key or key.startswith(".") or not (self.root / key).is_dir():
+            raise OpdiffError(f"{self.root}: no golden under key '{key}'.")
         self._remove(key)
 
     def clean_debris(self, max_age_s: float = DEBRIS_MAX_AGE_S) -> int:
