@@ -103,3 +103,14 @@ def test_leaving_early_stops_every_worker():
         p.join(timeout=10)
         assert not p.is_alive()
     assert pool._workers == []
+
+
+def test_a_failure_quotes_what_the_backend_printed_during_that_job():
+    loud = job(module_case("file:crashy.py::LoudFailure", id="loud"), [x(3)], key="loud")
+    with WorkerPool(jobs=1, timeout_s=60) as pool:
+        outcomes = {o.key: o for o in pool.run(relu_jobs(1) + [loud] + relu_jobs(1, prefix="after"))}
+    assert outcomes["loud"].status is not None
+    assert "error: 0x14" in outcomes["loud"].error_message
+    assert "Missing operator: aten::made_up.out" in outcomes["loud"].error_message
+    check_relu(outcomes["after0"])   # the worker survives and later jobs quote nothing stale
+    assert "backend output" not in (outcomes["after0"].error_message or "")

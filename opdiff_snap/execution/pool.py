@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import re
 import signal
 import sys
 import tempfile
@@ -72,12 +73,18 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         if msg == _STOP:
             return
         job: Job = pickle.loads(msg)
+        log_start = os.path.getsize(log_path) if log_path else 0
         try:
             outcome = runner.run_job(job)
         except BaseException as exc:  # run_job catches Exception; this is SystemExit & co.
             outcome = Outcome(job.key, Verdict.INFER_FAIL, error_class=type(exc).__name__,
                               error_message=runner.error_text(exc))
         outcome.worker_pid = os.getpid()
+        if log_path and outcome.status in _QUOTE_LOG:
+            # runtimes often say why only on stderr (ExecuTorch: "Missing operator: ...")
+            said = log_since(Path(log_path), log_start)
+            if said:
+                outcome.error_message = f"{outcome.error_message or ''}\nbackend output:\n{said}"
         try:
             data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
@@ -105,6 +112,22 @@ class _Worker:
     sent_at: float = 0.0
     served: int = 0
     log: Path | None = None
+
+
+_QUOTE_LOG = {Verdict.EXPORT_FAIL, Verdict.LOAD_FAIL, Verdict.INFER_FAIL}
+
+
+def log_since(path: Path, offset: int, lines: int = 8, chars: int = 1000) -> str:
+    """What a worker printed since `offset`, minus Python warnings' noise: its last lines."""
+    sys.stderr.flush()
+    sys.stdout.flush()
+    with open(path, "rb") as f:
+        f.seek(offset)
+        text = f.read(65536).decode("utf-8", "replace")
+    keep = [ln for ln in text.splitlines()
+            if "Warning" not in ln and not ln.startswith("  ")
+            and re.search(r"[A-Za-z]{3}", re.sub(r"^\[[^\]]*\]", "", ln))]  # not a dump of numbers
+    return "\n".join(keep[-lines:])[-chars:]
 
 
 def log_tail(path: Path | None, lines: int = 15, chars: int = 1500) -> str:
@@ -211,6 +234,11 @@ class WorkerPool:
         for job in jobs:
             outcome = run_job(job)
             outcome.worker_pid = os.getpid()
+        if log_path and outcome.status in _QUOTE_LOG:
+            # runtimes often say why only on stderr (ExecuTorch: "Missing operator: ...")
+            said = log_since(Path(log_path), log_start)
+            if said:
+                outcome.error_message = f"{outcome.error_message or ''}\nbackend output:\n{said}"
             yield outcome
 
     def _run_isolated(self, jobs: Iterable[Job]) -> Iterator[Outcome]:

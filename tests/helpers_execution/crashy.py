@@ -44,3 +44,11 @@ class DataDependent(torch.nn.Module):
         if x.sum() > 0:
             return x * 2
         return x
+
+
+class LoudFailure(torch.nn.Module):
+    """Says why on stderr, then raises a terse error (as native runtimes do)."""
+
+    def forward(self, x):
+        print("[runtime.cpp:42] Missing operator: aten::made_up.out", file=sys.stderr, flush=True)
+        raise RuntimeError("Failed to run method forward, error: 0x14")
