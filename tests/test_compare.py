@@ -143,9 +143,16 @@ def test_bfloat16_and_float16_leaves():
     e = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
     a = torch.tensor([1.0, 2.015625], dtype=torch.bfloat16)   # one bf16 ulp above 2
     assert compare(e, a, DEFAULT_TOLERANCES["bf16"]).verdict == Verdict.PASS
-    assert compare(e, a, FP32).verdict == Verdict.MISMATCH
+    # a bf16 leaf is never held tighter than bf16 itself, even under an fp32 preset's tolerance
+    assert compare(e, a, FP32).verdict == Verdict.PASS
+    far = torch.tensor([1.0, 2.0625], dtype=torch.bfloat16)      # 3% off: beyond bf16's rtol
+    assert compare(e, far, FP32).verdict == Verdict.MISMATCH
     h = torch.tensor([1.0], dtype=torch.float16)
     assert compare(h, h + 0.0009765625, DEFAULT_TOLERANCES["fp16"]).verdict == Verdict.PASS
+    assert compare(h, h + 0.0009765625, FP32).verdict == Verdict.PASS      # one fp16 ulp
+    assert compare(h, h + 0.0078125, FP32).verdict == Verdict.MISMATCH     # eight ulps
+    # and a looser explicit tolerance still applies
+    assert compare(h, h + 0.0078125, Tolerance(1e-2, 0.0)).verdict == Verdict.PASS
 
 
 def test_float64_leaf_under_fp32_default_uses_float64_tolerance():

@@ -234,11 +234,6 @@ class WorkerPool:
         for job in jobs:
             outcome = run_job(job)
             outcome.worker_pid = os.getpid()
-        if log_path and outcome.status in _QUOTE_LOG:
-            # runtimes often say why only on stderr (ExecuTorch: "Missing operator: ...")
-            said = log_since(Path(log_path), log_start)
-            if said:
-                outcome.error_message = f"{outcome.error_message or ''}\nbackend output:\n{said}"
             yield outcome
 
     def _run_isolated(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
