@@ -35,6 +35,7 @@ from ..verdicts import Verdict
 from .job import Job, Outcome
 
 _READY = b"ready"
+_STOP = b"stop"
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
 
@@ -67,7 +68,9 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
     while True:
         try:
             msg = conn.recv_bytes()
-        except (EOFError, OSError):  # the parent closed the pipe or is gone
+        except (EOFError, OSError):
+            return
+        if msg == _STOP:
             return
         job: Job = pickle.loads(msg)
         log_start = os.path.getsize(log_path) if log_path else 0
@@ -196,15 +199,21 @@ class WorkerPool:
             pass
 
     def close(self) -> None:
-        """Stop every worker. An idle worker holds nothing (each job's artifacts are renamed
-        into the cache before its result is sent), so it is killed outright: waiting for
-        torch's interpreter teardown cost about 0.4 s per run for nothing."""
+        """Stop every worker: ask politely, then kill whoever is still there after 2 s."""
         workers, self._workers = list(self._workers), []
         for w in workers:
+            if w.job is None:
+                try:
+                    w.conn.send_bytes(_STOP)
+                except OSError:
+                    pass
+        end = time.monotonic() + 2.0
+        for w in workers:
+            if w.job is None:
+                w.proc.join(timeout=max(0.0, end - time.monotonic()))
             if w.proc.is_alive():
                 w.proc.kill()
-        for w in workers:
-            w.proc.join(timeout=5)
+                w.proc.join(timeout=5)
             try:
                 w.conn.close()
             except OSError:
