@@ -93,7 +93,8 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path) -> int
              "executorch 1.5.1, coremltools 9.0) against the shipped goldens (baseline torch_cpu_fp32,",
              f"{len(tests)} tests). Every non-PASS is explained below by a rule in",
              "`docs/results-notes.yaml`: a backend limit, a tolerance choice, or a bug worth",
-             "reporting upstream.", "", "## Summary", ""]
+             "reporting upstream. Every test not listed under a preset passed on it.", "",
+             "![support heatmap](img/results-heatmap.png)", "", "## Summary", ""]
     verdicts = sorted({v for c in counts.values() for v in c})
     lines.append("| preset | " + " | ".join(verdicts) + " |")
     lines.append("| --- |" + " --- |" * len(verdicts))
@@ -118,8 +119,7 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path) -> int
             continue
         lines += ["", f"## {p}", "", "| verdict | tests | kind | why |", "| --- | --- | --- | --- |"]
         for (kind, status, why), ts in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            shown = ", ".join(f"`{x}`" for x in ts[:12]) + (f" and {len(ts) - 12} more" if len(ts) > 12 else "")
-            lines.append(f"| {status} | {shown} | {kind} | {why} |")
+            lines.append(f"| {status} | {', '.join(f'`{x}`' for x in ts)} | {kind} | {why} |")
     out.write_text("\n".join(lines) + "\n")
     return unexplained
 
