@@ -46,6 +46,7 @@ def test_clean_backend_reports_no_divergence(tmp_path):
     case, inv = load_case("net")
     report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path)
     assert report.first_divergent is None and report.divergence == "none"
+    assert len(report.rows) == 6   # every leaf call was run, not an empty report
     assert all(r.status is Verdict.PASS for r in report.rows)
 
 

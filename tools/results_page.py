@@ -94,7 +94,8 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path) -> int
              f"{len(tests)} tests). Every non-PASS is explained below by a rule in",
              "`docs/results-notes.yaml`: a backend limit, a tolerance choice, or a bug worth",
              "reporting upstream. Every test not listed under a preset passed on it.", "",
-             "![support heatmap](img/results-heatmap.png)", "", "## Summary", ""]
+             "![support heatmap: the op families that fail most, on the presets that run end to end here]"
+             "(img/results-heatmap.png)", "", "## Summary", ""]
     verdicts = sorted({v for c in counts.values() for v in c})
     lines.append("| preset | " + " | ".join(verdicts) + " |")
     lines.append("| --- |" + " --- |" * len(verdicts))
@@ -124,6 +125,20 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path) -> int
     return unexplained
 
 
+def write_heatmap(store: Path, presets: list[str], path: Path) -> None:
+    """The support heatmap of the presets that run end to end here (CoreML columns would
+    be all UNAVAILABLE: conversion is checked, prediction needs macOS)."""
+    from opdiff_snap.analytics import Table
+    from opdiff_snap.analytics.plots import support_heatmap
+    from opdiff_snap.analytics.reports import support_matrix
+
+    matrix = support_matrix(store)
+    keep = [0] + [i for i, c in enumerate(matrix.columns) if c in presets]
+    table = Table([matrix.columns[i] for i in keep], [tuple(row[i] for i in keep) for row in matrix.rows])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    support_heatmap(table, path, title="Shipped suites on the presets that run here")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", action="store_true", help="run opdiff check for every preset first")
@@ -138,6 +153,8 @@ def main() -> None:
         run_checks(presets, args.jobs, args.store)
     results = latest_results(args.store, presets)
     unexplained = write_page(results, load_rules(args.notes), presets, args.output)
+    write_heatmap(args.store, [p for p in presets if not p.startswith("coreml_")],
+                  args.output.parent / "img" / "results-heatmap.png")
     print(f"wrote {args.output}; {unexplained} non-PASS results without an explanation")
     sys.exit(1 if unexplained else 0)
 
