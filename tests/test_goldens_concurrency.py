@@ -61,7 +61,9 @@ def test_sigkilled_writer_leaves_only_whole_goldens_and_a_rerun_completes(tmp_pa
     store = GoldenStore(root)
     rng = random.Random(1)
     for attempt in range(2):
-        proc = subprocess.Popen([PY, "-c", WRITER, str(root), str(attempt + 1), "0", "200", "-"],
+        # 2,000 goldens: far more than get written between "10 new ones exist" and the kill,
+        # even on an idle machine, so the kill always lands mid-run
+        proc = subprocess.Popen([PY, "-c", WRITER, str(root), str(attempt + 1), "0", "2000", "-"],
                                 stderr=subprocess.PIPE)
         before = len(store.index())
         deadline = time.monotonic() + 120
@@ -74,15 +76,15 @@ def test_sigkilled_writer_leaves_only_whole_goldens_and_a_rerun_completes(tmp_pa
         assert proc.wait() == -signal.SIGKILL
         proc.stderr.close()
         ids = _check_whole(store)
-        assert 0 < len(ids) < 200
+        assert 0 < len(ids) < 2000
     # the dead writers' staging debris is ignored above, and cleaned now
     store.clean_debris()
     assert os.listdir(root / ".staging") == os.listdir(root / ".trash") == ["zarr.json"]
-    missing = [i for i in range(200) if store.info(f"w{i}", 0) is None]
+    missing = [i for i in range(2000) if store.info(f"w{i}", 0) is None]
     assert missing
-    subprocess.run([PY, "-c", WRITER, str(root), "9", str(min(missing)), str(200 - min(missing)), "-"],
+    subprocess.run([PY, "-c", WRITER, str(root), "9", str(min(missing)), str(2000 - min(missing)), "-"],
                    check=True, timeout=300)
-    assert sorted(_check_whole(store)) == sorted(f"w{i}" for i in range(200))
+    assert sorted(_check_whole(store)) == sorted(f"w{i}" for i in range(2000))
 
 
 @pytest.mark.slow
