@@ -98,3 +98,19 @@ def single_file(workdir: Path, suffix: str) -> Path:
 
 def contiguous_cpu(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [t.detach().cpu().contiguous() for t in inputs]
+
+
+def export_program(module: torch.nn.Module, inputs: Sequence[torch.Tensor], opts: Any,
+                   always_decompose: bool) -> Any:
+    """torch.export of the (optionally fp16-cast) module on the (cast) inputs, shared by
+    the exporters that consume an ExportedProgram. `use_default_decompositions` runs the
+    full default table; otherwise `always_decompose` runs an empty one, which coremltools
+    needs to get ATen-level ops, while ExecuTorch's lowering decomposes by itself."""
+    dtype = torch.float16 if opts.get("export_fp16") else None
+    model = cast_module(module, dtype)
+    args = tuple(contiguous_cpu(cast_inputs(inputs, dtype)))
+    with torch.no_grad():
+        program = torch.export.export(model, args, strict=bool(opts.get("export_strict")))
+        if opts.get("use_default_decompositions"):
+            return program.run_decompositions()
+        return program.run_decompositions({}) if always_decompose else program

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from .base import Artifact, Availability, Preset, Runnable
-from .common import IS_MACOS, cast_inputs, cast_module, contiguous_cpu, has_module
+from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module
 
 COMPUTE_UNITS = {"cpu": "CPU_ONLY", "gpu": "CPU_AND_GPU", "ane": "CPU_AND_NE", "any": "ALL"}
 PACKAGE_NAME = "model.mlpackage"
@@ -58,13 +58,7 @@ class CoreMLBackend:
         import coremltools as ct
 
         opts = preset.options
-        dtype = torch.float16 if opts.get("export_fp16") else None
-        model = cast_module(module, dtype)
-        args = tuple(contiguous_cpu(cast_inputs(inputs, dtype)))
-        with torch.no_grad():
-            program = torch.export.export(model, args, strict=bool(opts.get("export_strict")))
-            program = (program.run_decompositions() if opts.get("use_default_decompositions")
-                       else program.run_decompositions({}))
+        program = export_program(module, inputs, opts, always_decompose=True)
         kwargs: dict[str, Any] = {
             "convert_to": str(opts.get("convert_to", "mlprogram")),
             "compute_units": _enum(ct.ComputeUnit, opts.get("compute_units") or COMPUTE_UNITS[preset.device],

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import torch
 
 from .base import Artifact, Availability, Preset, Runnable
-from .common import (IS_MACOS, cast_inputs, cast_module, contiguous_cpu, has_module,
+from .common import (IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module,
                      single_file, thread_budget)
 
 PROGRAM_FILE = "model.pte"
@@ -108,13 +108,7 @@ class ExecuTorchBackend:
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
         opts = preset.options
-        dtype = torch.float16 if opts.get("export_fp16") else None
-        model = cast_module(module, dtype)
-        args = tuple(contiguous_cpu(cast_inputs(inputs, dtype)))
-        with torch.no_grad():
-            program = torch.export.export(model, args, strict=bool(opts.get("export_strict")))
-            if opts.get("use_default_decompositions"):
-                program = program.run_decompositions()
+        program = export_program(module, inputs, opts, always_decompose=False)
         edge = to_edge_transform_and_lower(program, partitioner=self._partitioners(preset))
         config = ExecutorchBackendConfig(extract_delegate_segments=bool(opts.get("extract_delegate_segments", True)))
         et_program = edge.to_executorch(config=config)
