@@ -14,7 +14,7 @@ and be rebuilt anywhere without pickles:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -67,11 +67,6 @@ def unflatten(structure: Structure, leaves: list[Any]) -> Any:
         raise ValueError(f"unknown structure node {kind!r}")
 
     return build(structure)
-
-
-def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    structure, leaves = flatten(obj)
-    return unflatten(structure, [fn(t) for t in leaves])
 
 
 def count_tensors(structure: Structure) -> int:

@@ -211,13 +211,7 @@ class WorkerPool:
         for w in workers:
             if w.job is None:
                 w.proc.join(timeout=max(0.0, end - time.monotonic()))
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join(timeout=5)
-            try:
-                w.conn.close()
-            except OSError:
-                pass
+            self._discard(w, kill=True)
         if self._logs is not None:
             self._logs.cleanup()
             self._logs = None
