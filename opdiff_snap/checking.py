@@ -233,12 +233,13 @@ def _prior_results(path: Path) -> list[Result]:
 def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           preset_options: dict[str, str | dict] | None = None, seeds: int | None = None,
           seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
-          tags: Sequence[str] | None = None, tolerance: Tolerance | None = None,
-          resume: str | None = None, in_process: bool = False, use_cache: bool = True,
+          tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
+          tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
           settings: Settings = Settings(), argv: Sequence[str] = (),
           listener: Listener | None = None) -> RunReport:
     """Run each target preset on exactly the stored inputs and weights and compare.
 
+    `skips` are (test id or prefix*, preset or glob) pairs reported SKIPPED.
     A `listener` with a `set_total(n)` method is told how many results to expect."""
     if not backends:
         raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
@@ -297,7 +298,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                 todo = [p for p in presets if (item.test_id, item.seed, p.name) not in done]
                 runnable = []
                 for preset in todo:
-                    reason = skip_reason(item.case, preset.name) if item.case is not None else None
+                    reason = skip_reason(item.case, preset.name, skips, item.test_id)
                     if reason:
                         out(item, preset, Verdict.SKIPPED, reason)
                     elif item.verdict is not None:

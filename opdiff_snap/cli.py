@@ -37,6 +37,9 @@ def guarded(fn):
                 traceback.print_exc()
             click.echo(f"opdiff: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except BrokenPipeError:  # output piped into `head` and the like
+            sys.stderr = None
+            sys.exit(0)
         except KeyboardInterrupt:
             click.echo("opdiff: interrupted; history of this run stays resumable (`opdiff runs`).", err=True)
             sys.exit(130)
@@ -170,6 +173,54 @@ def _run_options(fn):
     return fn
 
 
+def _opdiff_options(fn):
+    """opdiff's own flags, so its users' commands keep working (see README, Coming from opdiff)."""
+    for opt in reversed([
+        click.option("--backends", "opdiff_backends", metavar="'A;B'",
+                     help="opdiff's form of -b: ';'-separated presets."),
+        click.option("--skips", "opdiff_skips", metavar="'ID:PRESET;...'",
+                     help="Skip these (test id or prefix*, preset or glob) pairs: SKIPPED with the reason."),
+        click.option("--backend-overrides-file", type=click.Path(path_type=Path),
+                     help="opdiff's per-preset options file (JSON or YAML: {preset: {options}})."),
+        click.option("--backend-overrides-json", help="opdiff's per-preset options as inline JSON."),
+        click.option("--num-sampled-inputs", type=click.IntRange(min=1), help="opdiff's name for --seeds."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _parse_skips(text: str | None) -> list[tuple[str, str]]:
+    out = []
+    for token in (t.strip() for t in (text or "").split(";")):
+        if not token:
+            continue
+        tid, sep, preset = (part.strip() for part in token.partition(":"))
+        if not sep or not tid or not preset:
+            raise OpdiffError(f"--skips '{token}': write TEST_ID:PRESET pairs separated by ';', e.g. "
+                              "'conv_*:onnx_cpu_fp16;gelu:*'.")
+        out.append((tid, preset))
+    return out
+
+
+def _overrides_source(file: Path | None, inline: str | None):
+    """opdiff's --backend-overrides-file/-json as what get_preset accepts (None if absent)."""
+    if file is not None and inline is not None:
+        raise OpdiffError("give --backend-overrides-file or --backend-overrides-json, not both.")
+    if inline is not None:
+        return inline
+    if file is None:
+        return None
+    if file.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise OpdiffError(f"--backend-overrides-file {file}: cannot read it as YAML ({exc}).") from None
+        return data if data is not None else {}
+    return str(file)
+
+
 def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
     from .output import (ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary,
                          report_json, write_junit)
@@ -199,24 +250,45 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
 @click.option("--fail-on", help="Verdicts that make the exit code 1 (default: BASELINE_FAIL and the like).")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @_run_options
+@_opdiff_options
 @click.pass_context
 @guarded
 def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, timeout_s, repeats, warmup,
-           in_process, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+           in_process, test_ids, tags, seeds, seed_list, fmt, verbose, opdiff_backends, opdiff_skips,
+           backend_overrides_file, backend_overrides_json, num_sampled_inputs) -> None:
     """Record goldens: run the baseline on seeded inputs and store inputs, weights and outputs.
 
     With no SUITES, records every suite under ./suites. Writes only missing or stale
     goldens unless --force."""
     from . import api
 
+    if opdiff_backends:
+        names = [n.strip() for n in opdiff_backends.split(";") if n.strip()]
+        if len(names) != 1:
+            raise OpdiffError(f"--backends '{opdiff_backends}': record runs one baseline; give it as "
+                              "--baseline PRESET, then `opdiff check -b ...` for the targets.")
+        baseline = names[0]
+    overrides = _overrides_source(backend_overrides_file, backend_overrides_json)
+    if overrides is not None:
+        if preset_options:
+            raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
+        preset_options = overrides
+    seeds = _opdiff_seeds(seeds, num_sampled_inputs)
     if seeds is not None and seed_list:
         raise OpdiffError("give either --seeds N or --seed-list, not both.")
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     _run_and_report(ctx, lambda listener: api.record(
         list(suites) or None, baseline=baseline, preset_options=preset_options, seeds=seeds,
         seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags), force=force,
-        in_process=in_process, settings=settings, argv=sys.argv[1:], listener=listener),
+        skips=_parse_skips(opdiff_skips), in_process=in_process, settings=settings, argv=sys.argv[1:],
+        listener=listener),
         fmt, verbose, fail_on, junit, f"record {baseline}")
+
+
+def _opdiff_seeds(seeds: int | None, num_sampled_inputs: int | None) -> int | None:
+    if num_sampled_inputs is not None and seeds is not None and seeds != num_sampled_inputs:
+        raise OpdiffError(f"--seeds {seeds} and --num-sampled-inputs {num_sampled_inputs} disagree; give one.")
+    return seeds if seeds is not None else num_sampled_inputs
 
 
 def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
@@ -232,7 +304,7 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 
 @main.command()
 @click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
-@click.option("-b", "--backend", "backends", multiple=True, required=True,
+@click.option("-b", "--backend", "backends", multiple=True,
               help="Target preset; repeatable (see `opdiff list-presets`).")
 @click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
 @click.option("--atol", type=float, help="Override the absolute tolerance for every comparison.")
@@ -243,24 +315,38 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
                                 "(default: all but PASS, SKIPPED, UNAVAILABLE).")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @_run_options
+@_opdiff_options
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, resume, no_cache, fail_on, junit, jobs,
-          timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+          timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
+          opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
+          num_sampled_inputs) -> None:
     """Check goldens on target presets: exactly the stored inputs and weights, compared
     with tolerances; one JSONL history file per run in ./store.
 
     Exit 0 when nothing failed, 1 when a --fail-on verdict occurred, 2 on input errors."""
     from . import api
 
+    backends = list(backends) + [n.strip() for n in (opdiff_backends or "").split(";") if n.strip()]
+    if not backends:
+        raise OpdiffError("check needs a target: -b PRESET (repeatable) or --backends 'A;B' "
+                          "(see `opdiff list-presets`).")
+    options = _preset_options(preset_options)
+    overrides = _overrides_source(backend_overrides_file, backend_overrides_json)
+    if overrides is not None:
+        if options:
+            raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
+        options = {name: overrides for name in backends}
+    seeds = _opdiff_seeds(seeds, num_sampled_inputs)
     if seeds is not None and seed_list:
         raise OpdiffError("give either --seeds N or --seed-list, not both.")
     tol = Tolerance(atol=atol, rtol=rtol) if (atol is not None or rtol is not None) else None
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     _run_and_report(ctx, lambda listener: api.check(
-        list(suites) or None, backends=list(backends), preset_options=_preset_options(preset_options),
+        list(suites) or None, backends=backends, preset_options=options,
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
-        tolerance=tol, resume=resume, in_process=in_process, use_cache=not no_cache, settings=settings,
+        skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process, use_cache=not no_cache, settings=settings,
         argv=sys.argv[1:], listener=listener), fmt, verbose, fail_on, junit, "check")
 
 

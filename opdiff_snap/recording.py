@@ -53,11 +53,12 @@ class Planned:
 
 
 def plan(cases: Sequence[TestCase], store: GoldenStore, preset: Preset, *, seeds: int | None = None,
-         seed_list: Sequence[int] | None = None, force: bool = False) -> Iterator[Planned]:
+         seed_list: Sequence[int] | None = None, force: bool = False,
+         skips: Sequence[tuple[str, str]] = ()) -> Iterator[Planned]:
     """What record does with each (test, seed), decided from metadata only."""
     for case in cases:
         for seed in seeds_for(case, seeds, seed_list):
-            reason = skip_reason(case, preset.name)
+            reason = skip_reason(case, preset.name, skips)
             if reason:
                 yield Planned(case, seed, Verdict.SKIPPED, reason)
                 continue
@@ -84,7 +85,8 @@ def _why_record(case: TestCase, info: GoldenInfo | None, preset: Preset, force: 
 def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_fp32",
            preset_options: str | dict | None = None, seeds: int | None = None,
            seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
-           tags: Sequence[str] | None = None, force: bool = False, in_process: bool = False,
+           tags: Sequence[str] | None = None, force: bool = False,
+           skips: Sequence[tuple[str, str]] = (), in_process: bool = False,
            settings: Settings = Settings(), argv: Sequence[str] = (),
            listener: Listener | None = None) -> RunReport:
     """Run the baseline on freshly materialised inputs and store goldens for every
@@ -109,7 +111,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
                           f"matches --test-ids {list(test_ids or [])} / --tags {list(tags or [])}. "
                           "See `opdiff list-tests` for the ids.")
     store = GoldenStore(settings.goldens)
-    planned = list(plan(cases, store, preset, seeds=seeds, seed_list=seed_list, force=force))
+    planned = list(plan(cases, store, preset, seeds=seeds, seed_list=seed_list, force=force, skips=skips))
     set_total = getattr(listener, "set_total", None)
     if callable(set_total):
         set_total(len(planned))

@@ -13,6 +13,7 @@ from .config import Settings
 from .execution import Outcome, WorkerPool
 from .suite import suite_paths
 from .suite.model import TestCase, Tolerance
+from .suite.selection import id_matches
 from .verdicts import Verdict
 
 
@@ -72,10 +73,17 @@ def seeds_for(case: TestCase, seeds: int | None, seed_list: Sequence[int] | None
     return case.seeds
 
 
-def skip_reason(case: TestCase, preset_name: str) -> str | None:
-    for pattern, reason in case.skip.items():
+def skip_reason(case: TestCase | None, preset_name: str, skips: Sequence[tuple[str, str]] = (),
+                test_id: str | None = None) -> str | None:
+    """Why (case, preset) is not run: a suite `skip:` entry, or a requested (test id or
+    prefix*, preset or glob) pair such as opdiff's `--skips id:preset`."""
+    for pattern, reason in (case.skip.items() if case is not None else ()):
         if pattern == preset_name or fnmatch.fnmatchcase(preset_name, pattern):
             return reason or f"skipped for {pattern} by the suite"
+    tid = case.id if case is not None else test_id
+    for id_pattern, preset_pattern in skips:
+        if tid is not None and id_matches(tid, [id_pattern]) and fnmatch.fnmatchcase(preset_name, preset_pattern):
+            return f"skipped by --skips {id_pattern}:{preset_pattern}"
     return None
 
 

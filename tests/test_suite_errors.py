@@ -24,7 +24,7 @@ TPL = "{type: template_module, path: torch.nn.Linear, vars: {n: [2, 3]}, args: [
 CASES = [
     ("unknown_top_key", {"s.yaml": "test: []\n"}, "test", ["unknown key 'test'", "did you mean 'tests'"]),
     ("tests_not_list", {"s.yaml": "tests: {a: 1}\n"}, "tests", ["tests must be a list"]),
-    ("missing_tests", {"s.yaml": "dims: {B: 1}\n"}, "", ["missing required key 'tests'"]),
+    ("defines_nothing", {"s.yaml": "{}\n"}, "", ["the suite defines nothing"]),
     ("top_not_mapping", {"s.yaml": "- a\n- b\n"}, "", ["must be a mapping"]),
     ("unknown_test_key", {"s.yaml": t(extra="    kwarg: {}\n")}, "tests[0].kwarg",
      ["unknown key 'kwarg'", "did you mean 'kwargs'"]),
@@ -45,10 +45,10 @@ CASES = [
     ("missing_include", {"s.yaml": "include: [nope.yaml]\ntests: []\n"}, "include[0]",
      ["nope.yaml", "file not found"]),
     ("duplicate_dim", {"s.yaml": "include: a.yaml\ndims: {B: 3}\ntests: []\n", "a.yaml": "dims: {B: 2}\ntests: []\n"},
-     "dims.B", ["dim 'B' is defined twice", "a.yaml:1"]),
+     "dims.B", ["dim 'B' is defined as 3 here and as 2 at", "a.yaml:1"]),
     ("duplicate_preset", {"s.yaml": "include: a.yaml\n" + t(), "a.yaml": "presets: {inp: {type: const, value: 1}}\n"
                                                                          "tests: []\n"},
-     "presets.inp", ["preset 'inp' is defined twice"]),
+     "presets.inp", ["preset 'inp' is defined here and differently at", "a.yaml:1"]),
     ("duplicate_id", {"s.yaml": t() + "  - id: t1\n    op: aten::add.Tensor\n    in: []\n"}, "",
      ["duplicate test id 't1'"]),
     ("scalar_low_ge_high", {"s.yaml": t(inputs="[{type: scalar, kind: float, low: 2, high: 2}]")},

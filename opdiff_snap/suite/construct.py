@@ -1,35 +1,43 @@
 """Turn `path`s into Python objects: ATen ops, module classes, constructed modules.
 
-`file:` paths are imported from the file by location, relative to the suite directory,
-under a module name derived from the file's absolute path, so two suites may both have
-a `models.py` without clashing.
+`file:` paths (canonical: relative to the suite directory, see files.py) are imported
+from the file by location under a module name derived from the file's absolute path,
+so two suites may both have a `models.py` without clashing. While one is imported, the
+case's import folders (project root, current directory) are on sys.path, so a module
+can import its siblings as `from examples.toy_model import ...`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from ..errors import OpdiffError, suggest
+from .files import split_file_path
 from .model import Call, Node, TestCase
 
 
-def split_file_path(path: str) -> tuple[str, str]:
-    """`file:rel/x.py::Name` -> ("rel/x.py", "Name")."""
-    body = path[len("file:"):]
-    file, sep, name = body.partition("::")
-    if not sep or not file or not name:
-        raise OpdiffError(f"'{path}' is not a valid file path: write it as file:relative/file.py::Name.")
-    return file, name
+@contextlib.contextmanager
+def importable(dirs: Sequence[Path]):
+    """`dirs` at the front of sys.path for the duration; sys.path restored afterwards."""
+    added = [str(d) for d in dirs if str(d) not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for d in added:
+            if d in sys.path:
+                sys.path.remove(d)
 
 
-def load_file_module(file: Path):
+def load_file_module(file: Path, import_dirs: Sequence[Path] = ()):
     file = file.resolve()
     mod_name = "opdiff_user_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
     mod = sys.modules.get(mod_name)
@@ -41,18 +49,19 @@ def load_file_module(file: Path):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = mod
     try:
-        spec.loader.exec_module(mod)
+        with importable(import_dirs):
+            spec.loader.exec_module(mod)
     except Exception as exc:
         del sys.modules[mod_name]
         raise OpdiffError(f"{file}: importing it failed with {type(exc).__name__}: {exc}") from exc
     return mod
 
 
-def import_path(path: str, suite_dir: Path) -> Any:
+def import_path(path: str, suite_dir: Path, import_dirs: Sequence[Path] = ()) -> Any:
     """Resolve a dotted import path or a `file:` path to the object it names."""
     if path.startswith("file:"):
         file, name = split_file_path(path)
-        mod = load_file_module(suite_dir / file)
+        mod = load_file_module(suite_dir / file, import_dirs)
         try:
             return getattr(mod, name)
         except AttributeError:
@@ -99,7 +108,8 @@ def resolve_op(name: str):
                           f"{suggest(overload, packet.overloads())}.") from None
 
 
-def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | None = None) -> Any:
+def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | None = None,
+                import_dirs: Sequence[Path] = ()) -> Any:
     """A constructor argument from its node: literals as they are, `construct` nodes
     built recursively, sampling nodes through `sample` (inputs-only nodes otherwise)."""
     kind = node.get("type")
@@ -108,22 +118,22 @@ def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | Non
     if kind == "int_list":
         return list(node["elems"])
     if kind == "tuple":
-        return tuple(build_value(e, suite_dir, sample) for e in node["elems"])
+        return tuple(build_value(e, suite_dir, sample, import_dirs) for e in node["elems"])
     if kind in ("construct", "module"):
-        cls = import_path(node["path"], suite_dir)
-        args = [build_value(a, suite_dir, sample) for a in node.get("args", [])]
-        kwargs = {k: build_value(v, suite_dir, sample) for k, v in node.get("kwargs", {}).items()}
+        cls = import_path(node["path"], suite_dir, import_dirs)
+        args = [build_value(a, suite_dir, sample, import_dirs) for a in node.get("args", [])]
+        kwargs = {k: build_value(v, suite_dir, sample, import_dirs) for k, v in node.get("kwargs", {}).items()}
         return cls(*args, **kwargs)
     if sample is None:
         raise OpdiffError(f"a '{kind}' node cannot be used as a constructor argument here.")
     return sample(node)
 
 
-def construct_module(call: Call, suite_dir: Path,
-                     sample: Callable[[Node], Any] | None = None) -> torch.nn.Module:
-    cls = import_path(call.target, suite_dir)
-    args = [build_value(a, suite_dir, sample) for a in call.args]
-    kwargs = {k: build_value(v, suite_dir, sample) for k, v in call.kwargs.items()}
+def construct_module(call: Call, suite_dir: Path, sample: Callable[[Node], Any] | None = None,
+                     import_dirs: Sequence[Path] = ()) -> torch.nn.Module:
+    cls = import_path(call.target, suite_dir, import_dirs)
+    args = [build_value(a, suite_dir, sample, import_dirs) for a in call.args]
+    kwargs = {k: build_value(v, suite_dir, sample, import_dirs) for k, v in call.kwargs.items()}
     try:
         module = cls(*args, **kwargs)
     except Exception as exc:
@@ -137,7 +147,7 @@ def construct_module(call: Call, suite_dir: Path,
 def build_modules(case: TestCase, sample: Callable[[Node], Any] | None = None) -> dict[str, torch.nn.Module]:
     """The module(s) of a case by side: {} for op tests, {"a": m} or {"a": m, "b": m2}."""
     sides: Mapping[str, Call | None] = {"a": case.call, "b": case.pair}
-    return {side: construct_module(call, case.suite_dir, sample)
+    return {side: construct_module(call, case.suite_dir, sample, case.import_dirs)
             for side, call in sides.items() if call is not None and call.kind == "module"}
 
 

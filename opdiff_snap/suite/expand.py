@@ -1,8 +1,10 @@
 """Suite files -> TestCases: includes, dims, presets, tests, templates and ids.
 
-Included files merge in order (their tests come before the including file's own);
-a name defined twice and an include cycle are problems. Every case is built through
-`case_from_definition`, the same path `check` takes on a stored definition.
+Included files merge in order (their tests come before the including file's own). A dim
+or preset defined again with the same value is fine (two suites may include one common
+file); with another value it is a problem naming both places, and so is an include
+cycle. Every case is built through `case_from_definition`, the same path `check` takes
+on a stored definition.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .model import Call, TestCase, Tolerance
 from .schema import (BAD, DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, TOP_KEYS,
                      NodeResolver, Problems, Where, check_keys, dtype_family, parse_extension,
                      path_checker, plain)
+from .files import SearchRoots
 from .spechash import file_modules, spec_hash
 from .yamlload import YamlSyntaxError, load_yaml_text
 
@@ -38,6 +41,7 @@ class RawTest:
     index: int
     suite: Path
     defaults: dict
+    chain: tuple[Path, ...] = ()    # the include path that reached it, top-level suite first
 
 
 @dataclass
@@ -76,7 +80,8 @@ def read_suite_file(path: Path, problems: Problems, where: Where | None = None) 
 
 def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Path, ...] = (),
                   defaults: dict | None = None, via: Where | None = None) -> None:
-    """Load `path` and its includes into `doc` (depth-first, includes first)."""
+    """Load `path` and its includes into `doc` (depth-first, includes first). `stack` is
+    the chain of including files (resolved), top-level suite first."""
     path = Path(os.path.normpath(path))
     disp = _display(path)
     real = path.resolve()
@@ -94,8 +99,9 @@ def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Pa
         problems.add(top, "a suite must be a mapping with keys include, dims, presets, tests, defaults")
         return
     check_keys(data, TOP_KEYS, top, problems, "the suite's top level")
-    if "tests" not in data and "include" not in data:
-        problems.add(top, "missing required key 'tests' (it may be an empty list)")
+    if not any(k in data for k in ("tests", "include", "dims", "presets")):
+        problems.add(top, "the suite defines nothing: give it 'tests' (it may be an empty list), "
+                          "'include', or 'dims'/'presets' for a definitions file")
 
     own = dict(defaults or EXT_DEFAULTS)
     raw_defaults = data.get("defaults")
@@ -135,8 +141,9 @@ def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Pa
                 elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
                     problems.add(w, f"dim '{k}' = {v!r} must be a non-negative integer")
                 elif k in doc.dims:
-                    problems.add(w, f"dim '{k}' is defined twice (first at {_at(doc.dim_where[k])}); "
-                                    "keep one definition")
+                    if doc.dims[k] != v:
+                        problems.add(w, f"dim '{k}' is defined as {v} here and as {doc.dims[k]} at "
+                                        f"{_at(doc.dim_where[k])}; keep one definition or rename one")
                 else:
                     doc.dims[k], doc.dim_where[k] = v, w
 
@@ -149,8 +156,10 @@ def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Pa
             for k, v in presets.items():
                 w = wp.at(presets, k)
                 if k in doc.presets:
-                    problems.add(w, f"preset '{k}' is defined twice (first at {_at(doc.presets[k][1])}); "
-                                    "keep one definition")
+                    if plain_equal(doc.presets[k][0], v):
+                        continue
+                    problems.add(w, f"preset '{k}' is defined here and differently at "
+                                    f"{_at(doc.presets[k][1])}; keep one definition or rename one")
                 else:
                     doc.presets[str(k)] = (v, w, path.parent)
 
@@ -161,11 +170,20 @@ def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Pa
             problems.add(wt, f"tests must be a list, got {type(tests).__name__}")
         else:
             for i, t in enumerate(tests):
-                doc.tests.append(RawTest(t, wt.at(tests, i), i, path, own))
+                doc.tests.append(RawTest(t, wt.at(tests, i), i, path, own, stack + (real,)))
 
 
 def _at(w: Where) -> str:
     return f"{w.file}:{w.mark[0]}" if w.mark else w.file
+
+
+def plain_equal(a: Any, b: Any) -> bool:
+    """Equal as YAML values (positions ignored; 1 and 1.0 and True kept apart)."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def chain_text(chain: tuple[Path, ...]) -> str:
+    return " -> ".join(_display(p) for p in chain)
 
 
 def _plain_num(problems: Problems):
@@ -192,8 +210,8 @@ def _rebase(node: Any, from_dir: Path, to_dir: Path) -> Any:
 class Expander:
     """Resolves one merged document into TestCases, recording every problem."""
 
-    def __init__(self, doc: Document, problems: Problems, import_cache: dict):
-        self.doc, self.problems, self.import_cache = doc, problems, import_cache
+    def __init__(self, doc: Document, problems: Problems, import_cache: dict, roots: SearchRoots):
+        self.doc, self.problems, self.import_cache, self.roots = doc, problems, import_cache, roots
         self._resolvers: dict[Path, NodeResolver] = {}
         self._presets: dict[str, Any] = {}
         self._resolving: list[str] = []
@@ -201,7 +219,7 @@ class Expander:
     def resolver(self, suite_dir: Path) -> NodeResolver:
         r = self._resolvers.get(suite_dir)
         if r is None:
-            check = path_checker(self.problems, suite_dir, self.import_cache)
+            check = path_checker(self.problems, suite_dir, self.import_cache, self.roots)
             r = NodeResolver(self.problems, self.doc.dims, self.doc.presets,
                              lambda name, w, d=suite_dir: self.preset(name, w, d), check)
             self._resolvers[suite_dir] = r
@@ -221,12 +239,13 @@ class Expander:
         value = self._presets[name]
         return value if value is BAD or used_in is None else _rebase(value, pdir, used_in)
 
-    def cases(self) -> list[TestCase]:
+    def cases(self) -> list[tuple[TestCase, RawTest]]:
+        """Every case with the raw test it came from, in order."""
         for name in self.doc.presets:
             self.preset(name, self.doc.presets[name][1])
-        out: list[TestCase] = []
+        out: list[tuple[TestCase, RawTest]] = []
         for rt in self.doc.tests:
-            out.extend(self.test(rt))
+            out.extend((case, rt) for case in self.test(rt))
         return out
 
     # ---- one test entry ------------------------------------------------------------------
@@ -441,7 +460,7 @@ class Expander:
                 "cast_input0_to_complex": common["cast"],
                 **{k: common[k] for k in EXTENSION_KEYS},
             }
-            out.append(case_from_definition(tid, definition, rt.suite))
+            out.append(case_from_definition(tid, definition, rt.suite, self.roots.import_dirs))
         return out
 
     def _complex_ok(self, inputs: list, w: Where) -> bool:
@@ -454,13 +473,17 @@ class Expander:
         return False
 
 
-def case_from_definition(test_id: str, definition: dict, suite_path: Path) -> TestCase:
-    """Rebuild a TestCase from its canonical definition (as stored in goldens)."""
+def case_from_definition(test_id: str, definition: dict, suite_path: Path,
+                         import_dirs: tuple[Path, ...] | None = None) -> TestCase:
+    """Rebuild a TestCase from its canonical definition (as stored in goldens).
+    `import_dirs` default to those of a run of `suite_path` from the current directory."""
     d = json.loads(json.dumps(definition))
     try:
         call = _call(d["call"])
         pair = _call(d["pair"]) if d.get("pair") else None
         suite_path = Path(suite_path)
+        if import_dirs is None:
+            import_dirs = SearchRoots.for_suite(suite_path).import_dirs
         sources = file_modules(d, suite_path.parent)
         return TestCase(
             id=test_id, suite=suite_path, call=call, inputs=tuple(d["inputs"]), kwargs=d["kwargs"],
@@ -469,7 +492,7 @@ def case_from_definition(test_id: str, definition: dict, suite_path: Path) -> Te
             tolerance={k: Tolerance(v.get("atol"), v.get("rtol")) for k, v in d.get("tolerance", {}).items()},
             seeds=tuple(d.get("seeds", [0])), tags=tuple(d.get("tags", [])), skip=dict(d.get("skip", {})),
             grad=bool(d.get("grad", False)), definition=d, spec_hash=spec_hash(d, sources),
-            source_files=sources)
+            source_files=sources, import_dirs=tuple(import_dirs))
     except (KeyError, TypeError, AttributeError) as exc:
         raise OpdiffError(f"test '{test_id}': its stored definition is malformed ({type(exc).__name__}: {exc}); "
                           "re-record it with --force.") from None
@@ -485,17 +508,23 @@ def load_suites(paths: list[Path]) -> list[TestCase]:
     problems = Problems()
     import_cache: dict = {}
     cases: list[TestCase] = []
-    seen: dict[str, TestCase] = {}
+    seen: dict[str, tuple[TestCase, RawTest]] = {}
     for p in paths:
         doc = Document()
         load_document(Path(p), problems, doc)
-        for case in Expander(doc, problems, import_cache).cases():
+        for case, rt in Expander(doc, problems, import_cache, SearchRoots.for_suite(Path(p))).cases():
             if case.id in seen:
+                first = seen[case.id][1]
+                if first.chain != rt.chain and first.suite == rt.suite and first.index == rt.index:
+                    why = (f"the same test reached twice, through {chain_text(first.chain)} and "
+                           f"{chain_text(rt.chain)}; include that file once, from a file both include")
+                else:
+                    why = (f"also defined in {_display(seen[case.id][0].suite)}"
+                           f" (reached through {chain_text(first.chain)}); give one of them another id")
                 problems.add(Where(_display(case.suite), test_id=case.id),
-                             f"duplicate test id '{case.id}' (also defined in {_display(seen[case.id].suite)}); "
-                             "give one of them another id")
+                             f"duplicate test id '{case.id}': {why}")
                 continue
-            seen[case.id] = case
+            seen[case.id] = (case, rt)
             cases.append(case)
     if len(problems):
         raise SuiteError(list(problems))

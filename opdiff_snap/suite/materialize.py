@@ -28,9 +28,10 @@ def derive_seed(test_id: str, seed: int) -> int:
 class Sampler:
     """Samples resolved nodes (full form, see schema.py) from one generator, in call order."""
 
-    def __init__(self, generator: torch.Generator, suite_dir: Path):
+    def __init__(self, generator: torch.Generator, suite_dir: Path, import_dirs: tuple[Path, ...] = ()):
         self.g = generator
         self.suite_dir = suite_dir
+        self.import_dirs = import_dirs
 
     def __call__(self, node: Node) -> Any:
         t = node["type"]
@@ -59,7 +60,7 @@ class Sampler:
             u = torch.rand(1, generator=self.g, dtype=torch.float64).item()
             return None if u < node["p_none"] else self(node["elem"])
         if t in ("construct", "module"):
-            return build_value(node, self.suite_dir, self)
+            return build_value(node, self.suite_dir, self, self.import_dirs)
         raise ValueError(f"cannot sample a '{t}' node")
 
     def _real(self, shape: list[int], dtype: torch.dtype, node: Node) -> torch.Tensor:
@@ -113,7 +114,7 @@ def _as_real(x: Any) -> Any:
 def materialize(case: TestCase, seed: int) -> Invocation:
     """The inputs and module states of (case, seed); bit-identical for the same pair."""
     s = derive_seed(case.id, seed)
-    sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir)
+    sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir, case.import_dirs)
     args = [sampler(n) for n in case.inputs]
     kwargs = {k: sampler(v) for k, v in case.kwargs.items()}
     if case.cast_input0_to_complex and args:
@@ -122,9 +123,9 @@ def materialize(case: TestCase, seed: int) -> Invocation:
     for side, call in (("a", case.call), ("b", case.pair)):
         if call is None or call.kind != "module":
             continue
-        ctor_sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir)
+        ctor_sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir, case.import_dirs)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(s)
-            module = construct_module(call, case.suite_dir, ctor_sampler)
+            module = construct_module(call, case.suite_dir, ctor_sampler, case.import_dirs)
         states[side] = {k: v.detach().clone() for k, v in module.state_dict().items()}
     return Invocation(args=args, kwargs=kwargs, states=states)

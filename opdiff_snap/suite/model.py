@@ -23,8 +23,8 @@ class Tolerance:
 class Call:
     """What a test calls: an ATen op, or a module constructed from `path` with args/kwargs.
 
-    `path` is a dotted import path or `file:relative/file.py::Name` (relative to the
-    suite's directory). Constructor args are nodes: `const`, `construct`, ... nodes
+    `path` is a dotted import path or `file:relative/file.py::Name` (canonical form:
+    relative to the suite's directory, whatever folder the suite author wrote it from). Constructor args are nodes: `const`, `construct`, ... nodes
     resolved but not sampled.
     """
 
@@ -61,6 +61,7 @@ class TestCase:
     definition: Mapping[str, Any] = field(default_factory=dict)      # canonical expanded JSON
     spec_hash: str = ""
     source_files: tuple[Path, ...] = ()                               # file: modules used
+    import_dirs: tuple[Path, ...] = ()   # on sys.path while its file: modules import (not hashed)
 
     @property
     def test_type(self) -> str:

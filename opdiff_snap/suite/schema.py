@@ -11,10 +11,13 @@ import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..errors import OpdiffError, Problem, suggest
 from .yamlload import Mark, child_mark, key_mark
+
+if TYPE_CHECKING:
+    from .files import SearchRoots
 
 TOP_KEYS = ("include", "dims", "presets", "tests", "defaults")
 EXTENSION_KEYS = ("tolerance", "seeds", "tags", "skip", "grad")
@@ -609,9 +612,12 @@ def parse_extension(key: str, raw: Any, where: Where, problems: Problems,
     raise KeyError(key)
 
 
-def path_checker(problems: Problems, suite_dir: Path, cache: dict) -> Callable[[Any, Where, bool], Any]:
-    """A `check_path` for NodeResolver: imports dotted paths and `file:` modules once."""
+def path_checker(problems: Problems, suite_dir: Path, cache: dict,
+                 roots: "SearchRoots") -> Callable[[Any, Where, bool], Any]:
+    """A `check_path` for NodeResolver: finds `file:` modules (see files.py), imports
+    dotted paths and `file:` modules once, and returns the canonical path."""
     from .construct import import_path
+    from .files import canonical_file_path
 
     def check(path: Any, where: Where, module: bool) -> Any:
         if not isinstance(path, str) or not path:
@@ -620,11 +626,14 @@ def path_checker(problems: Problems, suite_dir: Path, cache: dict) -> Callable[[
         key = (path, str(suite_dir))
         if key not in cache:
             try:
-                obj = import_path(path, suite_dir)
-                cache[key] = None if callable(obj) else f"'{path}' names a {type(obj).__name__}, not a class"
+                canon = canonical_file_path(path, suite_dir, roots) if path.startswith("file:") else path
+                obj = import_path(canon, suite_dir, roots.import_dirs)
+                cache[key] = (None if callable(obj) else f"'{path}' names a {type(obj).__name__}, not a class",
+                              canon)
             except OpdiffError as exc:
-                cache[key] = str(exc)
-        if cache[key] is not None:
-            return problems.add(where, cache[key])
-        return path
+                cache[key] = (str(exc), path)
+        error, canon = cache[key]
+        if error is not None:
+            return problems.add(where, error)
+        return canon
     return check
