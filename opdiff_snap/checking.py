@@ -11,9 +11,11 @@ Without suites (no ./suites, none given) every golden is checked against the def
 stored in it; `--test-ids` and `--tags` select on that definition, and a `file:` module
 that changed since record still makes the golden STALE.
 
-Pair tests: the target runs both sides on the same inputs and side b is compared with
-side a, as opdiff does; the golden's recorded a/b outputs do not decide the verdict, but
-their distance to the target's is kept in the metrics under `vs_golden`.
+Pair tests: the target runs both sides on the same inputs, and each side is compared
+with its own side of the golden: PASS means a matches golden a and b matches golden b.
+How far b is from a on the target is a metric (`b_vs_a`), not the verdict; the message
+names the side that drifted, and says so when the golden's sides agree but the
+target's do not.
 
 Gradients: for a `grad: true` test whose golden holds gradients, on a preset that can
 differentiate (cause.gradients.can_differentiate), the recorded vector-Jacobian product
@@ -34,8 +36,9 @@ from typing import Any, Iterator, Sequence
 from . import history
 from .backends.base import Preset
 from .backends.registry import get_preset
-from .compare import compare, tolerance_for
+from .compare import Comparison, Rounding, compare, tolerance_for
 from .config import Settings
+from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
 from .execution.runner import error_text
@@ -162,7 +165,8 @@ def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
 # ---------------------------------------------------------------- verdicts of one outcome
 
 def judge(pending: _Pending, outcome: Outcome) -> Result:
-    """The Result of one finished job: the backend's failure, or the comparison."""
+    """The Result of one finished job: the backend's failure, or the comparison with the
+    golden (each side of a pair with its own golden side)."""
     item, golden, preset, tol = pending.item, pending.golden, pending.preset, pending.tol
     case = item.case
     result = with_timings(Result(item.test_id, item.seed, preset.name, Verdict.PASS, case, tolerance=tol), outcome)
@@ -170,19 +174,35 @@ def judge(pending: _Pending, outcome: Outcome) -> Result:
         result.verdict = outcome.status
         return result
     actual = restore_outputs(outcome.output_structure, outcome.outputs)
-    if case.pair is not None:
-        cmp = compare(actual["a"], actual["b"], tol, root="b_vs_a")
-    else:
-        cmp = compare(golden.outputs, actual, tol)
+    rounding = Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision)
+    cmp = compare(golden.outputs, actual, tol, rounding=rounding)
     result.verdict, result.message = cmp.verdict, cmp.message
     result.metrics = cmp.metrics.to_json() if cmp.metrics is not None else None
     if case.pair is not None:
-        vs = compare(golden.outputs, actual, tol)
-        extra = {"verdict": vs.verdict.value, **(vs.metrics.to_json() if vs.metrics is not None else {})}
-        result.metrics = {**(result.metrics or {}), "vs_golden": extra}
+        _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
         _check_grads(result, pending)
     return result
+
+
+def _judge_pair(result: Result, case: TestCase, golden: Golden, actual: Any, tol: Tolerance,
+                cmp: Comparison) -> None:
+    """Name the side that drifted, and keep b vs a on the target in the metrics."""
+    on_target = compare(actual["a"], actual["b"], tol, root="b_vs_a")
+    result.metrics = {**(result.metrics or {}), "b_vs_a": {
+        "verdict": on_target.verdict.value,
+        **(on_target.metrics.to_json() if on_target.metrics is not None else {})}}
+    if cmp.passed:
+        return
+    impls = {"a": case.call.impl, "b": case.pair.impl if case.pair else None}
+    drifted = [side for side in ("a", "b") if any(p.startswith(f"out[{side!r}]") for p in cmp.failing)]
+    named = " and ".join(f"side {side}" + (f" ({impls[side]})" if impls[side] else "") for side in drifted)
+    notes = [f"{named} {'drift' if len(drifted) > 1 else 'drifts'} from {'their' if len(drifted) > 1 else 'its'} golden"] if drifted else []
+    if not on_target.passed and compare(golden.outputs["a"], golden.outputs["b"], tol).passed:
+        notes.append(f"the golden's sides agree but on {result.preset} they do not (b vs a: "
+                     f"{on_target.verdict.value}, max_abs={(on_target.metrics.max_abs if on_target.metrics else float('nan')):.3g})")
+    if notes:
+        result.message = "; ".join(notes) + ": " + result.message
 
 
 def _check_grads(result: Result, pending: _Pending) -> None:
@@ -244,10 +264,10 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     if not backends:
         raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
     if tolerance is not None:
-        for name in ("atol", "rtol"):
+        for name in ("atol", "rtol", "baseline_factor"):
             value = getattr(tolerance, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
-                raise OpdiffError(f"--{name} {value}: a tolerance must be a finite number >= 0.")
+                raise OpdiffError(f"--{name.replace('_', '-')} {value}: it must be a finite number >= 0.")
     if len(set(backends)) != len(backends):
         raise OpdiffError(f"--backend names a preset twice ({', '.join(backends)}); give each once.")
     options = preset_options or {}
@@ -272,6 +292,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
     results: list[Result] = []      # this session's
     prior: list[Result] = []
+    pool = make_pool(settings, in_process)
     if resume:
         writer, done = history.RunWriter.resume(settings.store, resume)
         _same_presets(writer, presets)
@@ -279,7 +300,8 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     else:
         writer = history.RunWriter.start(
             settings.store, "check", list(argv), [str(p) for p in suite_paths],
-            {p.name: p.to_json() for p in presets}, settings_json(settings, in_process, use_cache))
+            {p.name: p.to_json() for p in presets}, settings_json(settings, in_process, use_cache, pool),
+            env=environment(threads=pool.threads))
         done = set()
     set_total = getattr(listener, "set_total", None)
     if callable(set_total):
@@ -322,7 +344,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                               repeats=settings.repeats, warmup=settings.warmup,
                               cache_dir=settings.cache if use_cache else None, key=key)
 
-        with make_pool(settings, in_process) as pool:
+        with pool:
             for outcome in pool.run(jobs()):
                 p = pending.pop(outcome.key)
                 emit(writer, judge(p, outcome), p.item.baseline, results, listener)

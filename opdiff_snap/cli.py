@@ -309,6 +309,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
 @click.option("--atol", type=float, help="Override the absolute tolerance for every comparison.")
 @click.option("--rtol", type=float, help="Override the relative tolerance for every comparison.")
+@click.option("--baseline-factor", type=float,
+              help="Times the baseline's own rounding error a result may differ by (default 4; 0: off).")
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
 @click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact exists.")
 @click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 "
@@ -318,7 +320,7 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @_opdiff_options
 @click.pass_context
 @guarded
-def check(ctx, suites, backends, preset_options, atol, rtol, resume, no_cache, fail_on, junit, jobs,
+def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, fail_on, junit, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
@@ -341,7 +343,8 @@ def check(ctx, suites, backends, preset_options, atol, rtol, resume, no_cache, f
     seeds = _opdiff_seeds(seeds, num_sampled_inputs)
     if seeds is not None and seed_list:
         raise OpdiffError("give either --seeds N or --seed-list, not both.")
-    tol = Tolerance(atol=atol, rtol=rtol) if (atol is not None or rtol is not None) else None
+    given = (atol, rtol, baseline_factor)
+    tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
@@ -450,6 +453,32 @@ def goldens_prune(ctx, yes) -> None:
         if yes:
             store.delete_key(info.key)
     click.echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
+
+
+@goldens.command("reference")
+@click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable.")
+@click.option("--force", is_flag=True, help="Measure goldens that already have a reference again.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@click.option("--in-process", is_flag=True, help="Run in this process (debugging; no isolation).")
+@click.pass_context
+@guarded
+def goldens_reference(ctx, test_ids, force, jobs, in_process) -> None:
+    """Add a float64 reference to goldens recorded without one, keeping their outputs.
+
+    Each golden runs in float64 on its stored inputs and weights; the difference to its
+    stored outputs is the baseline's own rounding error, which check then allows for."""
+    from .recording import add_references
+
+    results = add_references(None, test_ids=_patterns(test_ids), force=force, in_process=in_process,
+                             settings=_settings(ctx, jobs=jobs))
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
+        if r.verdict.value == "BASELINE_FAIL" or (r.verdict.value == "RECORDED" and "added" not in r.message):
+            click.echo(f"{r.verdict.value} {r.test_id} seed={r.seed}: {r.message}")
+    click.echo(f"{counts.get('RECORDED', 0)} goldens measured, {counts.get('KEPT', 0)} already had a "
+               f"reference, {counts.get('BASELINE_FAIL', 0)} could not be rebuilt")
+    sys.exit(1 if counts.get("BASELINE_FAIL") else 0)
 
 
 @goldens.command("verify")

@@ -1,14 +1,25 @@
-"""Tolerance policy, metrics and the comparison verdict (DESIGN rule 6).
+"""Tolerance policy, metrics and the comparison verdict.
 
 `compare(expected, actual, tol)` walks two nested values (tensors, tuples, lists, dicts,
 Python scalars, None, strings) and decides one verdict, in this order of precedence:
 
-    STRUCTURE_MISMATCH  nesting, lengths, keys, tensor vs non-tensor, or constants differ
+    STRUCTURE_MISMATCH  nesting, lengths, keys, tensor vs non-tensor, or constants differ,
+                        or there is nothing to compare (no tensor or number anywhere)
     SHAPE_MISMATCH      a tensor leaf has another shape
     DTYPE_MISMATCH      a tensor leaf has another dtype (any width or kind change)
-    MISMATCH            values differ: floats beyond |a - e| <= atol + rtol * |e|,
-                        integers/bools not exactly equal, NaN/Inf not at the same places
+    MISMATCH            values differ (see below), integers/bools not exactly equal,
+                        NaN/Inf not at the same places
     PASS
+
+A floating element passes when any of these holds (docs/check.md explains why):
+
+    |a - e| <= atol + rtol * |e|                      the configured tolerance
+    |a - e| <= min(factor * E * u_t / u_b, cap * M)   the baseline's own rounding error
+    |a - r| <= atol + rtol * |r|                      the float64 reference itself
+
+where r is the golden's float64 reference (when it has one), E the largest |e - r| over
+the output, M its largest |e|, u_t and u_b the unit roundoff the target and the baseline
+compute that output in, and cap a per-precision ceiling far below any real kernel error.
 
 Metrics are computed over every leaf whose shapes agree, all leaves together, in float64.
 """
@@ -35,6 +46,15 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 FP64_TOLERANCE = Tolerance(atol=1e-7, rtol=1e-7)
 
+# How many times the baseline's own measured rounding error a target may differ by.
+BASELINE_FACTOR = 4.0
+# Unit roundoff of the precisions outputs are computed in.
+UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
+# The rounding allowance never exceeds this fraction of an output's largest magnitude:
+# an eighth (fp32) and a quarter (fp16) of the 2^-7 relative error of a wrong kernel, so
+# such a kernel stays a MISMATCH. bf16's own default rtol (1.6e-2) is already above 2^-7.
+ALLOWANCE_CAP = {"fp64": 2.0**-40, "fp32": 2.0**-10, "fp16": 2.0**-9, "bf16": 2.0**-6}
+
 _GLOB_CHARS = set("*?[")
 
 
@@ -53,6 +73,9 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
     6. `preset_override`, then the preset's options `atol` / `rtol`
     7. DEFAULT_TOLERANCES[preset.precision] (torch.testing's defaults)
 
+    `baseline_factor` (how many times the baseline's own rounding error is allowed)
+    follows the same chain and defaults to BASELINE_FACTOR.
+
     `case_tolerance` is the `TestCase.tolerance` mapping (a TestCase is accepted too).
     """
     if hasattr(case_tolerance, "tolerance") and not isinstance(case_tolerance, Mapping):
@@ -64,17 +87,20 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
     chain += [table[k] for k in sorted(globs, key=len, reverse=True)]
     chain += [table.get(preset.precision), table.get("*"), preset_override]
     opts = preset.options or {}
-    chain.append(Tolerance(_opt_float(opts.get("atol")), _opt_float(opts.get("rtol"))))
+    chain.append(Tolerance(_opt_float(opts.get("atol")), _opt_float(opts.get("rtol")),
+                           _opt_float(opts.get("baseline_factor"))))
     chain.append(DEFAULT_TOLERANCES.get(preset.precision, DEFAULT_TOLERANCES["fp32"]))
 
-    def pick(name: str) -> float:
+    def pick(name: str) -> float | None:
         for t in chain:
             v = _field(t, name)
             if v is not None:
                 return float(v)
-        raise AssertionError("unreachable: the defaults set every field")
+        return None
 
-    return Tolerance(atol=pick("atol"), rtol=pick("rtol"))
+    factor = pick("baseline_factor")
+    return Tolerance(atol=pick("atol"), rtol=pick("rtol"),
+                     baseline_factor=BASELINE_FACTOR if factor is None else factor)
 
 
 def _field(t: Any, name: str) -> Any:
@@ -125,7 +151,12 @@ class Metrics:
     """Over all compared tensor leaves together. Means, max_abs, max_rel and cosine use
     the entries finite on both sides (non-finite disagreements are counted in
     `mismatched`); max_rel leaves out entries whose expected value is 0. Complex leaves
-    count one element per complex number and compare real and imaginary parts."""
+    count one element per complex number and compare real and imaginary parts.
+
+    With a float64 reference: `baseline_error` is the largest |golden - reference| over
+    the outputs (the baseline's own rounding error), `error_bound` the largest rounding
+    allowance used, and `within_rounding` how many elements failed the configured
+    tolerance but passed by that allowance or against the reference itself."""
 
     max_abs: float = 0.0
     mean_abs: float = 0.0
@@ -140,6 +171,9 @@ class Metrics:
     worst_expected: float | str | None = None
     worst_actual: float | str | None = None
     min_atol: float = 0.0
+    baseline_error: float | None = None
+    error_bound: float | None = None
+    within_rounding: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out = {k: _json_float(v) for k, v in asdict(self).items()}
@@ -163,10 +197,34 @@ class Comparison:
     verdict: Verdict
     message: str
     metrics: Metrics | None
+    failing: tuple[str, ...] = ()       # paths of the output leaves that failed
 
     @property
     def passed(self) -> bool:
         return self.verdict == Verdict.PASS
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """What a golden knows about its own rounding error, and the precisions involved.
+
+    `residuals` is nested like the golden's outputs: for each floating tensor leaf the
+    float64 reference minus the golden value (`None` where there is none)."""
+
+    residuals: Any
+    baseline_precision: str = "fp32"
+    target_precision: str = "fp32"
+
+
+def unit_roundoff(precision: str, dtype: torch.dtype) -> float:
+    """The unit roundoff an output of `dtype` is computed with at `precision` (the coarser)."""
+    leaf = {torch.float64: "fp64", torch.complex128: "fp64", torch.float16: "fp16",
+            torch.bfloat16: "bf16"}.get(dtype, "fp32")
+    return max(UNIT_ROUNDOFF.get(precision, UNIT_ROUNDOFF["fp32"]), UNIT_ROUNDOFF[leaf])
+
+
+def _precision_of(u: float) -> str:
+    return next(name for name, value in UNIT_ROUNDOFF.items() if value == u)
 
 
 # ---------------------------------------------------------------- walking the trees
@@ -199,14 +257,30 @@ def _kind(x: Any) -> str:
     return type(x).__name__
 
 
-def _pairs(e: Any, a: Any, path: str) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
-    """Tensor/number leaf pairs; raises _Structure at the first structural difference."""
+def _child(residuals: Any, key: Any) -> Any:
+    """The residual subtree at `key` (None when the residual tree does not go there)."""
+    try:
+        if isinstance(residuals, Mapping):
+            return residuals.get(key)
+        if isinstance(residuals, (tuple, list)):
+            return residuals[key]
+    except (IndexError, TypeError):
+        pass
+    return None
+
+
+Leaf = tuple[str, torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+
+
+def _pairs(e: Any, a: Any, path: str, res: Any = None) -> Iterator[Leaf]:
+    """(path, expected, actual, residual) per tensor/number leaf; raises _Structure at
+    the first structural difference."""
     te, ta = _to_tensor(e), _to_tensor(a)
     if te is not None or ta is not None:
         if te is None or ta is None:
             raise _Structure(f"{path}: expected {'a tensor' if te is not None else _kind(e)}, "
                              f"got {'a tensor' if ta is not None else _kind(a)}")
-        yield path, te, ta
+        yield path, te, ta, res if isinstance(res, torch.Tensor) else None
         return
     if isinstance(e, (tuple, list)) or isinstance(a, (tuple, list)):
         if not (isinstance(e, (tuple, list)) and isinstance(a, (tuple, list))):
@@ -214,7 +288,7 @@ def _pairs(e: Any, a: Any, path: str) -> Iterator[tuple[str, torch.Tensor, torch
         if len(e) != len(a):
             raise _Structure(f"{path}: expected {len(e)} elements, got {len(a)}")
         for i, (ei, ai) in enumerate(zip(e, a)):
-            yield from _pairs(ei, ai, f"{path}[{i}]")
+            yield from _pairs(ei, ai, f"{path}[{i}]", _child(res, i))
         return
     if isinstance(e, Mapping) or isinstance(a, Mapping):
         if not (isinstance(e, Mapping) and isinstance(a, Mapping)):
@@ -226,25 +300,25 @@ def _pairs(e: Any, a: Any, path: str) -> Iterator[tuple[str, torch.Tensor, torch
                     ([f"unexpected keys {extra!r}"] if extra else [])
             raise _Structure(f"{path}: {', '.join(parts)}")
         for k in e:
-            yield from _pairs(e[k], a[k], f"{path}[{k!r}]")
+            yield from _pairs(e[k], a[k], f"{path}[{k!r}]", _child(res, k))
         return
     ke, ka = _number_kind(e), _number_kind(a)
     if ke is not None and ka is not None:
         if (ke == "bool") != (ka == "bool") or (ke == "complex") != (ka == "complex"):
             raise _Structure(f"{path}: expected {_kind(e)} {e!r}, got {_kind(a)} {a!r}")
         if ke == ka == "bool":
-            yield path, torch.tensor(bool(e)), torch.tensor(bool(a))
+            yield path, torch.tensor(bool(e)), torch.tensor(bool(a)), None
         elif ke == ka == "int":
-            yield path, torch.tensor(int(e), dtype=torch.int64), torch.tensor(int(a), dtype=torch.int64)
+            yield path, torch.tensor(int(e), dtype=torch.int64), torch.tensor(int(a), dtype=torch.int64), None
         elif ke == "complex":
             yield path, torch.tensor(complex(e), dtype=torch.complex128), \
-                torch.tensor(complex(a), dtype=torch.complex128)
+                torch.tensor(complex(a), dtype=torch.complex128), None
         else:  # float vs float, or int vs float: numeric compare under the tolerance. A Python
             # float leaves a backend as a float32 tensor (torch's default dtype), so it is held
             # to the float32 rule, not to float64's tighter one.
             wide = any(math.isfinite(float(v)) and abs(float(v)) > 3.0e38 for v in (e, a))
             dtype = torch.float64 if wide else torch.float32
-            yield path, torch.tensor(float(e), dtype=dtype), torch.tensor(float(a), dtype=dtype)
+            yield path, torch.tensor(float(e), dtype=dtype), torch.tensor(float(a), dtype=dtype), None
         return
     if type(e) is not type(a) or e != a:
         raise _Structure(f"{path}: expected {e!r}, got {a!r}")
@@ -276,6 +350,20 @@ class _Leaf:
     exact: bool = False
     atol: float = 0.0
     rtol: float = 0.0
+    baseline_error: float | None = None    # max |golden - reference|, with a reference
+    bound: float | None = None             # the rounding allowance used
+    factor: float = 0.0
+    within_rounding: int = 0
+
+
+@dataclass(frozen=True)
+class _Allowance:
+    """How one leaf uses its float64 reference."""
+
+    residual: np.ndarray        # flat float64, aligned with the leaf's flat values
+    factor: float
+    scale: float                # u_target / u_baseline
+    cap: float                  # fraction of the leaf's largest magnitude
 
 
 def _index(flat: int, shape: tuple[int, ...], complex_: bool) -> tuple[int, ...]:
@@ -298,7 +386,23 @@ def _first(mask: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
     return _index(int(np.argmax(mask)), shape, False)
 
 
-def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance) -> _Leaf:
+def _allowance(e: torch.Tensor, res: torch.Tensor | None, tol: Tolerance,
+               rounding: Rounding | None) -> _Allowance | None:
+    if res is None or rounding is None or tuple(res.shape) != tuple(e.shape):
+        return None
+    factor = BASELINE_FACTOR if tol.baseline_factor is None else float(tol.baseline_factor)
+    if factor <= 0 or not (e.dtype.is_floating_point or e.dtype.is_complex):
+        return None
+    r = res.detach().cpu()
+    if r.is_complex():
+        r = torch.view_as_real(r.to(torch.complex128))
+    u_t = unit_roundoff(rounding.target_precision, e.dtype)
+    u_b = unit_roundoff(rounding.baseline_precision, e.dtype)
+    return _Allowance(_as_f64(r), factor, u_t / u_b, ALLOWANCE_CAP[_precision_of(u_t)])
+
+
+def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance,
+          res: torch.Tensor | None = None, rounding: Rounding | None = None) -> _Leaf:
     """Everything about one leaf pair of equal shape, vectorised in float64 numpy."""
     e, a = (t.detach().cpu().resolve_conj().resolve_neg() for t in (e, a))
     exact = not (e.dtype.is_floating_point or e.dtype.is_complex)
@@ -306,17 +410,39 @@ def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance) -> _Leaf:
     out = _Leaf(path, e.numel(), exact=exact, atol=atol, rtol=rtol)
     if e.numel() == 0:
         return out
+    allowance = None if exact else _allowance(e, res, tol, rounding)
     is_complex = e.dtype.is_complex or a.dtype.is_complex
     if is_complex:  # real and imaginary parts as a trailing dimension of 2
         e, a = torch.view_as_real(e.to(torch.complex128)), torch.view_as_real(a.to(torch.complex128))
     shape = tuple(e.shape)
     ef, af = _as_f64(e), _as_f64(a)
+    if allowance is not None and allowance.residual.size != ef.size:
+        allowance = None
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are dealt with below
-        return _leaf_values(out, e, a, ef, af, shape, is_complex)
+        return _leaf_values(out, e, a, ef, af, shape, is_complex, allowance)
+
+
+def _rounding_excess(out: _Leaf, ef: np.ndarray, af: np.ndarray, d: np.ndarray, excess: np.ndarray,
+                     al: _Allowance) -> np.ndarray:
+    """The excess over the best of the three rules (configured tolerance, rounding
+    allowance, the float64 reference); records the allowance used on `out`."""
+    ref = ef + np.where(np.isfinite(al.residual), al.residual, 0.0)
+    usable = np.isfinite(ef) & np.isfinite(ref)
+    if not usable.any():
+        return excess
+    error = float(np.abs(ref - ef)[usable].max())
+    magnitude = float(np.abs(ef)[usable].max())
+    bound = min(al.factor * error * al.scale, al.cap * magnitude)
+    out.baseline_error, out.bound, out.factor = error, bound, al.factor
+    by_bound = d - bound
+    by_reference = np.abs(af - ref) - (out.atol + out.rtol * np.abs(ref))
+    best = np.minimum(excess, np.minimum(by_bound, by_reference))
+    out.within_rounding = int(np.count_nonzero((excess > 0) & (best <= 0)))
+    return best
 
 
 def _leaf_values(out: _Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, af: np.ndarray,
-                 shape: tuple[int, ...], is_complex: bool) -> _Leaf:
+                 shape: tuple[int, ...], is_complex: bool, allowance: _Allowance | None = None) -> _Leaf:
     exact, atol, rtol = out.exact, out.atol, out.rtol
     el_shape = shape[:-1] if is_complex else shape
     d = np.abs(af - ef)
@@ -328,6 +454,8 @@ def _leaf_values(out: _Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, a
         r = rtol * abs_e
         finite = None if np.isfinite(d).all() else (np.isfinite(ef) & np.isfinite(af))
         excess = d - (atol + r)
+        if allowance is not None:
+            excess = _rounding_excess(out, ef, af, d, excess, allowance)
         bad = excess > 0
         nonfinite_bad = None
         if finite is not None:  # slow path: NaN/Inf present somewhere
@@ -390,6 +518,9 @@ def _leaf_message(lf: _Leaf) -> str:
     if lf.exact:
         return f"{head} differ (exact compare), {first}"
     outside = f"outside atol={lf.atol:g} rtol={lf.rtol:g}"
+    if lf.bound is not None:
+        outside += (f" and outside the rounding bound {lf.bound:.3g} ({lf.factor:g} x the baseline's own "
+                    f"float64-measured error {lf.baseline_error:.3g}, capped)")
     nonfinite = "with NaN/Inf at different positions or signs"
     tol_bad = lf.bad - lf.nonfinite_bad
     if not lf.nonfinite_bad:
@@ -412,6 +543,11 @@ def _metrics(leaves: list[_Leaf]) -> Metrics:
     m.max_abs = max((lf.max_abs for lf in leaves), default=0.0)
     m.max_rel = max((lf.max_rel for lf in leaves), default=0.0)
     m.min_atol = max((lf.min_atol for lf in leaves), default=0.0)
+    referenced = [lf for lf in leaves if lf.baseline_error is not None]
+    if referenced:
+        m.baseline_error = max(lf.baseline_error for lf in referenced)
+        m.error_bound = max(lf.bound for lf in referenced)
+        m.within_rounding = sum(lf.within_rounding for lf in referenced)
     dot, ee, aa = (sum(getattr(lf, k) for lf in leaves) for k in ("dot", "ee", "aa"))
     if ee == 0.0 and aa == 0.0:
         m.cosine = 1.0
@@ -428,14 +564,22 @@ def _metrics(leaves: list[_Leaf]) -> Metrics:
     return m
 
 
-def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out") -> Comparison:
-    """Compare two nested output values; see the module docstring for the rules."""
+def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out",
+            rounding: Rounding | None = None) -> Comparison:
+    """Compare two nested output values; see the module docstring for the rules.
+    `rounding` brings the golden's float64 reference (its residuals nested like
+    `expected`) and the precisions the baseline and the target compute in."""
+    residuals = rounding.residuals if rounding is not None else None
     try:
-        pairs = list(_pairs(expected, actual, root))
+        pairs = list(_pairs(expected, actual, root, residuals))
     except _Structure as exc:
         return Comparison(Verdict.STRUCTURE_MISMATCH, f"structure differs at {exc}", None)
+    if not pairs:
+        return Comparison(Verdict.STRUCTURE_MISMATCH, f"{root}: nothing to compare: the output holds no "
+                          f"tensor and no number ({_describe(expected)}); make the module return its "
+                          "result", None)
     shape_msgs, dtype_msgs, leaves = [], [], []
-    for path, e, a in pairs:
+    for path, e, a, res in pairs:
         if tuple(e.shape) != tuple(a.shape):
             shape_msgs.append(f"{path}: expected shape {tuple(e.shape)}, got {tuple(a.shape)}")
             continue
@@ -444,12 +588,14 @@ def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out") -> Co
             if (e.dtype.is_complex != a.dtype.is_complex
                     or e.dtype.is_floating_point != a.dtype.is_floating_point):
                 continue  # no meaningful numbers to compare
-        leaves.append(_leaf(path, e, a, tol))
+        leaves.append(_leaf(path, e, a, tol, res, rounding))
     metrics = _metrics(leaves)
     if shape_msgs:
-        return Comparison(Verdict.SHAPE_MISMATCH, "shape differs at " + "; ".join(shape_msgs), metrics)
+        return Comparison(Verdict.SHAPE_MISMATCH, "shape differs at " + "; ".join(shape_msgs), metrics,
+                          tuple(m.split(":")[0] for m in shape_msgs))
     if dtype_msgs:
-        return Comparison(Verdict.DTYPE_MISMATCH, "dtype differs at " + "; ".join(dtype_msgs), metrics)
+        return Comparison(Verdict.DTYPE_MISMATCH, "dtype differs at " + "; ".join(dtype_msgs), metrics,
+                          tuple(m.split(":")[0] for m in dtype_msgs))
     failing = [lf for lf in leaves if lf.bad]
     if not failing:
         return Comparison(Verdict.PASS, "", metrics)
@@ -459,9 +605,12 @@ def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out") -> Co
     msg += (f". Worst at {metrics.worst_output}{list(metrics.worst_index or ())}: expected "
             f"{metrics.worst_expected}, got {metrics.worst_actual}; max_abs={metrics.max_abs:.3g}, "
             f"min_atol={metrics.min_atol:.3g}")
-    return Comparison(Verdict.MISMATCH, msg, metrics)
+    return Comparison(Verdict.MISMATCH, msg, metrics, tuple(lf.path for lf in failing))
 
 
-def compare_pair(out_a: Any, out_b: Any, tol: Tolerance) -> Comparison:
-    """Pair tests: side a is the expected value, side b the actual one."""
-    return compare(out_a, out_b, tol)
+def _describe(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, (tuple, list, dict)) and not value:
+        return f"an empty {type(value).__name__}"
+    return f"a {type(value).__name__} of constants"

@@ -14,31 +14,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import secrets
-import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .environment import environment
 from .errors import OpdiffError
 
 RUNS_DIR = "runs"
-
-# environment() key -> distributions to ask importlib.metadata, first found wins.
-_DISTRIBUTIONS = {
-    "torch": ("torch",),
-    "executorch": ("executorch",),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-silicon"),
-    "onnx": ("onnx",),
-    "coremltools": ("coremltools",),
-    "numpy": ("numpy",),
-    "zarr": ("zarr",),
-    "duckdb": ("duckdb",),
-    "opdiff_snap": ("opdiff-snap",),
-}
 
 ItemKey = tuple[str, int, str]  # (test id, seed, preset)
 
@@ -46,29 +31,6 @@ ItemKey = tuple[str, int, str]  # (test id, seed, preset)
 def utc_now() -> str:
     """ISO 8601 UTC with milliseconds, e.g. 2026-11-22T05:12:00.123Z."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _version(names: Iterable[str]) -> str | None:
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def environment() -> dict[str, str | None]:
-    """Platform and library versions, from package metadata only (imports nothing heavy).
-    A library that is not installed is None."""
-    env: dict[str, str | None] = {
-        "python": platform.python_version(),
-        "os": platform.system(),
-        "machine": platform.machine(),
-        "host": socket.gethostname(),
-    }
-    for key, names in _DISTRIBUTIONS.items():
-        env[key] = _version(names)
-    return env
 
 
 def json_safe(obj: Any) -> Any:
@@ -98,8 +60,8 @@ def _tolerance_json(tol: Any) -> dict[str, Any] | None:
     if tol is None:
         return None
     if isinstance(tol, Mapping):
-        return {"atol": tol.get("atol"), "rtol": tol.get("rtol")}
-    return {"atol": getattr(tol, "atol", None), "rtol": getattr(tol, "rtol", None)}
+        return {k: tol.get(k) for k in ("atol", "rtol", "baseline_factor")}
+    return {k: getattr(tol, k, None) for k in ("atol", "rtol", "baseline_factor")}
 
 
 def _metrics_json(metrics: Any) -> dict[str, Any] | None:

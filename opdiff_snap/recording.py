@@ -27,16 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from . import history
+from . import history, trees
 from .backends.base import Preset
 from .backends.registry import availability, get_preset
 from .config import Settings
+from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
+from .execution.prepare import nest_residuals
 from .goldens import Golden, GoldenInfo, GoldenStore
 from .results import (Listener, Result, RunReport, emit, make_pool, resolve_suites, seeds_for,
                       settings_json, skip_reason, with_timings)
-from .suite import load_suites, materialize, select
+from .suite import case_from_definition, load_suites, materialize, select
 from .suite.model import Invocation, TestCase
 from .verdicts import Verdict
 
@@ -115,13 +117,14 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     set_total = getattr(listener, "set_total", None)
     if callable(set_total):
         set_total(len(planned))
-    recorder = _Recorder(store, preset, settings, listener)
+    pool = make_pool(settings, in_process)
+    recorder = _Recorder(store, preset, environment(threads=pool.threads), settings, listener)
     started = time.perf_counter()
     with history.RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],
-                                 {preset.name: preset.to_json()}, settings_json(settings, in_process, False),
-                                 baseline_preset=preset.name) as writer:
+                                 {preset.name: preset.to_json()}, settings_json(settings, in_process, False, pool),
+                                 baseline_preset=preset.name, env=recorder.env) as writer:
         recorder.writer = writer
-        with make_pool(settings, in_process) as pool:
+        with pool:
             for outcome in pool.run(recorder.jobs(iter(planned))):
                 recorder.finish(outcome)
         wall = time.perf_counter() - started
@@ -133,11 +136,12 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
 class _Recorder:
     """The state of one record run: turns the plan into jobs and outcomes into goldens."""
 
-    def __init__(self, store: GoldenStore, preset: Preset, settings: Settings, listener: Listener | None):
+    def __init__(self, store: GoldenStore, preset: Preset, env: dict[str, Any], settings: Settings,
+                 listener: Listener | None):
         self.store, self.preset, self.settings, self.listener = store, preset, settings, listener
         self.writer: history.RunWriter | None = None
         self.results: list[Result] = []
-        self.env = history.environment()
+        self.env = env
         self.pending: dict[str, tuple[Planned, Invocation]] = {}
 
     def emit(self, result: Result) -> None:
@@ -160,7 +164,8 @@ class _Recorder:
             key = f"{case.id}\0{seed}"
             self.pending[key] = (item, invocation)
             yield Job(case=case, seed=seed, invocation=invocation, preset=self.preset,
-                      repeats=self.settings.repeats, warmup=self.settings.warmup, cache_dir=None, key=key)
+                      repeats=self.settings.repeats, warmup=self.settings.warmup, cache_dir=None, key=key,
+                      reference=True)
 
     def finish(self, outcome: Outcome) -> None:
         item, invocation = self.pending.pop(outcome.key)
@@ -175,6 +180,7 @@ class _Recorder:
         result.message = item.why
         try:
             golden = self._golden(item, invocation, restore_outputs(outcome.output_structure, outcome.outputs))
+            golden.reference, golden.reference_note = reference_of(outcome, golden.outputs)
         except _Failed as exc:
             result.verdict, result.message, result.error_class = Verdict.BASELINE_FAIL, exc.message, exc.error_class
         else:
@@ -206,6 +212,17 @@ class _Recorder:
                       error_class=type(exc).__name__)
 
 
+def reference_of(outcome: Outcome, outputs: Any) -> tuple[Any, str | None]:
+    """(residuals of `outputs` against the float64 reference of a job run with
+    `reference=True`, None), or (None, why there are none)."""
+    if outcome.reference is None:
+        return None, outcome.reference_note or "no float64 reference was computed"
+    residuals = nest_residuals(outcome.output_structure, outcome.reference, outputs)
+    if not trees.flatten(residuals)[1]:
+        return None, "the float64 run's outputs have other shapes than the baseline's"
+    return residuals, None
+
+
 class _Failed(Exception):
     def __init__(self, message: str, error_class: str):
         super().__init__(message)
@@ -214,3 +231,65 @@ class _Failed(Exception):
 
 def _text(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, OpdiffError) else f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------- references for older goldens
+
+def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[str] | None = None,
+                   force: bool = False, in_process: bool = False, settings: Settings = Settings(),
+                   listener: Listener | None = None) -> list[Result]:
+    """Give goldens recorded without a float64 reference one, keeping their outputs: each
+    runs in float64 on its stored inputs and weights, and the difference to the stored
+    outputs is added. With `force`, goldens that have one are measured again.
+
+    Results: RECORDED (reference added), KEPT (had one), BASELINE_FAIL (the test cannot
+    be rebuilt here); a test that does not run in float64 keeps the reason in its golden."""
+    from .suite.selection import id_matches, parse_patterns
+
+    store = GoldenStore(settings.goldens)
+    if not store.exists():
+        raise OpdiffError(f"no golden store at {settings.goldens}; nothing to add references to.")
+    paths = resolve_suites(suites, settings)
+    known = {c.id: c for c in load_suites(paths)} if paths else {}
+    patterns = parse_patterns(test_ids) if test_ids else None
+    preset = get_preset("torch_cpu_fp32")
+    results: list[Result] = []
+    pending: dict[str, Golden] = {}
+
+    def done(result: Result) -> None:
+        results.append(result)
+        if listener:
+            listener(result)
+
+    def jobs() -> Iterator[Job]:
+        for info in store.index():
+            if info.problem or (patterns and not id_matches(info.test_id, patterns)):
+                continue
+            golden = store.read(info.test_id, info.seed)
+            if not force and (golden.reference is not None or golden.reference_note is not None):
+                done(Result(info.test_id, info.seed, preset.name, Verdict.KEPT, None, "has a reference"))
+                continue
+            case = known.get(info.test_id)
+            if case is None or case.spec_hash != info.spec_hash:
+                try:
+                    case = case_from_definition(info.test_id, golden.definition, Path(golden.suite))
+                except OpdiffError as exc:
+                    done(Result(info.test_id, info.seed, preset.name, Verdict.BASELINE_FAIL, None, str(exc)))
+                    continue
+            key = f"{info.test_id}\0{info.seed}"
+            pending[key] = golden
+            yield Job(case=case, seed=info.seed, invocation=golden.invocation, preset=preset, repeats=1,
+                      warmup=0, key=key, reference=True)
+
+    with make_pool(settings, in_process) as pool:
+        for outcome in pool.run(jobs()):
+            golden = pending.pop(outcome.key)
+            if outcome.status is not None:
+                done(Result(golden.test_id, golden.seed, preset.name, Verdict.BASELINE_FAIL, None,
+                            f"{outcome.status.value}: {outcome.error_message or 'no detail'}"))
+                continue
+            golden.reference, golden.reference_note = reference_of(outcome, golden.outputs)
+            store.write(golden)
+            done(Result(golden.test_id, golden.seed, preset.name, Verdict.RECORDED, None,
+                        golden.reference_note or "float64 reference added"))
+    return results

@@ -101,9 +101,10 @@ def with_timings(result: Result, outcome: Outcome) -> Result:
     return result
 
 
-def settings_json(settings: Settings, in_process: bool, cache: bool) -> dict[str, Any]:
+def settings_json(settings: Settings, in_process: bool, cache: bool, pool: WorkerPool) -> dict[str, Any]:
     return {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
-            "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache}
+            "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
+            "threads": pool.threads}
 
 
 def emit(writer: history.RunWriter, result: Result, baseline: str | None,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from opdiff_snap.backends.base import Preset
-from opdiff_snap.compare import (DEFAULT_TOLERANCES, Comparison, compare, compare_pair,
+from opdiff_snap.compare import (ALLOWANCE_CAP, BASELINE_FACTOR, DEFAULT_TOLERANCES, Rounding, compare,
                                  tolerance_for)
 from opdiff_snap.suite.model import Tolerance
 from opdiff_snap.verdicts import Verdict
@@ -27,9 +27,9 @@ def preset(name="onnx_cpu_fp32", precision="fp32", **options) -> Preset:
 # ---------------------------------------------------------------- tolerance policy
 
 def test_default_tolerances_follow_precision():
-    assert tolerance_for({}, preset()) == Tolerance(1e-5, 1.3e-6)
-    assert tolerance_for({}, preset("executorch_cpu_fp16", "fp16")) == Tolerance(1e-5, 1e-3)
-    assert tolerance_for({}, preset("torch_cpu_bf16", "bf16")) == Tolerance(1e-5, 1.6e-2)
+    assert tolerance_for({}, preset()) == Tolerance(1e-5, 1.3e-6, BASELINE_FACTOR)
+    assert tolerance_for({}, preset("executorch_cpu_fp16", "fp16")) == Tolerance(1e-5, 1e-3, BASELINE_FACTOR)
+    assert tolerance_for({}, preset("torch_cpu_bf16", "bf16")) == Tolerance(1e-5, 1.6e-2, BASELINE_FACTOR)
 
 
 def test_precedence_field_by_field():
@@ -37,24 +37,25 @@ def test_precedence_field_by_field():
     table = {"*": Tolerance(1.0, 1.0), "fp16": Tolerance(2.0, None), "coreml_*": Tolerance(None, 3.0),
              "coreml_any_*": Tolerance(4.0, None), "coreml_any_fp16": Tolerance(None, 5.0)}
     # exact name gives rtol, the longest matching glob gives atol
-    assert tolerance_for(table, p) == Tolerance(4.0, 5.0)
+    assert tolerance_for(table, p) == Tolerance(4.0, 5.0, BASELINE_FACTOR)
     # the CLI overrides only what it sets
-    assert tolerance_for(table, p, Tolerance(atol=9.0)) == Tolerance(9.0, 5.0)
+    assert tolerance_for(table, p, Tolerance(atol=9.0)) == Tolerance(9.0, 5.0, BASELINE_FACTOR)
     del table["coreml_any_fp16"], table["coreml_any_*"]
-    assert tolerance_for(table, p) == Tolerance(2.0, 3.0)     # precision atol, glob rtol
+    assert tolerance_for(table, p) == Tolerance(2.0, 3.0, BASELINE_FACTOR)     # precision atol, glob rtol
     del table["coreml_*"]
-    assert tolerance_for(table, p) == Tolerance(2.0, 1.0)     # precision, then "*"
+    assert tolerance_for(table, p) == Tolerance(2.0, 1.0, BASELINE_FACTOR)     # precision, then "*"
     del table["fp16"], table["*"]
-    assert tolerance_for(table, p) == Tolerance(0.5, 0.25)    # preset options
-    assert tolerance_for(table, p, preset_override=Tolerance(atol=0.1)) == Tolerance(0.1, 0.25)
+    assert tolerance_for(table, p) == Tolerance(0.5, 0.25, BASELINE_FACTOR)    # preset options
+    assert tolerance_for(table, p, preset_override=Tolerance(atol=0.1)) == Tolerance(0.1, 0.25, BASELINE_FACTOR)
+    assert tolerance_for({"*": Tolerance(baseline_factor=0.0)}, p) == Tolerance(0.5, 0.25, 0.0)
     fp16 = preset("coreml_any_fp16", "fp16")
-    assert tolerance_for({"fp32": Tolerance(7.0, 7.0)}, fp16) == Tolerance(1e-5, 1e-3)  # other precision
+    assert tolerance_for({"fp32": Tolerance(7.0, 7.0)}, fp16) == Tolerance(1e-5, 1e-3, BASELINE_FACTOR)  # other precision
 
 
 def test_tolerance_for_accepts_a_test_case_like_object():
     class Case:
         tolerance = {"*": Tolerance(0.5, None)}
-    assert tolerance_for(Case(), preset()) == Tolerance(0.5, 1.3e-6)
+    assert tolerance_for(Case(), preset()) == Tolerance(0.5, 1.3e-6, BASELINE_FACTOR)
 
 
 # ---------------------------------------------------------------- tolerance edges
@@ -270,12 +271,80 @@ def test_metrics_json_is_strict_json():
     assert dict(c.metrics)["mismatched"] == 3 and c.metrics["numel"] == 3
 
 
-def test_compare_pair_uses_side_a_as_expected():
-    a, b = torch.tensor([100.0]), torch.tensor([100.5])
-    tol = Tolerance(0.0, 0.005)
-    assert compare_pair(a, b, tol).verdict == Verdict.PASS
-    assert compare_pair(b, a, Tolerance(0.0, 0.0049)).verdict == Verdict.MISMATCH
-    assert isinstance(compare_pair(a, b, tol), Comparison)
+# ---------------------------------------------------------------- the baseline's own rounding error
+
+def _golden_with_error(error: float):
+    """A golden of 1000 values near 1e3 whose float64 reference lies `error` away at one element."""
+    e = torch.linspace(900.0, 1100.0, 1000)
+    residual = torch.zeros(1000)
+    residual[500] = error
+    return e, residual
+
+
+def test_a_difference_within_the_baselines_own_rounding_error_passes():
+    e, residual = _golden_with_error(0.0004)     # the baseline's own error: 0.0004 (~6.5 ulps)
+    a = e.clone()
+    a[10] += 0.0015                               # outside 1e-5 + 1.3e-6 * 902, inside 4 x 0.0004
+    plain = compare(e, a, tolerance_for({}, preset()))
+    with_ref = compare(e, a, tolerance_for({}, preset()), rounding=Rounding(residual))
+    assert plain.verdict is Verdict.MISMATCH and plain.metrics.baseline_error is None
+    assert with_ref.verdict is Verdict.PASS
+    m = with_ref.metrics
+    assert m.baseline_error == pytest.approx(0.0004, rel=1e-6)
+    assert m.error_bound == pytest.approx(BASELINE_FACTOR * 0.0004, rel=1e-6) and m.within_rounding == 1
+
+
+def test_beyond_the_factor_is_a_mismatch_that_names_the_bound():
+    e, residual = _golden_with_error(0.0004)
+    a = e.clone()
+    a[10] += 0.0017                               # over 4 x 0.0004
+    c = compare(e, a, tolerance_for({}, preset()), rounding=Rounding(residual))
+    assert c.verdict is Verdict.MISMATCH
+    assert "rounding bound 0.0016 (4 x the baseline's own float64-measured error 0.0004" in c.message
+    assert c.failing == ("out",)
+    off = compare(e, e + torch.where(torch.arange(1000) == 10, 0.0015, 0.0),
+                  Tolerance(1e-5, 1.3e-6, 0.0), rounding=Rounding(residual))
+    assert off.verdict is Verdict.MISMATCH  # baseline_factor 0: the configured tolerance only
+
+
+def test_the_allowance_is_capped_so_a_wrong_kernel_stays_a_mismatch():
+    e = torch.linspace(0.5, 2.0, 64)
+    huge = torch.full((64,), 0.5)                 # a reference that disagrees wildly (a discontinuous op)
+    wrong = e * (1 + 2.0 ** -7)
+    for precision in ("fp32", "fp16"):
+        tol = tolerance_for({}, preset(f"x_cpu_{precision}", precision))
+        c = compare(e, wrong, tol, rounding=Rounding(huge, "fp32", precision))
+        assert c.verdict is Verdict.MISMATCH, precision
+        assert c.metrics.error_bound == pytest.approx(ALLOWANCE_CAP[precision] * 2.0)
+
+
+def test_reduced_precision_targets_scale_the_error_by_their_unit_roundoff():
+    e = torch.linspace(1.0, 2.0, 100)
+    residual = torch.full((100,), 2.0 ** -24)     # the fp32 baseline lost half an ulp at 1..2
+    a = e + 3 * 2.0 ** -11                        # 1.5 fp16 ulps off at 1: outside rtol 1e-3 there
+    tol16 = tolerance_for({}, preset("x_cpu_fp16", "fp16"))
+    assert compare(e, a, tol16).verdict is Verdict.MISMATCH
+    c = compare(e, a, tol16, rounding=Rounding(residual, "fp32", "fp16"))
+    assert c.verdict is Verdict.PASS and c.metrics.error_bound == pytest.approx(4 * 2.0 ** -24 * 2.0 ** 13)
+    # the same difference on an fp32 target is far outside 4 x half an fp32 ulp
+    assert compare(e, a, tolerance_for({}, preset()), rounding=Rounding(residual)).verdict is Verdict.MISMATCH
+
+
+def test_a_result_matching_the_float64_reference_passes_however_far_the_golden_was():
+    e = torch.tensor([1.0, 2.0, 3.0])
+    residual = torch.tensor([0.0, 0.5, 0.0])      # the golden was 0.5 off at element 1
+    a = e + residual                              # the target computed the exact value
+    c = compare(e, a, tolerance_for({}, preset()), rounding=Rounding(residual))
+    assert c.metrics.error_bound < 0.01           # capped: the bound alone would not pass it
+    assert c.verdict is Verdict.PASS and c.metrics.within_rounding == 1
+    strict = compare(e, a, Tolerance(1e-5, 1.3e-6, 0.0), rounding=Rounding(residual))
+    assert strict.verdict is Verdict.MISMATCH     # baseline_factor 0 turns every rounding rule off
+
+
+def test_nothing_to_compare_is_a_structure_mismatch():
+    for value in (None, (), [], {}, ("a", None)):
+        c = compare(value, value, FP32)
+        assert c.verdict is Verdict.STRUCTURE_MISMATCH and "nothing to compare" in c.message
 
 
 def test_one_million_elements():

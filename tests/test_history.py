@@ -40,14 +40,24 @@ def item(i: int, status: str = "PASS") -> dict:
     return ItemRecord(f"t{i}", 0, "onnx_cpu_fp32", status, test_type="op").to_json()
 
 
-def test_environment_has_versions_and_none_for_missing():
-    env = history.environment()
+def test_environment_has_versions_machine_and_none_for_missing():
+    from opdiff_snap.environment import differences, environment, package_version
+
+    env = environment(threads=3)
     for key in ("python", "os", "machine", "host", "torch", "executorch", "onnxruntime", "onnx",
-                "coremltools", "numpy", "zarr", "duckdb", "opdiff_snap"):
+                "coremltools", "numpy", "zarr", "duckdb", "opdiff_snap", "os_version"):
         assert key in env
     assert env["torch"].split("+")[0] == torch.__version__.split("+")[0]
     assert env["opdiff_snap"] == "0.1.0"
-    assert history._version(["surely-not-an-installed-dist-xyz"]) is None
+    assert package_version(("surely-not-an-installed-dist-xyz",)) is None
+    assert env["cpu"]["model"] and env["cpu"]["cores"] == os.cpu_count()
+    assert env["cpu"]["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    if sys.platform.startswith("linux") and "avx2" in open("/proc/cpuinfo").read():
+        assert "avx2" in env["cpu"]["isa"]
+    assert env["torch_build"]["blas"] and env["threads"] == {"intra_op": 3, "inter_op": 1}
+    other = {**env, "cpu": {**env["cpu"], "model": "Other CPU"}, "threads": {"intra_op": 1, "inter_op": 1}}
+    assert differences(env, other) == [("cpu.model", env["cpu"]["model"], "Other CPU"),
+                                       ("threads.intra_op", 3, 1)]
 
 
 def test_meta_item_end_written_and_flushed_per_line(tmp_path):
@@ -119,11 +129,12 @@ def test_item_record_shape_matches_the_architecture():
     assert d["preset"] == "onnx_cpu_fp32" and d["status"] == "MISMATCH"
     assert d["baseline"] == "torch_cpu_fp32"
     assert d["error_message"] == "out: 1 of 4 elements outside"
-    assert d["tolerance"] == {"atol": 1e-5, "rtol": 1.3e-6}
+    assert d["tolerance"] == {"atol": 1e-5, "rtol": 1.3e-6, "baseline_factor": None}
     assert d["backends"] == [{"name": "onnx_cpu_fp32", "res": {
         "status": "MISMATCH", "export_ms": 812.3, "load_ms": 9.1, "infer_ms": 0.061,
         "infer_ms_all": [0.06, 0.062], "cache_hit": True, "error_class": None,
-        "error_message": "out: 1 of 4 elements outside", "tolerance": {"atol": 1e-5, "rtol": 1.3e-6},
+        "error_message": "out: 1 of 4 elements outside",
+        "tolerance": {"atol": 1e-5, "rtol": 1.3e-6, "baseline_factor": None},
         "metrics": {"max_abs": 0.5, "min_atol": 0.4}}}]
     assert d["times_all"] == {"onnx_cpu_fp32": {"export_ms": 812.3, "load_ms": 9.1, "infer_ms": 0.061}}
     assert d["diff_all"] == {"onnx_cpu_fp32": {"max_abs": 0.5, "min_atol": 0.4}}

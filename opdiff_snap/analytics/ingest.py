@@ -17,12 +17,13 @@ METRICS = {
     "cosine": "DOUBLE", "mismatched": "BIGINT", "mismatched_frac": "DOUBLE",
     "numel": "BIGINT", "min_atol": "DOUBLE", "worst_index": ["BIGINT"],
     "worst_output": "VARCHAR", "worst_expected": "DOUBLE", "worst_actual": "DOUBLE",
+    "baseline_error": "DOUBLE", "error_bound": "DOUBLE", "within_rounding": "BIGINT",
 }
 RESULT_FIELDS = {
     "preset": "VARCHAR", "status": "VARCHAR", "export_ms": "DOUBLE", "load_ms": "DOUBLE",
     "infer_ms": "DOUBLE", "infer_ms_all": ["DOUBLE"], "cache_hit": "BOOLEAN",
     "error_class": "VARCHAR", "error_message": "VARCHAR",
-    "tolerance": {"atol": "DOUBLE", "rtol": "DOUBLE"}, "metrics": METRICS,
+    "tolerance": {"atol": "DOUBLE", "rtol": "DOUBLE", "baseline_factor": "DOUBLE"}, "metrics": METRICS,
 }
 ITEM = {"type": "VARCHAR", "run_id": "VARCHAR", "id": "VARCHAR", "seed": "BIGINT",
         "test_type": "VARCHAR", "suite": "VARCHAR", "spec_hash": "VARCHAR",
@@ -30,10 +31,14 @@ ITEM = {"type": "VARCHAR", "run_id": "VARCHAR", "id": "VARCHAR", "seed": "BIGINT
         **RESULT_FIELDS}
 LIBS = ("python", "torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy",
         "opdiff_snap")
+MACHINE = {"os_version": "VARCHAR",
+           "cpu": {"model": "VARCHAR", "isa": ["VARCHAR"], "torch_capability": "VARCHAR"},
+           "torch_build": {"blas": "VARCHAR", "onednn": "VARCHAR"},
+           "threads": {"intra_op": "BIGINT"}}
 META = {"type": "VARCHAR", "run_id": "VARCHAR", "command": "VARCHAR", "started": "VARCHAR",
         "host": "VARCHAR", "os": "VARCHAR", "machine": "VARCHAR", "suites": "JSON",
         "baseline_preset": "VARCHAR", "presets": "JSON",
-        "env": {k: "VARCHAR" for k in LIBS},
+        "env": {**{k: "VARCHAR" for k in LIBS}, **MACHINE},
         # opdiff's meta line nests everything under "meta"
         "meta": {"created_at": "VARCHAR", "env": {k: "VARCHAR" for k in LIBS}},
         "finished": "VARCHAR", "wall_s": "DOUBLE"}
@@ -106,6 +111,13 @@ INSERT INTO _runs
     any_value(m.host ORDER BY line) AS host, any_value(m.os ORDER BY line) AS os,
     any_value(m.machine ORDER BY line) AS machine,
     {libs},
+    any_value(m.env.os_version ORDER BY line) AS os_version,
+    any_value(m.env.cpu.model ORDER BY line) AS cpu_model,
+    any_value(m.env.cpu.isa ORDER BY line) AS cpu_isa,
+    any_value(m.env.cpu.torch_capability ORDER BY line) AS cpu_capability,
+    any_value(m.env.threads.intra_op ORDER BY line) AS threads,
+    any_value(m.env.torch_build.blas ORDER BY line) AS blas,
+    any_value(m.env.torch_build.onednn ORDER BY line) AS onednn,
     any_value(CASE json_type(m.suites) WHEN 'ARRAY' THEN from_json(m.suites, '["VARCHAR"]')
                   WHEN 'VARCHAR' THEN [m.suites ->> '$'] END ORDER BY line) AS suites,
     any_value(CASE json_type(m.presets) WHEN 'OBJECT' THEN json_keys(m.presets)
@@ -128,7 +140,8 @@ def _result_cols(r: str) -> str:
             f"coalesce({r}.infer_ms, list_median({r}.infer_ms_all)) AS infer_ms",
             f"{r}.infer_ms_all AS infer_ms_all", f"{r}.cache_hit AS cache_hit",
             f"{r}.error_class AS error_class", f"{r}.error_message AS error_message",
-            f"{r}.tolerance.atol AS atol", f"{r}.tolerance.rtol AS rtol"]
+            f"{r}.tolerance.atol AS atol", f"{r}.tolerance.rtol AS rtol",
+            f"{r}.tolerance.baseline_factor AS baseline_factor"]
     cols += [f"{r}.metrics.{k} AS {k}" for k in METRIC_COLUMNS]
     return ", ".join(cols)
 
@@ -179,7 +192,7 @@ INSERT INTO _results BY NAME
         'infer_ms': list_median(list_transform(ol, lambda x: x.ms)),
         'infer_ms_all': list_filter(list_transform(ol, lambda x: x.ms), lambda x: x IS NOT NULL),
         'cache_hit': NULL, 'error_class': NULL, 'error_message': NULL,
-        'tolerance': {{'atol': NULL, 'rtol': NULL}},
+        'tolerance': {{'atol': NULL, 'rtol': NULL, 'baseline_factor': NULL}},
         'metrics': {{{', '.join(f"'{k}': NULL" if k != 'max_abs' else "'max_abs': list_median(list_transform(dl, lambda x: x.max_abs))" for k in METRIC_COLUMNS)}}}}}::{_struct_type(RESULT_FIELDS)} END AS r);
 """
 
@@ -220,7 +233,8 @@ UPDATE _results SET run_id = coalesce(
 RUNS_DDL = f"""
 CREATE TABLE IF NOT EXISTS _runs (run_id VARCHAR, command VARCHAR, started TIMESTAMP,
   finished TIMESTAMP, complete BOOLEAN, wall_s DOUBLE, host VARCHAR, os VARCHAR, machine VARCHAR,
-  {', '.join(f'{k} VARCHAR' for k in LIBS)}, suites VARCHAR[], presets VARCHAR[],
+  {', '.join(f'{k} VARCHAR' for k in LIBS)}, os_version VARCHAR, cpu_model VARCHAR, cpu_isa VARCHAR[],
+  cpu_capability VARCHAR, threads BIGINT, blas VARCHAR, onednn VARCHAR, suites VARCHAR[], presets VARCHAR[],
   baseline_preset VARCHAR, file VARCHAR);
 """
 RESULTS_DDL = f"""
@@ -228,7 +242,7 @@ CREATE TABLE IF NOT EXISTS _results (run_id VARCHAR, test_id VARCHAR, seed BIGIN
   test_type VARCHAR, suite VARCHAR, spec_hash VARCHAR, tags VARCHAR[], preset VARCHAR,
   baseline VARCHAR, status VARCHAR, export_ms DOUBLE, load_ms DOUBLE, infer_ms DOUBLE,
   infer_ms_all DOUBLE[], cache_hit BOOLEAN, error_class VARCHAR, error_message VARCHAR,
-  atol DOUBLE, rtol DOUBLE,
+  atol DOUBLE, rtol DOUBLE, baseline_factor DOUBLE,
   {', '.join(f'{k} {_struct_type(v)}' for k, v in METRICS.items())},
   ts TIMESTAMP, file VARCHAR, line BIGINT);
 """

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..errors import OpdiffError, suggest
+from .ingest import LIBS
 from .table import Table
 from .views import Analytics, connect
 
@@ -161,9 +162,11 @@ class RunDiff:
     latency: Table
     only_a: int = 0
     only_b: int = 0
+    environment: Table = field(default_factory=lambda: Table(["field", "a", "b"], []))
 
     def sections(self) -> list[tuple[str, Table]]:
-        return [("newly failing", self.newly_failing), ("newly passing", self.newly_passing),
+        return [("environment differences", self.environment),
+                ("newly failing", self.newly_failing), ("newly passing", self.newly_passing),
                 ("metric drift", self.drift), ("latency changes", self.latency)]
 
     def summary(self) -> str:
@@ -269,4 +272,29 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
         only = an.sql("SELECT count(*) FILTER (WHERE NOT in_b), count(*) FILTER (WHERE NOT in_a) "
                       "FROM _pair").rows[0]
         an.sql("DROP TABLE _pair")
-    return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1])
+        env = environment_differences(an, a, b)
+    return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1], env)
+
+
+ENVIRONMENT_COLUMNS = ("host", "os", "os_version", "machine", "cpu_model", "cpu_isa", "cpu_capability",
+                       "threads", "blas", "onednn", *LIBS)
+
+
+def environment_differences(a: Analytics, run_a: str, run_b: str) -> Table:
+    """(field, value in A, value in B) for every machine or library fact the two runs differ in."""
+    cols = ", ".join(ENVIRONMENT_COLUMNS)
+    rows = {r[0]: r[1:] for r in a.sql(f"SELECT run_id, {cols} FROM runs WHERE run_id IN ($1, $2)",
+                                        [run_a, run_b]).rows}
+    va, vb = rows.get(run_a), rows.get(run_b)
+    out = []
+    if va is not None and vb is not None:
+        for name, x, y in zip(ENVIRONMENT_COLUMNS, va, vb):
+            if x != y:
+                out.append((name, _env_text(x), _env_text(y)))
+    return Table(["field", "a", "b"], out)
+
+
+def _env_text(v) -> str:
+    if isinstance(v, list):
+        return " ".join(map(str, v))
+    return "" if v is None else str(v)

@@ -22,7 +22,7 @@ from . import ingest
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 READ_ONLY_TYPES = {"SELECT", "PRAGMA", "EXPLAIN"}
 
 

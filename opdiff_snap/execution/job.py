@@ -25,6 +25,7 @@ class Job:
     warmup: int = 1
     cache_dir: Path | None = None   # artifact cache root; None disables the cache
     key: str = ""                   # caller's handle, echoed back in the Outcome
+    reference: bool = False         # also run the module eagerly in float64 (record)
 
 
 @dataclass
@@ -45,3 +46,7 @@ class Outcome:
     error_message: str | None = None
     cache_hit: bool = False
     worker_pid: int | None = None
+    # with Job.reference: the float64 outputs, flat like `outputs` (None for an output
+    # that is not floating or already float64), or why there are none
+    reference: list[torch.Tensor | None] | None = None
+    reference_note: str | None = None

@@ -160,7 +160,11 @@ class WorkerPool:
         self.n = max(1, int(jobs or os.cpu_count() or 1))
         self.timeout_s = float(timeout_s)
         self.in_process = in_process
-        self.threads = max(1, (os.cpu_count() or 1) // self.n)
+        if in_process:
+            import torch
+            self.threads = torch.get_num_threads()   # intra-op threads the jobs run with
+        else:
+            self.threads = max(1, (os.cpu_count() or 1) // self.n)
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
         self._logs: tempfile.TemporaryDirectory | None = None

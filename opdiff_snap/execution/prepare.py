@@ -168,6 +168,42 @@ def restore_outputs(structure: Any, outputs: list[torch.Tensor]) -> Any:
     return build(structure)
 
 
+def nest_residuals(structure: Any, reference: list[torch.Tensor | None], expected: Any) -> Any:
+    """float64 reference minus expected value per floating tensor leaf, nested like
+    `expected` (the restored outputs a golden holds): float32, complex64 for complex
+    leaves; None for every other leaf and where the shapes differ. `reference` is flat,
+    as `float64_reference` returns it for `structure`."""
+
+    def build(s: Any, value: Any) -> Any:
+        kind = next(k for k in s if k != "type")
+        v = s[kind]
+        if kind in ("tensor", "complex"):
+            ref = reference[v] if v < len(reference) else None
+            if ref is None or not isinstance(value, torch.Tensor):
+                return None
+            if kind == "complex":
+                if ref.shape[-1:] != (2,):
+                    return None
+                ref = torch.view_as_complex(ref.contiguous())
+            if tuple(ref.shape) != tuple(value.shape):
+                return None
+            wide = torch.complex128 if kind == "complex" else torch.float64
+            narrow = torch.complex64 if kind == "complex" else torch.float32
+            return (ref.to(wide) - value.detach().to(wide)).to(narrow)
+        if kind in ("tuple", "list"):
+            if not isinstance(value, (tuple, list)) or len(value) != len(v):
+                return None
+            items = [build(e, x) for e, x in zip(v, value)]
+            return tuple(items) if kind == "tuple" else items
+        if kind == "dict":
+            if not isinstance(value, dict):
+                return None
+            return {k: build(e, value.get(k)) for k, e in v}
+        return None
+
+    return build(structure, expected)
+
+
 def count_outputs(structure: Any) -> int:
     """How many flat outputs a structure refers to."""
     if isinstance(structure, dict):

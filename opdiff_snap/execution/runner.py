@@ -13,6 +13,7 @@ fp32-preset outputs are never cast: a dtype difference there is a finding.
 
 from __future__ import annotations
 
+import copy
 import re
 import statistics
 import tempfile
@@ -118,7 +119,10 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: boo
                 cache.evict(key)
                 continue
             return _fail(job, Verdict.LOAD_FAIL, exc, **timings)
-        return _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
+        outcome = _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
+        if job.reference and outcome.status is None:
+            outcome.reference, outcome.reference_note = float64_reference(prepared)
+        return outcome
     raise AssertionError("unreachable")
 
 
@@ -154,6 +158,42 @@ def _infer(job: Job, runnable: Runnable, prepared: Prepared, **timings: Any) -> 
         return _fail(job, Verdict.STRUCTURE_MISMATCH, f"the backend's outputs do not fit the eager "
                      f"module's output structure: {exc}", **timing)
     return Outcome(job.key, None, outputs=outputs, output_structure=prepared.out_structure, **timing)
+
+
+_WIDE = (torch.float64, torch.complex128)
+
+
+def float64_reference(prepared: Prepared) -> tuple[list[torch.Tensor | None] | None, str | None]:
+    """The flat module run eagerly on the CPU in float64: real floating weights and inputs
+    cast up, float64 as the default dtype for tensors it creates. Returns the outputs that
+    were floating and narrower than float64 (None for the others), or None and why not."""
+    wanted = [dt.is_floating_point and dt not in _WIDE for dt in prepared.out_dtypes]
+    if not any(wanted):
+        return None, "no output narrower than float64 to measure"
+    module = copy.deepcopy(prepared.module).cpu()
+    module._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
+    inputs = [t.to(torch.float64) if t.is_floating_point() else t.clone() for t in prepared.inputs]
+    default = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        with torch.no_grad():
+            outputs = module(*inputs)
+    except Exception as exc:
+        return None, f"the test does not run in float64: {error_text(exc)}"
+    finally:
+        torch.set_default_dtype(default)
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+    if len(outputs) != len(wanted):
+        return None, f"in float64 the test returns {len(outputs)} outputs instead of {len(wanted)}"
+    reference: list[torch.Tensor | None] = []
+    for i, (out, want) in enumerate(zip(outputs, wanted)):
+        if not want:
+            reference.append(None)
+        elif not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return None, f"in float64, output {i} is not a floating tensor"
+        else:
+            reference.append(out.detach().to(torch.float64).contiguous())
+    return reference, None
 
 
 def _finish(outputs: Any, prepared: Prepared, job: Job) -> list[torch.Tensor]:

@@ -1,7 +1,8 @@
 """A Golden <-> the attributes of its Zarr group plus its named tensors.
 
 Tensor leaves of each nested value are named `<section>.<i>`: `args.i`, `kwargs.i`,
-`outputs.i`, `grads.i`, and `state.<side>.i` for module parameters and buffers. The
+`outputs.i`, `grads.i`, `reference.i` (float64 reference minus output), and
+`state.<side>.i` for module parameters and buffers. The
 nested structures (trees.py JSON) and a `tensors` table (name -> where its bytes lie in
 the packed array, shape, dtypes, sha256) sit in the golden array's attributes.
 """
@@ -52,6 +53,10 @@ def encode(golden: Golden) -> tuple[dict[str, Any], list[tuple[str, torch.Tensor
         "outputs": section("outputs", golden.outputs),
         "grads": None if golden.grads is None else section("grads", golden.grads),
     }
+    if golden.reference is not None:
+        attrs["reference"] = {"kind": "float64", "residuals": section("reference", golden.reference)}
+    elif golden.reference_note is not None:
+        attrs["reference"] = {"kind": "none", "reason": golden.reference_note}
     return attrs, named
 
 
@@ -91,6 +96,10 @@ def decode(attrs: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Golden:
 
     states = {side: {param: tensors[array] for param, array in entries}
               for side, entries in attrs["states"].items()}
+    reference = attrs.get("reference") or {}
+    if not isinstance(reference, dict):
+        raise TypeError("'reference' must be a JSON object")
+    kind = reference.get("kind")
     args = section("args", attrs["args"])
     kwargs = section("kwargs", attrs["kwargs"])
     if not isinstance(args, list) or not isinstance(kwargs, dict):
@@ -103,4 +112,6 @@ def decode(attrs: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Golden:
         outputs=section("outputs", attrs["outputs"]),
         grads=None if attrs.get("grads") is None else section("grads", attrs["grads"]),
         extra=attrs.get("extra") or {},
+        reference=section("reference", reference["residuals"]) if kind == "float64" else None,
+        reference_note=str(reference.get("reason", "")) if kind == "none" else None,
     )

@@ -15,6 +15,8 @@ class Golden:
 
     `outputs` and `grads` are nested values with tensor leaves (see trees.py); for pair
     tests `outputs` is {"a": ..., "b": ...}. `baseline` is Preset.to_json() plus "name".
+    `reference` and `reference_note` are None on goldens recorded before references
+    existed (their check keeps the configured tolerances only).
     """
 
     test_id: str
@@ -30,6 +32,10 @@ class Golden:
     outputs: Any
     grads: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # float64 reference minus outputs, nested like `outputs` (None leaves where there is
+    # none); `reference_note` says why a golden has no reference at all
+    reference: Any = None
+    reference_note: str | None = None
 
 
 @dataclass(frozen=True)

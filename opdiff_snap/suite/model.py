@@ -13,10 +13,13 @@ Node = Mapping[str, Any]  # a validated node with refs, dims and vars resolved (
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Either field may be None: it then falls back to the precision's default."""
+    """Any field may be None: it then falls back to the precision's default.
+    `baseline_factor`: how many times the baseline's own measured rounding error a
+    target may differ by (0 turns that allowance off)."""
 
     atol: float | None = None
     rtol: float | None = None
+    baseline_factor: float | None = None
 
 
 @dataclass(frozen=True)

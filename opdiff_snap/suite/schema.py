@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 TOP_KEYS = ("include", "dims", "presets", "tests", "defaults")
 EXTENSION_KEYS = ("tolerance", "seeds", "tags", "skip", "grad")
+TOLERANCE_KEYS = ("atol", "rtol", "baseline_factor")
 TEST_KEYS = ("id", "op", "in", "kwargs", "out", "impl", "device", "cast_input0_to_complex") + EXTENSION_KEYS
 DEVICES = ("cpu", "gpu", "cuda", "mps")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -556,21 +557,24 @@ _KEY_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")
 def _tol_pair(raw: Any, where: Where, problems: Problems, num: Callable) -> Any:
     if not isinstance(raw, dict):
         return problems.add(where, f"expected {{atol: ..., rtol: ...}}, got {raw!r}")
-    check_keys(raw, ("atol", "rtol"), where, problems, "a tolerance")
-    if not raw or any(k not in ("atol", "rtol") for k in raw):
-        return BAD if raw else problems.add(where, "a tolerance needs atol and/or rtol")
-    vals = {k: num(raw[k], where.at(raw, k), minimum=0) for k in ("atol", "rtol") if k in raw}
+    check_keys(raw, TOLERANCE_KEYS, where, problems, "a tolerance")
+    if not raw or any(k not in TOLERANCE_KEYS for k in raw):
+        return BAD if raw else problems.add(where, "a tolerance needs atol, rtol and/or baseline_factor")
+    vals = {k: num(raw[k], where.at(raw, k), minimum=0) for k in TOLERANCE_KEYS if k in raw}
     if BAD in vals.values():
         return BAD
-    return {"atol": float(vals["atol"]) if "atol" in vals else None,
-            "rtol": float(vals["rtol"]) if "rtol" in vals else None}
+    out = {"atol": float(vals["atol"]) if "atol" in vals else None,
+           "rtol": float(vals["rtol"]) if "rtol" in vals else None}
+    if "baseline_factor" in vals:  # only when given: definitions (and spec hashes) stay as they were
+        out["baseline_factor"] = float(vals["baseline_factor"])
+    return out
 
 
 def parse_extension(key: str, raw: Any, where: Where, problems: Problems,
                     num: Callable) -> Any:
     """Validate one extension field; returns its canonical JSON form or BAD."""
     if key == "tolerance":
-        if isinstance(raw, dict) and raw and set(raw) <= {"atol", "rtol"}:
+        if isinstance(raw, dict) and raw and set(raw) <= set(TOLERANCE_KEYS):
             t = _tol_pair(raw, where, problems, num)
             return BAD if t is BAD else {"*": t}
         if not isinstance(raw, dict) or not raw:
