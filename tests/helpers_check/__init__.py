@@ -16,13 +16,13 @@ PYTHON = sys.executable
 ENTRY_POINTS = "[opdiff_snap.backends]\nperturb = helpers_check.opdiff_perturb:PerturbBackend\n"
 
 
-def make_site(root: Path) -> Path:
-    """A directory holding only a *.dist-info that registers the perturbing backend
-    through the entry point group `opdiff_snap.backends`."""
-    info = root / "opdiff_perturb_test-1.0.dist-info"
+def make_site(root: Path, entry_points: str = ENTRY_POINTS, name: str = "opdiff-perturb-test") -> Path:
+    """A directory holding only a *.dist-info that registers test backends (by default
+    the perturbing one) through the entry point group `opdiff_snap.backends`."""
+    info = root / f"{name.replace('-', '_')}-1.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: opdiff-perturb-test\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
     return root
 
 

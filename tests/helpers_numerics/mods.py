@@ -1,0 +1,64 @@
+"""Modules for the numerics suite: functional ops inside forward, as real model code has."""
+
+import torch
+from torch import nn
+
+
+class TanhMLP(nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(width, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class ExpHead(nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(width, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        return torch.exp(self.body(x) * 0.25)
+
+
+class ManualTanh(nn.Module):
+    """tanh written with exp, as some model code does."""
+
+    def forward(self, x):
+        e = torch.exp(2.0 * x)
+        return (e - 1.0) / (e + 1.0)
+
+
+class CallTanh(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x)
+
+
+class Gate(nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.proj(x))
+
+
+class FloorAt(nn.Module):
+    """max(x, floor) with the floor a buffer: a clamp written with torch.maximum."""
+
+    def __init__(self, floor: float = -0.5):
+        super().__init__()
+        self.register_buffer("floor", torch.tensor(floor))
+
+    def forward(self, x):
+        return torch.maximum(x, self.floor)
+
+
+class NormBlock(nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(width), nn.Linear(width, width)
+
+    def forward(self, x):
+        return self.fc(self.norm(x)) + x
