@@ -24,51 +24,60 @@ def query(sql: str, store: Path = Path("store")):
         return a.query(sql)
 
 
-def golden_case(test_id: str, seed: int, goldens: Path = Path("goldens")):
+def golden_case(test_id: str, seed: int, goldens: Path = Path("goldens"), trust_goldens: bool = False):
     """(TestCase, Golden) of one stored golden: the case rebuilt from the definition the
-    golden was recorded from, so it always matches the stored inputs and weights."""
+    golden was recorded from, so it always matches the stored inputs and weights (under
+    the trust rules of goldens/cases.py)."""
     from .goldens import GoldenStore
-    from .suite import case_from_definition
+    from .goldens.cases import GoldenCases
 
     golden = GoldenStore(goldens).read(test_id, seed)
-    return case_from_definition(test_id, golden.definition, Path(golden.suite)), golden
+    case = GoldenCases(trust_goldens).case(test_id, seed, golden.definition, golden.suite)
+    return case, golden
 
 
 def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
-             goldens: Path = Path("goldens")):
-    """First leaf submodule whose output leaves tolerance on `backend` (see cause.localize)."""
+             goldens: Path = Path("goldens"), timeout_s: float = 600.0, in_process: bool = False,
+             trust_goldens: bool = False):
+    """First leaf submodule whose output leaves tolerance on `backend` (see cause.localize),
+    found in a worker process."""
     from .backends.registry import get_preset
-    from .cause.localize import localize as run_localize
+    from .cause.localize import LocalizeTask
+    from .errors import OpdiffError
+    from .execution.pool import run_one
 
-    case, golden = golden_case(test_id, seed, goldens)
+    case, golden = golden_case(test_id, seed, goldens, trust_goldens)
     if case.test_type != "module":
-        from .errors import OpdiffError
-
         raise OpdiffError(f"test '{test_id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "
                           "localize needs a module test (it hooks the module's submodules).")
-    return run_localize(case, golden.invocation, get_preset(backend, preset_options))
+    report = run_one(LocalizeTask(case, golden.invocation, get_preset(backend, preset_options)),
+                     timeout_s=timeout_s, in_process=in_process)
+    if report.error is not None:
+        raise OpdiffError(f"test '{test_id}' on {backend}: {report.error}")
+    return report
 
 
 def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_options=None,
-          goldens: Path = Path("goldens")) -> Path:
+          goldens: Path = Path("goldens"), trust_goldens: bool = False) -> Path:
     """Write a standalone script reproducing `test_id` on `backend` (see cause.repro)."""
     from .backends.registry import get_preset
     from .cause.repro import write_repro
     from .compare import tolerance_for
 
-    case, golden = golden_case(test_id, seed, goldens)
+    case, golden = golden_case(test_id, seed, goldens, trust_goldens)
     preset = get_preset(backend, preset_options)
     return write_repro(case, golden, preset, out, tolerance_for(case.tolerance, preset))
 
 
 def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: float = 1e-6,
-              max_entries: int = 32, settings=None):
+              max_entries: int = 32, settings=None, in_process: bool = False):
     """Autograd vs central finite differences in float64 for tests with `grad: true`
     (or every selected test when `test_ids` is given)."""
-    from .cause.gradients import gradcheck as run_gradcheck
     from .config import Settings
+    from .execution import WorkerPool
+    from .execution.gradients import GradcheckTask
     from .errors import OpdiffError
-    from .suite import load_suites, materialize, select, suite_paths
+    from .suite import load_suites, select, suite_paths
 
     settings = settings or Settings()
     paths = suite_paths(suites, settings.suites)
@@ -79,5 +88,7 @@ def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: floa
         cases = [c for c in cases if c.grad]
     if not cases:
         raise OpdiffError("no test to gradcheck: mark tests with `grad: true` or select them with --test-ids.")
-    return [run_gradcheck(c, materialize(c, seed), eps=eps, max_entries=max_entries, seed=seed)
-            for c in cases]
+    tasks = [GradcheckTask(c, seed, eps, max_entries, key=c.id) for c in cases]
+    with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
+        done = {r.test_id: r for r in pool.run(tasks)}
+    return [done[c.id] for c in cases]

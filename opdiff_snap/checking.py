@@ -17,10 +17,9 @@ How far b is from a on the target is a metric (`b_vs_a`), not the verdict; the m
 names the side that drifted, and says so when the golden's sides agree but the
 target's do not.
 
-Gradients: for a `grad: true` test whose golden holds gradients, on a preset that can
-differentiate (cause.gradients.can_differentiate), the recorded vector-Jacobian product
-is recomputed *in this process* after the forward result came back and passed (a few
-small tests; no isolation, see docs/check.md). A gradient mismatch makes the item
+Gradients: for a `grad: true` test whose golden holds gradients, on a preset whose
+backend can differentiate, the worker recomputes the recorded vector-Jacobian product
+after the forward pass, and judge compares it. A gradient mismatch makes the item
 MISMATCH with a message that says so; its metrics go under `metrics["grad"]`.
 """
 
@@ -36,14 +35,15 @@ from typing import Any, Iterator, Sequence
 from . import history
 from .backends.base import Preset
 from .backends.registry import get_preset
-from .compare import Comparison, Rounding, compare, tolerance_for
+from .compare import Comparison, Rounding, compare, compare_grads, tolerance_for
 from .config import Settings
 from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
-from .execution.runner import error_text
+from .execution.gradients import can_differentiate
 from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, store_key
-from .results import (Listener, Result, RunReport, emit, make_pool, resolve_suites, seeds_for,
+from .goldens.cases import GoldenCases, UntrustedGolden
+from .results import (Listener, Result, RunReport, emit, make_pool, notice, resolve_suites, seeds_for,
                       settings_json, skip_reason, with_timings)
 from .suite import case_from_definition, load_suites, select
 from .suite.model import TestCase, Tolerance
@@ -133,10 +133,15 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
 
 
 def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
-                      seed_list: Sequence[int] | None = None, test_ids=None, tags=None) -> CheckPlan:
-    """Every golden, each against the test definition stored in it."""
+                      seed_list: Sequence[int] | None = None, test_ids=None, tags=None,
+                      cases: GoldenCases | None = None) -> CheckPlan:
+    """Every golden, each against the test definition stored in it, rebuilt under the
+    trust rules of goldens/cases.py (raises UntrustedGolden naming every golden that
+    would import code no suite vouches for)."""
+    cases = cases if cases is not None else GoldenCases()
     wanted_seeds = set(seed_list) if seed_list else (set(range(seeds)) if seeds is not None else None)
     plan = CheckPlan()
+    untrusted: list[tuple[str, int, list[str]]] = []
     for info in store.index():
         if wanted_seeds is not None and info.seed not in wanted_seeds:
             continue
@@ -146,20 +151,32 @@ def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
             continue
         try:
             definition = store.read_definition(info.test_id, info.seed)
-            case = case_from_definition(info.test_id, definition, Path(info.suite))
+            if not select([_selection_case(info, definition)], test_ids, tags):
+                continue
+            case = cases.case(info.test_id, info.seed, definition, info.suite)
+        except UntrustedGolden as exc:
+            untrusted.extend(exc.found)
+            continue
         except CorruptGolden as exc:
             plan.items.append(_corrupt(info.test_id, info.seed, info, exc.reason))
             continue
         except OpdiffError as exc:  # a malformed stored definition
             plan.items.append(_corrupt(info.test_id, info.seed, info, str(exc)))
             continue
-        if not select([case], test_ids, tags):
-            continue
         if case.spec_hash != info.spec_hash:
             plan.items.append(Planned(case.id, info.seed, case, info, Verdict.STALE, _stale_message(info, case)))
         else:
             plan.items.append(Planned(case.id, info.seed, case, info))
+    if untrusted:
+        raise UntrustedGolden(untrusted)
     return plan
+
+
+def _selection_case(info: GoldenInfo, definition: dict[str, Any]) -> TestCase:
+    """Just enough of a case to select on (id and tags), built from data only."""
+    tags = definition.get("tags") if isinstance(definition, dict) else None
+    return TestCase(id=info.test_id, suite=Path(info.suite), call=None, inputs=(), kwargs={},
+                    tags=tuple(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else ())
 
 
 # ---------------------------------------------------------------- verdicts of one outcome
@@ -181,7 +198,7 @@ def judge(pending: _Pending, outcome: Outcome) -> Result:
     if case.pair is not None:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
-        _check_grads(result, pending)
+        _check_grads(result, pending, outcome)
     return result
 
 
@@ -205,29 +222,30 @@ def _judge_pair(result: Result, case: TestCase, golden: Golden, actual: Any, tol
         result.message = "; ".join(notes) + ": " + result.message
 
 
-def _check_grads(result: Result, pending: _Pending) -> None:
-    """Gradient parity in this process (see the module docstring)."""
-    from .cause.gradients import can_differentiate, check_grads, unpack_grads
-
-    case, golden, preset = pending.item.case, pending.golden, pending.preset
-    if not case.grad or golden.grads is None or not can_differentiate(preset):
+def _check_grads(result: Result, pending: _Pending, outcome: Outcome) -> None:
+    """Gradient parity: the worker recomputed the recorded vector-Jacobian product on the
+    target (see _grad_request); compare it with the golden's."""
+    if outcome.grads_error is not None:
+        result.verdict, result.error_class = Verdict.INFER_FAIL, "GradientError"
+        result.message = f"the forward pass matched; computing the gradients failed: {outcome.grads_error}"
         return
-    try:
-        cotangent, expected = unpack_grads(golden.grads)
-        cmp = check_grads(case, golden.invocation, cotangent, expected, preset, pending.tol)
-    except Exception as exc:  # noqa: BLE001 - a failing backward is a verdict, not a crash
-        result.verdict = Verdict.INFER_FAIL
-        result.error_class = type(exc).__name__
-        result.message = f"the forward pass matched; computing the gradients failed: {error_text(exc)}"
-        return
-    if cmp is None:
-        return
+    if outcome.grads is None:
+        return  # not asked: no gradients recorded, or the preset cannot differentiate
+    cmp = compare_grads(pending.golden.grads["grads"], outcome.grads, pending.tol)
     grad_metrics = cmp.metrics.to_json() if cmp.metrics is not None else {}
     result.metrics = {**(result.metrics or {}), "grad": {"verdict": cmp.verdict.value, **grad_metrics}}
     if cmp.verdict is not Verdict.PASS:
         result.verdict = Verdict.MISMATCH
         result.message = (f"the forward pass matched, the gradient does not ({cmp.verdict.value}): "
                           f"{cmp.message}")
+
+
+def _grad_request(case: TestCase, golden: Golden, preset: Preset) -> list | None:
+    """The recorded cotangent, for a grad test whose golden has gradients, on a preset whose
+    backend can differentiate; None otherwise."""
+    if not case.grad or golden.grads is None or not can_differentiate(preset):
+        return None
+    return list(golden.grads["cotangent"])
 
 
 def _prior_results(path: Path) -> list[Result]:
@@ -255,7 +273,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
           tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
           tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
-          settings: Settings = Settings(), argv: Sequence[str] = (),
+          trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
           listener: Listener | None = None) -> RunReport:
     """Run each target preset on exactly the stored inputs and weights and compare.
 
@@ -281,11 +299,16 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
     suite_paths = resolve_suites(suites, settings)
+    golden_cases = GoldenCases(trust=trust_goldens)
     if suite_paths:
         plan = plan_from_suites(load_suites(suite_paths), store, seeds=seeds, seed_list=seed_list,
                                 test_ids=test_ids, tags=tags, report_orphans=not suites)
     else:
-        plan = plan_from_goldens(store, seeds=seeds, seed_list=seed_list, test_ids=test_ids, tags=tags)
+        plan = plan_from_goldens(store, seeds=seeds, seed_list=seed_list, test_ids=test_ids, tags=tags,
+                                 cases=golden_cases)
+        if golden_cases.imported:
+            notice(listener, "--trust-goldens: the workers of this check import "
+                   + ", ".join(golden_cases.imported) + ", as the goldens' definitions name them")
     if not plan.items and (test_ids or tags):
         raise OpdiffError(f"no test matches --test-ids {list(test_ids or [])} / --tags {list(tags or [])}; "
                           "`opdiff list-tests` shows the ids. Nothing was checked.")
@@ -293,6 +316,9 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     results: list[Result] = []      # this session's
     prior: list[Result] = []
     pool = make_pool(settings, in_process)
+    run_settings = settings_json(settings, in_process, use_cache, pool)
+    if not suite_paths and golden_cases.imported:
+        run_settings["trusted_imports"] = list(golden_cases.imported)
     if resume:
         writer, done = history.RunWriter.resume(settings.store, resume)
         _same_presets(writer, presets)
@@ -300,8 +326,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     else:
         writer = history.RunWriter.start(
             settings.store, "check", list(argv), [str(p) for p in suite_paths],
-            {p.name: p.to_json() for p in presets}, settings_json(settings, in_process, use_cache, pool),
-            env=environment(threads=pool.threads))
+            {p.name: p.to_json() for p in presets}, run_settings, env=environment(threads=pool.threads))
         done = set()
     set_total = getattr(listener, "set_total", None)
     if callable(set_total):
@@ -342,7 +367,8 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                     pending[key] = _Pending(item, golden, preset, tol)
                     yield Job(case=item.case, seed=item.seed, invocation=golden.invocation, preset=preset,
                               repeats=settings.repeats, warmup=settings.warmup,
-                              cache_dir=settings.cache if use_cache else None, key=key)
+                              cache_dir=settings.cache if use_cache else None, key=key,
+                              grads=_grad_request(item.case, golden, preset))
 
         with pool:
             for outcome in pool.run(jobs()):

@@ -313,6 +313,9 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
               help="Times the baseline's own rounding error a result may differ by (default 4; 0: off).")
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
 @click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact exists.")
+@click.option("--trust-goldens", is_flag=True,
+              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
+                   "user packages); they are imported in workers, and the run says which.")
 @click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 "
                                 "(default: all but PASS, SKIPPED, UNAVAILABLE).")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
@@ -320,7 +323,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @_opdiff_options
 @click.pass_context
 @guarded
-def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, fail_on, junit, jobs,
+def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
+          fail_on, junit, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
@@ -349,7 +353,8 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
-        skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process, use_cache=not no_cache, settings=settings,
+        skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
+        use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
         argv=sys.argv[1:], listener=listener), fmt, verbose, fail_on, junit, "check")
 
 
@@ -460,9 +465,12 @@ def goldens_prune(ctx, yes) -> None:
 @click.option("--force", is_flag=True, help="Measure goldens that already have a reference again.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging; no isolation).")
+@click.option("--trust-goldens", is_flag=True,
+              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
+                   "user packages); they are imported in workers, and the run says which.")
 @click.pass_context
 @guarded
-def goldens_reference(ctx, test_ids, force, jobs, in_process) -> None:
+def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> None:
     """Add a float64 reference to goldens recorded without one, keeping their outputs.
 
     Each golden runs in float64 on its stored inputs and weights; the difference to its
@@ -470,7 +478,7 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process) -> None:
     from .recording import add_references
 
     results = add_references(None, test_ids=_patterns(test_ids), force=force, in_process=in_process,
-                             settings=_settings(ctx, jobs=jobs))
+                             trust_goldens=trust_goldens, settings=_settings(ctx, jobs=jobs))
     counts: dict[str, int] = {}
     for r in results:
         counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
@@ -639,9 +647,12 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
 @click.option("-b", "--backend", required=True, help="Target preset.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
+@click.option("--trust-goldens", is_flag=True,
+              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
+                   "user packages); they are imported in workers, and the run says which.")
 @click.pass_context
 @guarded
-def localize(ctx, test_id, backend, seed, preset_options) -> None:
+def localize(ctx, test_id, backend, seed, preset_options, trust_goldens) -> None:
     """First submodule of a module test whose output leaves tolerance on BACKEND.
 
     Every leaf submodule runs alone on the target with the baseline's captured inputs;
@@ -650,7 +661,7 @@ def localize(ctx, test_id, backend, seed, preset_options) -> None:
     from .cause.localize import format_report
 
     report = api.localize(test_id, backend, seed=seed, preset_options=preset_options,
-                          goldens=_settings(ctx).goldens)
+                          goldens=_settings(ctx).goldens, trust_goldens=trust_goldens)
     click.echo(format_report(report))
     sys.exit(0 if report.first_divergent is None else 1)
 
@@ -661,9 +672,12 @@ def localize(ctx, test_id, backend, seed, preset_options) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Script path (default repro_<test>_<preset>.py).")
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
+@click.option("--trust-goldens", is_flag=True,
+              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
+                   "user packages); they are imported in workers, and the run says which.")
 @click.pass_context
 @guarded
-def repro(ctx, test_id, backend, seed, output, preset_options) -> None:
+def repro(ctx, test_id, backend, seed, output, preset_options, trust_goldens) -> None:
     """Write a standalone script (torch + the backend's runtime only) that reproduces a result."""
     import re
 
@@ -671,7 +685,7 @@ def repro(ctx, test_id, backend, seed, output, preset_options) -> None:
 
     out = output or Path(f"repro_{re.sub(r'[^A-Za-z0-9_]+', '_', test_id)[:80]}_{backend}.py")
     path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
-                     goldens=_settings(ctx).goldens)
+                     goldens=_settings(ctx).goldens, trust_goldens=trust_goldens)
     click.echo(f"wrote {path}; run: python {path}")
 
 

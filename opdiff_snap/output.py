@@ -58,6 +58,11 @@ class ProgressDisplay:
             self._task = self._progress.add_task(self.label, total=self.total, counts="")
         return self
 
+    def notice(self, text: str) -> None:
+        """A line for the user before the results (what --trust-goldens imports, say)."""
+        console = self._progress.console if self._progress is not None else self.console
+        console.print(f"note: {text}", highlight=False, markup=False, soft_wrap=True)
+
     def set_total(self, total: int) -> None:
         """Called by record/check once they know how many results to expect (for the ETA)."""
         self.total = total

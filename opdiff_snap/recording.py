@@ -9,14 +9,15 @@ metadata alone, what to do (`plan`):
     to record      no golden, a stale one (spec changed), one from another baseline,
                    one whose metadata is unreadable, or --force
 
-Each one to record is materialised (seeded inputs and module weights) here, run on
-the baseline in the worker pool, and, when the baseline produced outputs, written as a
-Golden (atomically; see goldens/store.py). A test with `grad: true` also gets its
-gradients recorded, in this (parent) process after the worker returned: eager torch on
-CPU in the golden's dtypes, whatever the baseline preset is, so they never depend on a
-backend's autograd support. Any failure on the way (materialising, the baseline, the
-gradients, a value the store cannot hold) makes the item BASELINE_FAIL with the reason,
-writes no golden and never stops the run. Every item goes to the run's history file
+Each one to record becomes a job: a worker materialises it (seeded inputs and module
+weights: the suite's code runs there, never here), runs the baseline, runs it again in
+float64 for the golden's reference, and for a test with `grad: true` records its
+gradients (eager torch on CPU in the golden's dtypes, whatever the baseline preset is, so
+they never depend on a backend's autograd support). When the baseline produced outputs
+the golden is written (atomically; see goldens/store.py). Any failure on the way
+(materialising, the baseline, the gradients, a value the store cannot hold, a worker
+that died) makes the item BASELINE_FAIL with the reason, writes no golden and never stops
+the run. Every item goes to the run's history file
 (meta line, one item per (test, seed), end line).
 """
 
@@ -38,8 +39,9 @@ from .execution.prepare import nest_residuals
 from .goldens import Golden, GoldenInfo, GoldenStore
 from .results import (Listener, Result, RunReport, emit, make_pool, resolve_suites, seeds_for,
                       settings_json, skip_reason, with_timings)
-from .suite import case_from_definition, load_suites, materialize, select
-from .suite.model import Invocation, TestCase
+from .goldens.cases import GoldenCases
+from .suite import load_suites, select
+from .suite.model import TestCase
 from .verdicts import Verdict
 
 
@@ -142,7 +144,7 @@ class _Recorder:
         self.writer: history.RunWriter | None = None
         self.results: list[Result] = []
         self.env = env
-        self.pending: dict[str, tuple[Planned, Invocation]] = {}
+        self.pending: dict[str, Planned] = {}
 
     def emit(self, result: Result) -> None:
         assert self.writer is not None
@@ -150,66 +152,52 @@ class _Recorder:
 
     def jobs(self, planned: Iterator[Planned]) -> Iterator[Job]:
         """Jobs for the items to record; the others are reported as they are met (the
-        pool pulls lazily, so reports follow suite order)."""
+        pool pulls lazily, so reports follow suite order). The worker materialises each
+        job's inputs and weights: that runs the suite's code."""
         for item in planned:
             case, seed = item.case, item.seed
             if item.verdict is not None:
                 self.emit(Result(case.id, seed, self.preset.name, item.verdict, case, item.why))
                 continue
-            try:
-                invocation = materialize(case, seed)
-            except Exception as exc:  # a sampler or constructor error of this test only
-                self.emit(self._failed(item, f"materialising the inputs failed: {_text(exc)}", exc))
-                continue
             key = f"{case.id}\0{seed}"
-            self.pending[key] = (item, invocation)
-            yield Job(case=case, seed=seed, invocation=invocation, preset=self.preset,
+            self.pending[key] = item
+            yield Job(case=case, seed=seed, invocation=None, preset=self.preset,
                       repeats=self.settings.repeats, warmup=self.settings.warmup, cache_dir=None, key=key,
-                      reference=True)
+                      reference=True, grads="record" if case.grad else None)
 
     def finish(self, outcome: Outcome) -> None:
-        item, invocation = self.pending.pop(outcome.key)
+        item = self.pending.pop(outcome.key)
         result = with_timings(Result(item.case.id, item.seed, self.preset.name, Verdict.RECORDED, item.case),
                               outcome)
-        if outcome.status is not None:
+        if outcome.status is not None or outcome.invocation is None:
             result.verdict = Verdict.BASELINE_FAIL
-            result.message = (f"baseline {self.preset.name}: {outcome.status.value}: "
-                              f"{outcome.error_message or 'no detail'}")
+            status = outcome.status.value if outcome.status is not None else "no inputs came back"
+            result.message = f"baseline {self.preset.name}: {status}: {outcome.error_message or 'no detail'}"
             self.emit(result)
             return
         result.message = item.why
+        if item.case.grad and outcome.grads is None:
+            result.verdict, result.error_class = Verdict.BASELINE_FAIL, "GradientError"
+            result.message = f"recording gradients (grad: true) failed: {outcome.grads_error or 'no detail'}"
+            self.emit(result)
+            return
+        golden = self._golden(item, outcome)
         try:
-            golden = self._golden(item, invocation, restore_outputs(outcome.output_structure, outcome.outputs))
-            golden.reference, golden.reference_note = reference_of(outcome, golden.outputs)
-        except _Failed as exc:
-            result.verdict, result.message, result.error_class = Verdict.BASELINE_FAIL, exc.message, exc.error_class
-        else:
-            try:
-                self.store.write(golden)
-            except (TypeError, ValueError) as exc:  # a value the store cannot hold (OSError stops the run)
-                result.verdict, result.error_class = Verdict.BASELINE_FAIL, type(exc).__name__
-                result.message = f"the golden cannot be stored: {exc}"
+            self.store.write(golden)
+        except (TypeError, ValueError) as exc:  # a value the store cannot hold (OSError stops the run)
+            result.verdict, result.error_class = Verdict.BASELINE_FAIL, type(exc).__name__
+            result.message = f"the golden cannot be stored: {exc}"
         self.emit(result)
 
-    def _golden(self, item: Planned, invocation: Invocation, outputs: Any) -> Golden:
+    def _golden(self, item: Planned, outcome: Outcome) -> Golden:
         case = item.case
-        grads = None
-        if case.grad:
-            from .cause.gradients import pack_grads, record_grads
-
-            try:
-                grads = pack_grads(*record_grads(case, invocation, item.seed))
-            except Exception as exc:
-                raise _Failed(f"recording gradients (grad: true) failed: {_text(exc)}",
-                              type(exc).__name__) from None
+        outputs = restore_outputs(outcome.output_structure, outcome.outputs)
+        reference, note = reference_of(outcome, outputs)
         return Golden(test_id=case.id, seed=item.seed, spec_hash=case.spec_hash, suite=str(case.suite),
                       definition=dict(case.definition), test_type=case.test_type,
                       baseline={"name": self.preset.name, **self.preset.to_json()}, env=self.env,
-                      created=history.utc_now(), invocation=invocation, outputs=outputs, grads=grads)
-
-    def _failed(self, item: Planned, message: str, exc: BaseException) -> Result:
-        return Result(item.case.id, item.seed, self.preset.name, Verdict.BASELINE_FAIL, item.case, message,
-                      error_class=type(exc).__name__)
+                      created=history.utc_now(), invocation=outcome.invocation, outputs=outputs,
+                      grads=outcome.grads, reference=reference, reference_note=note)
 
 
 def reference_of(outcome: Outcome, outputs: Any) -> tuple[Any, str | None]:
@@ -223,21 +211,13 @@ def reference_of(outcome: Outcome, outputs: Any) -> tuple[Any, str | None]:
     return residuals, None
 
 
-class _Failed(Exception):
-    def __init__(self, message: str, error_class: str):
-        super().__init__(message)
-        self.message, self.error_class = message, error_class
-
-
-def _text(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, OpdiffError) else f"{type(exc).__name__}: {exc}"
 
 
 # ---------------------------------------------------------------- references for older goldens
 
 def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[str] | None = None,
-                   force: bool = False, in_process: bool = False, settings: Settings = Settings(),
-                   listener: Listener | None = None) -> list[Result]:
+                   force: bool = False, in_process: bool = False, trust_goldens: bool = False,
+                   settings: Settings = Settings(), listener: Listener | None = None) -> list[Result]:
     """Give goldens recorded without a float64 reference one, keeping their outputs: each
     runs in float64 on its stored inputs and weights, and the difference to the stored
     outputs is added. With `force`, goldens that have one are measured again.
@@ -255,6 +235,7 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
     preset = get_preset("torch_cpu_fp32")
     results: list[Result] = []
     pending: dict[str, Golden] = {}
+    rebuild = GoldenCases(trust_goldens)
 
     def done(result: Result) -> None:
         results.append(result)
@@ -272,7 +253,7 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
             case = known.get(info.test_id)
             if case is None or case.spec_hash != info.spec_hash:
                 try:
-                    case = case_from_definition(info.test_id, golden.definition, Path(golden.suite))
+                    case = rebuild.case(info.test_id, info.seed, golden.definition, golden.suite)
                 except OpdiffError as exc:
                     done(Result(info.test_id, info.seed, preset.name, Verdict.BASELINE_FAIL, None, str(exc)))
                     continue

@@ -107,6 +107,13 @@ def settings_json(settings: Settings, in_process: bool, cache: bool, pool: Worke
             "threads": pool.threads}
 
 
+def notice(listener: Listener | None, text: str) -> None:
+    """Tell the user something before the results come (listeners with a `notice` method)."""
+    say = getattr(listener, "notice", None)
+    if callable(say):
+        say(text)
+
+
 def emit(writer: history.RunWriter, result: Result, baseline: str | None,
           results: list[Result], listener: Listener | None) -> None:
     writer.item(history.item_record(result, baseline=baseline))

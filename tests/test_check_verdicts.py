@@ -157,7 +157,7 @@ def test_pair_sides_are_each_judged_against_their_golden(site, recorded):
 
 def _store_grads(root, scale: float = 1.0) -> None:
     """Add recorded gradients to lin_grad's golden (as `opdiff record` does for grad: true)."""
-    from opdiff_snap.cause.gradients import pack_grads, record_grads
+    from opdiff_snap.execution.gradients import pack_grads, record_grads
     from opdiff_snap.suite import load_suites
 
     store = GoldenStore(root / "goldens")

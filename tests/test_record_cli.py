@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from opdiff_snap.cause.gradients import record_grads
+from opdiff_snap.execution.gradients import record_grads
 from opdiff_snap.goldens import GoldenStore, store_key
 from opdiff_snap.suite import load_suites, materialize
 from opdiff_snap import trees

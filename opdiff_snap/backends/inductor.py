@@ -28,6 +28,20 @@ def _cxx_compiler() -> str | None:
     return None
 
 
+def compile_kwargs(preset: Preset) -> dict[str, Any]:
+    """torch.compile's keyword arguments for an inductor preset."""
+    opts = preset.options
+    kwargs: dict[str, Any] = {"fullgraph": bool(opts.get("fullgraph", False)),
+                              "dynamic": bool(opts.get("dynamic", False)),
+                              "backend": opts.get("backend", "inductor")}
+    extra = dict(opts.get("inductor_options") or {})
+    if extra:
+        kwargs["options"] = extra
+    else:
+        kwargs["mode"] = opts.get("mode") or "default"
+    return kwargs
+
+
 class InductorBackend:
     """`inductor_<cpu|cuda>_<fp32|fp16|bf16>`."""
 
@@ -60,23 +74,14 @@ class InductorBackend:
 
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
-        opts = preset.options
         dtype = reduced_dtype(preset)
         moved = cast_module(module, dtype).to(preset.device)
         args = cast_inputs((t.to(preset.device) for t in inputs), dtype)
         # One worker serves many jobs whose flat modules share a forward code object; without
         # a reset Dynamo's recompile limit would silently fall back to eager after a few.
         torch._dynamo.reset()
-        kwargs: dict[str, Any] = {"fullgraph": bool(opts.get("fullgraph", False)),
-                                  "dynamic": bool(opts.get("dynamic", False)),
-                                  "backend": opts.get("backend", "inductor")}
-        extra = dict(opts.get("inductor_options") or {})
-        if extra:
-            kwargs["options"] = extra
-        else:
-            kwargs["mode"] = opts.get("mode") or "default"
-        compiled = torch.compile(moved, **kwargs)
-        with grad_context(opts):
+        compiled = torch.compile(moved, **compile_kwargs(preset))
+        with grad_context(preset.options):
             compiled(*args)  # compile now, so export_ms is honest
         if preset.device == "cuda":
             torch.cuda.synchronize()

@@ -28,7 +28,7 @@ from ..backends.base import Backend, Preset
 from ..errors import OpdiffError
 from ..suite.model import Invocation, TestCase, Tolerance
 from ..verdicts import Verdict
-from ._call import build_target
+from ..execution.target import build_target
 
 # statuses that mean "the submodule ran and its output disagrees" vs "it did not run"
 _RAN = frozenset({Verdict.PASS, Verdict.MISMATCH, Verdict.SHAPE_MISMATCH, Verdict.DTYPE_MISMATCH,
@@ -69,6 +69,7 @@ class LocalizeReport:
     tolerance: Tolerance
     rows: list[SubmoduleRow]
     first_divergent: SubmoduleRow | None   # first row that is not PASS, in execution order
+    error: str | None = None               # why localize could not run
 
     @property
     def divergence(self) -> str:
@@ -268,3 +269,23 @@ def format_report(report: LocalizeReport) -> str:
                      f"{fmt(ma)} {fmt(mr)}")
     lines.append(report.summary())
     return "\n".join(lines)
+
+
+@dataclass
+class LocalizeTask:
+    """localize in a worker, where the module's code may run (see execution.job.Task)."""
+
+    case: TestCase
+    invocation: Invocation
+    preset: Preset
+    key: str = "localize"
+
+    def run(self) -> LocalizeReport:
+        try:
+            return localize(self.case, self.invocation, self.preset)
+        except OpdiffError as exc:
+            return self.failed(None, type(exc).__name__, str(exc))
+
+    def failed(self, status, error_class, message) -> LocalizeReport:
+        head = f"localize failed ({status.value}): " if status is not None else ""
+        return LocalizeReport(self.case.id, self.preset.name, Tolerance(), [], None, error=head + message)

@@ -13,7 +13,6 @@ by this package.
 from __future__ import annotations
 
 import base64
-import importlib
 import io
 import re
 import shutil
@@ -26,6 +25,7 @@ import torch
 
 from ..backends.base import Preset
 from ..errors import OpdiffError
+from ..suite.locate import package_files
 from ..suite.construct import split_file_path
 from ..suite.model import Node, TestCase, Tolerance
 from ..trees import flatten
@@ -210,6 +210,9 @@ if __name__ == "__main__":
 '''
 
 
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
 def _tuple(parts: list[str]) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
@@ -275,15 +278,16 @@ class _Source:
             self._add("sys.path.insert(0, str(HERE))  # the test's own module file, copied beside this script")
             self._add(f"from {stem} import {name}")
             return name
+        if not _DOTTED.fullmatch(path):
+            raise OpdiffError(f"test '{self.case.id}': '{path}' is not a dotted import path; no repro "
+                              "script is written for it.")
         module_name, _, attr = path.rpartition(".")
-        try:
-            importlib.import_module(module_name)
-        except ImportError:
-            head = module_name.split(".")[0]
-            self._add(f"import {head}")
-            return path
-        self._add(f"from {module_name} import {attr}")
-        return attr
+        if package_files(module_name) or module_name.split(".")[0] == "torch":
+            self._add(f"from {module_name} import {attr}")   # a module: import the name from it
+            return attr
+        head = module_name.split(".")[0]                     # a class attribute path: import its package
+        self._add(f"import {head}")
+        return path
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,14 @@
-"""A unit of work for a backend, and what came of it."""
+"""Work for a worker process: the Task protocol the pool runs, and the one task that runs
+a test on a backend preset (Job -> Outcome).
+
+Every piece of user code (a suite's `file:` modules, its dotted paths, sampling that
+constructs modules) runs inside a task, so only a worker can be taken down by it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -13,19 +17,43 @@ from ..suite.model import Invocation, TestCase
 from ..verdicts import Verdict
 
 
+class Task(Protocol):
+    """What the worker pool runs. Picklable; `run` executes in a worker (or, in-process
+    mode, here); `failed` builds the result of a task whose worker crashed, timed out or
+    could not take it. Results that carry `status` and `error_message` get the worker's
+    own output quoted when they fail (runtimes often say why only on stderr)."""
+
+    key: str
+
+    def run(self) -> Any: ...
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> Any: ...
+
+
 @dataclass
 class Job:
     """Run one (test, seed) on one preset. Picklable: it travels to worker processes."""
 
     case: TestCase
     seed: int
-    invocation: Invocation
+    invocation: Invocation | None   # None: materialise it in the worker (record)
     preset: Preset
     repeats: int = 1
     warmup: int = 1
     cache_dir: Path | None = None   # artifact cache root; None disables the cache
     key: str = ""                   # caller's handle, echoed back in the Outcome
     reference: bool = False         # also run the module eagerly in float64 (record)
+    # gradients too: "record" (eager CPU, the golden's), or the recorded cotangent to
+    # recompute them on the preset (check)
+    grads: str | list | None = None
+
+    def run(self) -> "Outcome":
+        from .runner import run_job
+
+        return run_job(self)
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> "Outcome":
+        return Outcome(self.key, status, error_class=error_class, error_message=message)
 
 
 @dataclass
@@ -50,3 +78,6 @@ class Outcome:
     # that is not floating or already float64), or why there are none
     reference: list[torch.Tensor | None] | None = None
     reference_note: str | None = None
+    invocation: Invocation | None = None   # the one the worker materialised (record)
+    grads: Any = None                      # Job.grads' result: packed (record) or nested (check)
+    grads_error: str | None = None

@@ -10,9 +10,9 @@ them), and waits on all worker connections at once:
   replacement;
 - the job's deadline passes: SIGKILL the worker, TIMEOUT, start a replacement.
 
-Every submitted job yields exactly one Outcome, in completion order. Messages are
-pickled once with the standard pickler (tensors by value, no shared-memory handles
-that a killed worker could leave dangling).
+Every submitted task yields exactly one result, in completion order: its own, or the one
+its `failed` builds (see job.Task). Messages are pickled once with the standard pickler
+(tensors by value, no shared-memory handles that a killed worker could leave dangling).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..verdicts import Verdict
-from .job import Job, Outcome
+from .job import Task
 
 _READY = b"ready"
 _STOP = b"stop"
@@ -72,31 +72,35 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
             return
         if msg == _STOP:
             return
-        job: Job = pickle.loads(msg)
+        task: Task = pickle.loads(msg)
         log_start = os.path.getsize(log_path) if log_path else 0
         try:
-            outcome = runner.run_job(job)
-        except BaseException as exc:  # run_job catches Exception; this is SystemExit & co.
-            outcome = Outcome(job.key, Verdict.INFER_FAIL, error_class=type(exc).__name__,
-                              error_message=runner.error_text(exc))
-        outcome.worker_pid = os.getpid()
-        if log_path and outcome.status in _QUOTE_LOG:
+            result = task.run()
+        except BaseException as exc:  # tasks catch Exception; this is SystemExit & co.
+            result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, runner.error_text(exc))
+        _stamp(result)
+        if log_path and getattr(result, "status", None) in _QUOTE_LOG:
             # runtimes often say why only on stderr (ExecuTorch: "Missing operator: ...")
             said = log_since(Path(log_path), log_start)
             if said:
-                outcome.error_message = f"{outcome.error_message or ''}\nbackend output:\n{said}"
+                result.error_message = f"{result.error_message or ''}\nbackend output:\n{said}"
         try:
-            data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
-            data = pickle.dumps(Outcome(job.key, Verdict.INFER_FAIL, error_class=type(exc).__name__,
-                                        error_message=f"the outcome could not be sent back: "
-                                                      f"{runner.error_text(exc)}",
-                                        worker_pid=os.getpid()))
+            data = pickle.dumps(_stamp(task.failed(Verdict.INFER_FAIL, type(exc).__name__,
+                                                   f"the result could not be sent back: {runner.error_text(exc)}")))
         conn.send_bytes(data)
 
 
+def _stamp(result, pid: int | None = None):
+    """Note which worker produced a result (results that have a `worker_pid`)."""
+    if hasattr(result, "worker_pid"):
+        result.worker_pid = pid if pid is not None else os.getpid()
+    return result
+
+
 class UnsendableJob(Exception):
-    def __init__(self, job: Job, cause: BaseException):
+    def __init__(self, job: Task, cause: BaseException):
         super().__init__(str(cause))
         self.job, self.cause = job, cause
 
@@ -107,7 +111,7 @@ class _Worker:
     conn: Connection
     started: float
     ready: bool = False
-    job: Job | None = None
+    job: Task | None = None
     deadline: float = 0.0
     sent_at: float = 0.0
     served: int = 0
@@ -221,22 +225,20 @@ class WorkerPool:
             self._logs = None
 
     # ------------------------------------------------------------ running
-    def run(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+    def run(self, jobs: Iterable[Task]) -> Iterator:
+        """Each task's result (see job.Task), in completion order."""
         if self.in_process:
             yield from self._run_in_process(jobs)
         else:
             yield from self._run_isolated(jobs)
 
-    def _run_in_process(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
-        from .runner import run_job
+    def _run_in_process(self, jobs: Iterable[Task]) -> Iterator:
         for job in jobs:
-            outcome = run_job(job)
-            outcome.worker_pid = os.getpid()
-            yield outcome
+            yield _stamp(job.run())
 
-    def _run_isolated(self, jobs: Iterable[Job]) -> Iterator[Outcome]:
+    def _run_isolated(self, jobs: Iterable[Task]) -> Iterator:
         source = iter(jobs)
-        queue: deque[Job] = deque()
+        queue: deque[Task] = deque()
         exhausted = False
         start_failures = 0
         try:
@@ -257,8 +259,8 @@ class WorkerPool:
                         try:
                             sent = self._send(w, job)
                         except UnsendableJob as exc:
-                            yield Outcome(job.key, Verdict.EXPORT_FAIL, error_class=type(exc.cause).__name__,
-                                          error_message=f"the job could not be sent to a worker: {exc.cause}")
+                            yield job.failed(Verdict.EXPORT_FAIL, type(exc.cause).__name__,
+                                             f"the job could not be sent to a worker: {exc.cause}")
                             continue
                         if not sent:
                             queue.appendleft(job)  # it never reached the worker: not its fault
@@ -297,10 +299,9 @@ class WorkerPool:
                         # consumer, not the worker, took the time)
                         job = w.job
                         self._discard(w, kill=True)
-                        yield Outcome(job.key, Verdict.TIMEOUT, error_class="Timeout",
-                                      error_message=f"no result after {self.timeout_s:g} s; the worker "
-                                                    f"(pid {w.proc.pid}) was killed and replaced",
-                                      worker_pid=w.proc.pid)
+                        yield _stamp(job.failed(Verdict.TIMEOUT, "Timeout",
+                                                f"no result after {self.timeout_s:g} s; the worker "
+                                                f"(pid {w.proc.pid}) was killed and replaced"), w.proc.pid)
                     elif not w.ready and now >= w.started + STARTUP_TIMEOUT_S:
                         start_failures += 1
                         self._discard(w, kill=True)
@@ -313,7 +314,7 @@ class WorkerPool:
             self.close()
             raise
 
-    def _send(self, w: _Worker, job: Job) -> bool:
+    def _send(self, w: _Worker, job: Task) -> bool:
         """Hand `job` to a ready worker; False (worker discarded) if its pipe is broken."""
         try:
             data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
@@ -329,21 +330,27 @@ class WorkerPool:
         w.deadline = w.sent_at + self.timeout_s
         return True
 
-    def _died(self, w: _Worker) -> Outcome | None:
+    def _died(self, w: _Worker):
         job = w.job
         self._discard(w, kill=True)
         if job is None:
             return None
         error_class, message = death_description(w.proc.exitcode)
         last = log_tail(w.log)
-        return Outcome(job.key, Verdict.CRASH, error_class=error_class,
-                       error_message=f"{message} (pid {w.proc.pid}); the worker was replaced"
-                                     + (f". Its last output:\n{last}" if last else ""),
-                       worker_pid=w.proc.pid)
+        return _stamp(job.failed(Verdict.CRASH, error_class,
+                                 f"{message} (pid {w.proc.pid}); the worker was replaced"
+                                 + (f". Its last output:\n{last}" if last else "")), w.proc.pid)
 
-    def _give_up(self, queue: deque[Job], source: Iterator[Job]) -> Iterator[Outcome]:
+    def _give_up(self, queue: deque[Task], source: Iterator[Task]) -> Iterator:
         msg = (f"{MAX_START_FAILURES} worker processes in a row died before they were ready "
                "; run with --in-process to see the error")
         for job in [*queue, *source]:
-            yield Outcome(job.key, Verdict.CRASH, error_class="WorkerStartFailed", error_message=msg)
+            yield job.failed(Verdict.CRASH, "WorkerStartFailed", msg)
         queue.clear()
+
+
+def run_one(task: Task, timeout_s: float = 300.0, in_process: bool = False):
+    """One task in a fresh worker (or here, in-process mode): its result, or what its
+    `failed` builds when the worker crashed or timed out."""
+    with WorkerPool(jobs=1, timeout_s=timeout_s, in_process=in_process) as pool:
+        return next(iter(pool.run([task])))

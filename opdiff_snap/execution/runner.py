@@ -14,6 +14,7 @@ fp32-preset outputs are never cast: a dtype difference there is a finding.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import statistics
 import tempfile
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 
 from ..backends.base import Artifact, Backend, Runnable
+from ..suite.materialize import materialize
 from ..verdicts import Verdict
 from .cache import ArtifactCache, cache_key
 from .job import Job, Outcome
@@ -57,7 +59,26 @@ def _backend(job: Job) -> Backend:
 
 
 def run_job(job: Job, backend: Backend | None = None) -> Outcome:
-    """Run `job`; `backend` defaults to the registry's backend for the job's preset."""
+    """Run `job`; `backend` defaults to the registry's backend for the job's preset.
+
+    A job without an invocation (record) first materialises one here, and hands it back in
+    the outcome: sampling inputs and constructing modules runs the suite's code, which
+    happens in workers only."""
+    materialized = job.invocation is None
+    if materialized:
+        try:
+            job = dataclasses.replace(job, invocation=materialize(job.case, job.seed))
+        except Exception as exc:
+            out = _fail(job, Verdict.EXPORT_FAIL, exc)
+            out.error_message = f"materialising the inputs failed: {out.error_message}"
+            return out
+    outcome = _run(job, backend)
+    if materialized:
+        outcome.invocation = job.invocation
+    return outcome
+
+
+def _run(job: Job, backend: Backend | None) -> Outcome:
     try:
         backend = backend if backend is not None else _backend(job)
         avail = backend.availability(job.preset)
@@ -75,9 +96,30 @@ def run_job(job: Job, backend: Backend | None = None) -> Outcome:
         return out
     if not getattr(backend, "serializes", False) or job.cache_dir is not None:
         # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
-        return _export_and_run(job, backend, prepared, avail.can_run, avail.reason, None)
-    with tempfile.TemporaryDirectory(prefix="opdiff-job-") as tmp:
-        return _export_and_run(job, backend, prepared, avail.can_run, avail.reason, Path(tmp))
+        outcome = _export_and_run(job, backend, prepared, avail.can_run, avail.reason, None)
+    else:
+        with tempfile.TemporaryDirectory(prefix="opdiff-job-") as tmp:
+            outcome = _export_and_run(job, backend, prepared, avail.can_run, avail.reason, Path(tmp))
+    if outcome.status is None:
+        if job.reference:
+            outcome.reference, outcome.reference_note = float64_reference(prepared)
+        if job.grads is not None:
+            _gradients(job, outcome)
+    return outcome
+
+
+def _gradients(job: Job, outcome: Outcome) -> None:
+    """Record the gradients on eager CPU torch (`grads="record"`), or recompute them on the
+    job's preset for the recorded cotangent; a failure is kept as `grads_error`."""
+    from .gradients import compute_grads, pack_grads, record_grads
+
+    try:
+        if job.grads == "record":
+            outcome.grads = pack_grads(*record_grads(job.case, job.invocation, job.seed))
+        else:
+            outcome.grads = compute_grads(job.case, job.invocation, list(job.grads), job.preset)
+    except Exception as exc:
+        outcome.grads_error = error_text(exc)
 
 
 def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: bool, reason: str,
@@ -119,10 +161,7 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: boo
                 cache.evict(key)
                 continue
             return _fail(job, Verdict.LOAD_FAIL, exc, **timings)
-        outcome = _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
-        if job.reference and outcome.status is None:
-            outcome.reference, outcome.reference_note = float64_reference(prepared)
-        return outcome
+        return _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
     raise AssertionError("unreachable")
 
 

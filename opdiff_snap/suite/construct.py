@@ -1,10 +1,14 @@
 """Turn `path`s into Python objects: ATen ops, module classes, constructed modules.
 
+This runs the suite's code, so only workers call it (execution/); the parent process
+locates paths without importing them (locate.py).
+
 `file:` paths (canonical: relative to the suite directory, see files.py) are imported
 from the file by location under a module name derived from the file's absolute path,
-so two suites may both have a `models.py` without clashing. While one is imported, the
-case's import folders (project root, current directory) are on sys.path, so a module
-can import its siblings as `from examples.toy_model import ...`.
+so two suites may both have a `models.py` without clashing. While one is imported, its
+own folder and the case's import folders (project root, current directory) are on
+sys.path, so a module can import its siblings as `from examples.toy_model import ...`
+or `from toy_model import ...`, as under opdiff.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def load_file_module(file: Path, import_dirs: Sequence[Path] = ()):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = mod
     try:
-        with importable(import_dirs):
+        with importable((file.parent, *import_dirs)):
             spec.loader.exec_module(mod)
     except Exception as exc:
         del sys.modules[mod_name]
@@ -120,7 +124,7 @@ def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | Non
     if kind == "tuple":
         return tuple(build_value(e, suite_dir, sample, import_dirs) for e in node["elems"])
     if kind in ("construct", "module"):
-        cls = import_path(node["path"], suite_dir, import_dirs)
+        cls = _builder(node["path"], suite_dir, import_dirs, module=False)
         args = [build_value(a, suite_dir, sample, import_dirs) for a in node.get("args", [])]
         kwargs = {k: build_value(v, suite_dir, sample, import_dirs) for k, v in node.get("kwargs", {}).items()}
         return cls(*args, **kwargs)
@@ -129,9 +133,21 @@ def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | Non
     return sample(node)
 
 
+def _builder(path: str, suite_dir: Path, import_dirs: Sequence[Path], module: bool) -> Any:
+    """The class or function `path` names, refused before it is called when it is
+    neither (a builtin such as os.system) or, for a module, a class that is no nn.Module."""
+    from .locate import Located, kind_of, problem
+
+    obj = import_path(path, suite_dir, import_dirs)
+    why = problem(Located(kind_of(obj)), path, module)
+    if why is not None:
+        raise OpdiffError(why + ".")
+    return obj
+
+
 def construct_module(call: Call, suite_dir: Path, sample: Callable[[Node], Any] | None = None,
                      import_dirs: Sequence[Path] = ()) -> torch.nn.Module:
-    cls = import_path(call.target, suite_dir, import_dirs)
+    cls = _builder(call.target, suite_dir, import_dirs, module=True)
     args = [build_value(a, suite_dir, sample, import_dirs) for a in call.args]
     kwargs = {k: build_value(v, suite_dir, sample, import_dirs) for k, v in call.kwargs.items()}
     try:

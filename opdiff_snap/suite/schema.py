@@ -8,6 +8,7 @@ a node that failed resolves to `BAD`.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -618,26 +619,38 @@ def parse_extension(key: str, raw: Any, where: Where, problems: Problems,
 
 def path_checker(problems: Problems, suite_dir: Path, cache: dict,
                  roots: "SearchRoots") -> Callable[[Any, Where, bool], Any]:
-    """A `check_path` for NodeResolver: finds `file:` modules (see files.py), imports
-    dotted paths and `file:` modules once, and returns the canonical path."""
-    from .construct import import_path
-    from .files import canonical_file_path
+    """A `check_path` for NodeResolver: finds `file:` modules (see files.py) and what each
+    path names without importing user code (see locate.py); returns the canonical path."""
+    from .files import find_file, split_file_path
+    from .locate import NotFound, locate_dotted, locate_in_file, problem
 
     def check(path: Any, where: Where, module: bool) -> Any:
         if not isinstance(path, str) or not path:
             return problems.add(where, f"path must be a dotted import path or file:rel/file.py::Name, "
                                        f"got {path!r}")
-        key = (path, str(suite_dir))
+        key = (path, str(suite_dir), module)
         if key not in cache:
             try:
-                canon = canonical_file_path(path, suite_dir, roots) if path.startswith("file:") else path
-                obj = import_path(canon, suite_dir, roots.import_dirs)
-                cache[key] = (None if callable(obj) else f"'{path}' names a {type(obj).__name__}, not a class",
-                              canon)
-            except OpdiffError as exc:
+                if path.startswith("file:"):
+                    rel, name = split_file_path(path)
+                    found = find_file(rel, suite_dir, roots)
+                    canon = f"file:{Path(os.path.relpath(found, os.path.abspath(suite_dir))).as_posix()}::{name}"
+                    located = locate_in_file(found, name, _display_path(found))
+                else:
+                    canon, located = path, locate_dotted(path)
+                cache[key] = (problem(located, path, module), canon)
+            except (OpdiffError, NotFound) as exc:
                 cache[key] = (str(exc), path)
         error, canon = cache[key]
         if error is not None:
             return problems.add(where, error)
         return canon
     return check
+
+
+def _display_path(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return rel if not rel.startswith("../..") else str(path)

@@ -25,7 +25,7 @@ def load_case(test_id: str, seed: int = 0):
 
 
 def baseline_outputs(case, invocation):
-    from opdiff_snap.cause._call import build_target
+    from opdiff_snap.execution.target import build_target
     with torch.no_grad():
         return build_target(case, invocation)()
 

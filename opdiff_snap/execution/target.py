@@ -1,8 +1,8 @@
 """Rebuild what a test calls, from its case and a stored invocation (weights loaded).
 
-The cause tools need the *unflattened* call (the module itself, its args and kwargs):
-hooks must see the real module tree, and gradients are taken w.r.t. named inputs and
-parameters. Backends get flat modules instead; see localize.FlatCall.
+Gradients and localize need the *unflattened* call (the module itself, its args and
+kwargs): hooks must see the real module tree, and gradients are taken w.r.t. named
+inputs and parameters. Backends get flat modules instead (prepare.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Gradient parity (record on the baseline, check on torch presets) and gradcheck."""
+"""Gradients computed in workers: record on the baseline, recompute on differentiable
+presets (compared by compare.compare_grads), and gradcheck against finite differences."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import pytest
 import torch
 
 from helpers_cause import load_case
-from opdiff_snap.cause.gradients import (check_grads, compute_grads, gradcheck, pack_grads,
-                                         record_grads, step_tolerance, unpack_grads)
+from opdiff_snap.compare import compare_grads, tolerance_for
+from opdiff_snap.execution.gradients import (GradcheckTask, compute_grads, gradcheck, pack_grads,
+                                             record_grads, step_tolerance, unpack_grads)
 from opdiff_snap.errors import OpdiffError
 from opdiff_snap.verdicts import Verdict
 
@@ -15,6 +17,10 @@ from opdiff_snap.verdicts import Verdict
 def _preset(name):
     from opdiff_snap.backends.registry import get_preset
     return get_preset(name)
+
+
+def check_grads(case, inv, cot, grads, preset):
+    return compare_grads(grads, compute_grads(case, inv, cot, preset), tolerance_for(case, preset))
 
 
 def test_wrong_backward_is_flagged_and_correct_twin_passes():
@@ -99,3 +105,14 @@ def test_grad_parity_on_inductor():
     cot, grads = record_grads(case, inv, seed=0)
     result = check_grads(case, inv, cot, grads, _preset("inductor_cpu_fp32"))
     assert result.verdict is Verdict.PASS, result.message
+
+
+def test_gradcheck_runs_in_a_worker_and_a_dying_one_is_a_report_not_a_crash():
+    from opdiff_snap.execution.pool import run_one
+    from opdiff_snap.verdicts import Verdict as V
+
+    case, _ = load_case("cube_bad")
+    report = run_one(GradcheckTask(case, 0, 1e-6, 32, key="cube_bad"))
+    assert report.error is None and not report.passed      # ran, in a worker, and found the bug
+    failed = GradcheckTask(case, 0, 1e-6, 32).failed(V.CRASH, "signal SIGSEGV", "the worker died")
+    assert not failed.passed and "CRASH: the worker died" in failed.format()

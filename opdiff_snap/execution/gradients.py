@@ -1,5 +1,6 @@
-"""Gradient parity: record vector-Jacobian products, check them on differentiable presets,
-and check autograd itself against central finite differences.
+"""Gradients, computed where user code runs (a worker): record vector-Jacobian products
+on the baseline, recompute them on presets whose backend can differentiate, and check
+autograd itself against central finite differences. Comparing them is compare.py's job.
 
 All three use the same scalar L = sum over float outputs of sum(out * cotangent), with
 a random cotangent seeded from (test id, seed) only. Its gradient w.r.t. every float
@@ -18,11 +19,8 @@ from torch.utils import _pytree as pytree
 
 from ..backends.base import Preset
 from ..errors import OpdiffError
-from ..suite.model import Invocation, TestCase, Tolerance
-from ..verdicts import Verdict
-from ._call import Target, build_target
-
-DIFFERENTIABLE_FAMILIES = ("torch", "inductor")
+from ..suite.model import Invocation, TestCase
+from .target import Target, build_target
 
 
 def cotangent_seed(test_id: str, seed: int) -> int:
@@ -144,61 +142,29 @@ def unpack_grads(value: dict) -> tuple[list, dict]:
 
 
 def can_differentiate(preset: Preset) -> bool:
-    return preset.family in DIFFERENTIABLE_FAMILIES
+    """Whether the preset's backend declares it can run a backward pass."""
+    from ..backends.registry import backend_for
+
+    return bool(getattr(backend_for(preset), "can_differentiate", False))
 
 
 def compute_grads(case: TestCase, invocation: Invocation, cotangent: list, preset: Preset) -> dict:
-    """The same gradients recomputed on a differentiable preset, cast back to float32."""
+    """The same gradients recomputed on a differentiable preset, cast back to float32.
+    A preset that is not eager torch runs through torch.compile with its backend's settings."""
     if not can_differentiate(preset):
-        raise OpdiffError(f"preset '{preset.name}' cannot differentiate; gradient parity runs on "
-                          f"{' and '.join(DIFFERENTIABLE_FAMILIES)} presets only.")
+        raise OpdiffError(f"preset '{preset.name}' cannot differentiate (its backend does not declare "
+                          "can_differentiate); gradient parity needs one that does.")
     device = {"gpu": "cuda"}.get(preset.device, preset.device)
     dtype = None if preset.precision == "fp32" else preset.dtype
     compile_kwargs = None
     if preset.family == "inductor":
-        opts = preset.options
-        compile_kwargs = {"fullgraph": bool(opts.get("fullgraph", False)), "dynamic": bool(opts.get("dynamic", False)),
-                          "backend": opts.get("backend", "inductor")}
-        if opts.get("inductor_options"):
-            compile_kwargs["options"] = dict(opts["inductor_options"])
-        else:
-            compile_kwargs["mode"] = opts.get("mode") or "default"
+        from ..backends.inductor import compile_kwargs as inductor_kwargs
+
+        compile_kwargs = inductor_kwargs(preset)
     wrt = _prepare(build_target(case, invocation), dtype, device, compile_kwargs)
     outs = _float_outputs(case, wrt.call())
     grads = _vjp(wrt, outs, cotangent)
     return _as_nested(wrt, [g.float() if g.is_floating_point() else g for g in grads])
-
-
-def grad_tolerance(tol: Tolerance, expected: torch.Tensor) -> Tolerance:
-    """The output tolerance widened for gradients: a gradient carries the forward's
-    rounding and the backward's (so 2 x rtol), and its entries are sums whose error
-    scales with the tensor's largest entry rather than with each small entry, so atol
-    is at least 2 x rtol x max|g|. Measured on torch_cpu_bf16 (tests/helpers_cause):
-    max error / max|g| stayed within 0.3%-1.5% over 5 seeds, against 3.2% allowed."""
-    scale = float(expected.abs().max()) if expected.numel() and expected.is_floating_point() else 0.0
-    rtol = 2 * (tol.rtol or 0.0)
-    return Tolerance(atol=max(tol.atol or 0.0, rtol * scale), rtol=rtol)
-
-
-def check_grads(case: TestCase, invocation: Invocation, cotangent: list, expected_grads: dict,
-                preset: Preset, tol: Tolerance | None = None):
-    """Recompute on `preset` and compare with the recorded grads, tensor by tensor with
-    grad_tolerance, -> the compare.Comparison of the first failing tensor (of the first
-    tensor when all pass); its message and metrics.worst_output name it, e.g. grad[fc.bias]."""
-    from ..compare import compare, tolerance_for
-    tol = tol if tol is not None else tolerance_for(case, preset, None)
-    actual = compute_grads(case, invocation, cotangent, preset)
-    first = None
-    for group, named in expected_grads.items():
-        for name, g in named.items():
-            a = actual.get(group, {}).get(name)
-            if a is None:
-                raise OpdiffError(f"test '{case.id}': recorded gradient for {name} has no counterpart "
-                                  "now; the module changed since record. Re-record the golden.")
-            result = compare(g, a.to(g.dtype), grad_tolerance(tol, g), root=f"grad[{name}]")
-            if first is None or (first.verdict is Verdict.PASS and result.verdict is not Verdict.PASS):
-                first = result
-    return first
 
 
 # --- autograd against finite differences -------------------------------------------------
@@ -224,10 +190,11 @@ class GradcheckReport:
     eps: float
     rows: list[GradcheckRow] = field(default_factory=list)
     max_entries: int = 0
+    error: str | None = None          # why it could not run (the worker failed, say)
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.rows)
+        return self.error is None and all(r.passed for r in self.rows)
 
     @property
     def sampled(self) -> bool:
@@ -236,6 +203,8 @@ class GradcheckReport:
     def format(self) -> str:
         lines = [f"gradcheck {self.test_id}: eps={self.eps:g}, float64, "
                  f"{'PASS' if self.passed else 'FAIL'}"]
+        if self.error is not None:
+            return "\n".join(lines + [f"  could not run: {self.error}"])
         head = f"  {'tensor':<20} {'kind':<6} {'checked':>11} {'max_err':>10} {'tol@worst':>10} " \
                f"{'worst':<12} {'autograd':>11} {'finite-diff':>11}  result"
         lines.append(head)
@@ -322,3 +291,28 @@ def gradcheck(case: TestCase, invocation: Invocation, eps: float = 1e-6, max_ent
 def _float_outputs_nograd(out: Any) -> list[torch.Tensor | None]:
     leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     return [t if t.is_floating_point() else None for t in leaves]
+
+
+@dataclass
+class GradcheckTask:
+    """gradcheck of one (test, seed) in a worker: materialises it there (see job.Task)."""
+
+    case: TestCase
+    seed: int
+    eps: float
+    max_entries: int
+    key: str = ""
+
+    def run(self) -> GradcheckReport:
+        from ..suite.materialize import materialize
+        from .runner import error_text
+
+        try:
+            invocation = materialize(self.case, self.seed)
+            return gradcheck(self.case, invocation, eps=self.eps, max_entries=self.max_entries, seed=self.seed)
+        except Exception as exc:
+            return self.failed(None, type(exc).__name__, error_text(exc))
+
+    def failed(self, status, error_class, message) -> GradcheckReport:
+        head = f"{status.value}: " if status is not None else ""
+        return GradcheckReport(self.case.id, self.eps, max_entries=self.max_entries, error=head + message)
