@@ -24,6 +24,53 @@ def query(sql: str, store: Path = Path("store")):
         return a.query(sql)
 
 
+def validate(suites=None, *, imports: bool = False, settings=None, in_process: bool = False) -> list:
+    """Load and validate suites (every problem at once, SuiteError). Paths are located
+    without importing user code; those that parsing cannot settle (and, with `imports`,
+    every path outside torch) are imported in workers, and what fails there is reported
+    the same way, naming the test and the path."""
+    from .config import Settings
+    from .errors import OpdiffError, Problem, SuiteError
+    from .execution import WorkerPool
+    from .execution.probe import ImportProbe
+    from .suite import load_suites, suite_paths
+    from .suite.locate import Kind, NotFound, locate_path
+
+    settings = settings or Settings()
+    paths = suite_paths(suites, settings.suites)
+    if not paths:
+        raise OpdiffError(f"no suites given and none under {settings.suites}.")
+    cases = load_suites(paths)
+    probes: dict[str, ImportProbe] = {}
+    owners: dict[str, list] = {}
+    for case in cases:
+        for path, module in case.code_paths():
+            if path.startswith("torch."):
+                continue
+            key = f"{path}\0{case.suite_dir}\0{module}"
+            owners.setdefault(key, []).append(case)
+            if key in probes:
+                continue
+            if not imports:
+                try:
+                    if locate_path(path, case.suite_dir).kind is not Kind.UNKNOWN:
+                        continue
+                except NotFound:
+                    continue   # load_suites has reported it
+            probes[key] = ImportProbe(path, case.suite_dir, case.import_dirs, module, key=key)
+    problems = []
+    if probes:
+        with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
+            for result in pool.run(list(probes.values())):
+                if result.problem is not None:
+                    case = owners[result.key][0]
+                    path = probes[result.key].path
+                    problems.append(Problem(str(case.suite), f"{path}: {result.problem}", test_id=case.id))
+    if problems:
+        raise SuiteError(problems)
+    return cases
+
+
 def golden_case(test_id: str, seed: int, goldens: Path = Path("goldens"), trust_goldens: bool = False):
     """(TestCase, Golden) of one stored golden: the case rebuilt from the definition the
     golden was recorded from, so it always matches the stored inputs and weights (under

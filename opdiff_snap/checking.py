@@ -319,14 +319,17 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     run_settings = settings_json(settings, in_process, use_cache, pool)
     if not suite_paths and golden_cases.imported:
         run_settings["trusted_imports"] = list(golden_cases.imported)
+    identity = plan_identity(plan, suite_paths, presets, test_ids=test_ids, tags=tags, seeds=seeds,
+                             seed_list=seed_list, skips=skips, tolerance=tolerance, trust_goldens=trust_goldens)
     if resume:
-        writer, done = history.RunWriter.resume(settings.store, resume)
-        _same_presets(writer, presets)
+        writer, done = history.RunWriter.resume(settings.store, resume,
+                                                accept=lambda run: _same_plan(run, identity))
         prior = _prior_results(writer.path)
     else:
         writer = history.RunWriter.start(
             settings.store, "check", list(argv), [str(p) for p in suite_paths],
-            {p.name: p.to_json() for p in presets}, run_settings, env=environment(threads=pool.threads))
+            {p.name: p.to_json() for p in presets}, run_settings, env=environment(threads=pool.threads),
+            plan=identity)
         done = set()
     set_total = getattr(listener, "set_total", None)
     if callable(set_total):
@@ -375,24 +378,80 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                 p = pending.pop(outcome.key)
                 emit(writer, judge(p, outcome), p.item.baseline, results, listener)
         wall = time.perf_counter() - started
+        _all_present(writer, {(i.test_id, i.seed, p.name) for i in plan.items for p in presets})
         writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + results, wall)
 
 
-def _same_presets(writer: history.RunWriter, presets: list[Preset]) -> None:
-    if writer.meta.get("command") != "check":
-        writer.close()
-        raise OpdiffError(f"run '{writer.run_id}' is a `{writer.meta.get('command')}` run; "
-                          "--resume finishes interrupted check runs only.")
-    recorded = writer.meta.get("presets") or {}
-    if set(recorded) != {p.name for p in presets}:
-        writer.close()
-        raise OpdiffError(f"run '{writer.run_id}' checked {', '.join(sorted(recorded)) or 'no presets'}; "
-                          f"resuming it needs the same --backend list (got "
-                          f"{', '.join(p.name for p in presets)}).")
-    for p in presets:
-        if json.loads(json.dumps(recorded[p.name].get("options") or {})) != json.loads(json.dumps(dict(p.options))):
-            writer.close()
-            raise OpdiffError(f"run '{writer.run_id}' ran {p.name} with options "
-                              f"{recorded[p.name].get('options')}; resuming it needs the same "
-                              "--preset-options.")
+def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset], *,
+                  test_ids=None, tags=None, seeds=None, seed_list=None, skips=(), tolerance=None,
+                  trust_goldens: bool = False) -> dict[str, Any]:
+    """What a resumed run must reproduce exactly: the suites, the selection, the planned
+    (test, seed, spec hash) items, the presets with their options, the tolerance override.
+    Stored in the run's meta line; JSON only."""
+    return json.loads(json.dumps({
+        "suites": [str(p) for p in suite_paths],
+        "selection": {"test_ids": list(test_ids or []), "tags": list(tags or []), "seeds": seeds,
+                      "seed_list": list(seed_list or []), "skips": [list(x) for x in skips],
+                      "trust_goldens": bool(trust_goldens)},
+        "presets": {p.name: dict(p.options) for p in presets},
+        "tolerance": None if tolerance is None else {k: getattr(tolerance, k) for k in ("atol", "rtol", "baseline_factor")},
+        "items": [[i.test_id, i.seed, (i.case.spec_hash if i.case is not None else None) or
+                   (i.info.spec_hash if i.info is not None else "")] for i in plan.items],
+    }))
+
+
+def _same_plan(run: history.RunFile, identity: dict[str, Any]) -> None:
+    """Refuse to resume unless this invocation plans exactly what the run planned."""
+    run_id = run.path.stem
+    resumable, why = history.resumability(run.meta or {})
+    if not resumable:
+        raise OpdiffError(f"run '{run_id}' cannot be resumed: {why}.")
+    differences = plan_differences(run.meta["plan"], identity)
+    if differences:
+        argv = " ".join(a for a in (run.meta.get("argv") or []) if a != "--resume")
+        raise OpdiffError(f"run '{run_id}' planned something else, so resuming it with this command "
+                          f"would mix two runs: {'; '.join(differences)}. Resume with the original command "
+                          f"(`opdiff {argv} --resume {run_id}`), or start a new run.")
+
+
+def plan_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """One phrase per way `now` differs from `before` (plan_identity dicts)."""
+    out = []
+    for key in ("suites", "presets", "tolerance"):
+        if before.get(key) != now.get(key):
+            out.append(f"{key} {before.get(key)!r} then, {now.get(key)!r} now")
+    for key, value in (now.get("selection") or {}).items():
+        was = (before.get("selection") or {}).get(key)
+        if was != value:
+            out.append(f"{key} {was!r} then, {value!r} now")
+    then = {(i[0], i[1]): i[2] for i in before.get("items") or []}
+    current = {(i[0], i[1]): i[2] for i in now.get("items") or []}
+
+    def names(keys) -> str:
+        keys = sorted(keys)
+        shown = ", ".join(f"{t} seed {s}" for t, s in keys[:3])
+        return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+    gone, new = then.keys() - current.keys(), current.keys() - then.keys()
+    changed = [k for k in then.keys() & current.keys() if then[k] != current[k]]
+    if gone:
+        out.append(f"{len(gone)} planned test(s) are not planned now ({names(gone)})")
+    if new:
+        out.append(f"{len(new)} test(s) are planned now that were not ({names(new)})")
+    if changed:
+        out.append(f"{len(changed)} test(s) changed since (spec hash: {names(changed)})")
+    return out
+
+
+def _all_present(writer: history.RunWriter, planned: set[tuple[str, int, str]]) -> None:
+    """The end line goes only under a run holding every planned item exactly once."""
+    missing, foreign = planned - writer.keys, writer.keys - planned
+    if not (missing or foreign or writer.duplicates):
+        return
+    parts = ([f"{len(missing)} planned results missing"] if missing else []) + \
+            ([f"{len(foreign)} results that were not planned"] if foreign else []) + \
+            ([f"{len(writer.duplicates)} results written twice"] if writer.duplicates else [])
+    writer.close()
+    raise OpdiffError(f"run '{writer.run_id}' was left without its end line: it holds {', '.join(parts)}. "
+                      f"Its file is {writer.path}; `opdiff runs` shows it, and a new check starts clean.")

@@ -145,11 +145,20 @@ def list_tests(ctx, suites, test_ids, tags, long_) -> None:
 
 @main.command()
 @click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--imports", is_flag=True,
+              help="Also import every user path (file: modules, packages) in a worker process.")
+@click.option("--timeout-s", type=click.FloatRange(min=0.1), help="Per-import timeout in seconds.")
 @click.pass_context
 @guarded
-def validate(ctx, suites) -> None:
-    """Load and validate SUITES; report every problem at once (exit 2 if any)."""
-    cases = _load_cases(ctx, suites, (), ())
+def validate(ctx, suites, imports, timeout_s) -> None:
+    """Load and validate SUITES; report every problem at once (exit 2 if any).
+
+    Paths are found without running the suite's code; what cannot be settled that way
+    (and, with --imports, every user path) is imported in a worker process."""
+    from . import api
+
+    cases = api.validate([Path(s) for s in suites] or None, imports=imports,
+                         settings=_settings(ctx, timeout_s=timeout_s))
     click.echo(f"ok: {len(cases)} tests")
 
 
@@ -370,8 +379,8 @@ def runs(ctx) -> None:
     for col in ("run", "command", "started", "complete", "counts"):
         table.add_column(col, overflow="fold")
     for r in list_runs(settings.store):
-        table.add_row(r.run_id, r.command, str(r.started), "yes" if r.complete else "NO (resumable)",
-                      json.dumps(r.counts) if r.counts else "")
+        state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
+        table.add_row(r.run_id, r.command, str(r.started), state, json.dumps(r.counts) if r.counts else "")
     Console().print(table)
 
 

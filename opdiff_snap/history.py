@@ -18,7 +18,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .environment import environment
 from .errors import OpdiffError
@@ -254,6 +254,20 @@ class RunSummary:
     complete: bool
     counts: dict[str, int]
     path: Path
+    resumable: bool = False       # what `check --resume` accepts: an interrupted check with its plan
+    note: str = ""                # why an interrupted run is not resumable, and what to do
+
+
+def resumability(meta: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether `check --resume` can finish an interrupted run with this meta line, and if
+    not, what to do instead."""
+    if meta.get("command") == "record":
+        return False, "re-run `opdiff record`: it writes only the goldens still missing"
+    if meta.get("command") != "check":
+        return False, "not a run of opdiff check"
+    if not isinstance(meta.get("plan"), dict):
+        return False, "written without its plan (older opdiff-snap): start a new check"
+    return True, ""
 
 
 def _tally(items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -295,8 +309,9 @@ def list_runs(store_dir: Path) -> list[RunSummary]:
         else:
             run = read_run(path)
             meta, counts = run.meta or {}, _tally(run.items)
+        resumable, note = (False, "") if end is not None else resumability(meta)
         out.append(RunSummary(path.stem, meta.get("command"), meta.get("started"), end is not None,
-                              counts, path))
+                              counts, path, resumable, note))
     return out
 
 
@@ -324,6 +339,10 @@ class RunWriter:
         prior = list(prior)
         self.resumed = len(prior)              # items carried over from an interrupted session
         self._prior_counts = _tally(prior)
+        self.keys: set[ItemKey] = set()        # every item in the file, prior ones included
+        self.duplicates: list[ItemKey] = []
+        for item in prior:
+            self._note(item)
         self._file = open(self.path, "ab", buffering=0)
         self.ended = False
 
@@ -332,8 +351,10 @@ class RunWriter:
     @classmethod
     def start(cls, store_dir: Path, command: str, argv: list[str], suites: list[str],
               presets: dict[str, dict], settings: dict, baseline_preset: str | None = None,
-              *, fsync: bool = False, env: dict[str, Any] | None = None) -> "RunWriter":
-        """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line."""
+              *, fsync: bool = False, env: dict[str, Any] | None = None,
+              plan: dict[str, Any] | None = None) -> "RunWriter":
+        """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line.
+        `plan` is what a resume must reproduce exactly (selection, items, presets)."""
         runs = Path(store_dir) / RUNS_DIR
         try:
             runs.mkdir(parents=True, exist_ok=True)
@@ -355,16 +376,19 @@ class RunWriter:
                 "baseline_preset": baseline_preset, "presets": presets,
                 "env": {k: v for k, v in env.items() if k not in ("host", "os", "machine")},
                 "settings": settings, "resumes": None}
+        if plan is not None:
+            meta["plan"] = plan
         writer = cls(path, run_id, meta, fsync=fsync)
         writer._write(meta)
         return writer
 
     @classmethod
-    def resume(cls, store_dir: Path, run_id: str, *, fsync: bool = False
-               ) -> tuple["RunWriter", set[ItemKey]]:
+    def resume(cls, store_dir: Path, run_id: str, *, fsync: bool = False,
+               accept: Callable[[RunFile], None] | None = None) -> tuple["RunWriter", set[ItemKey]]:
         """Reopen an interrupted run for appending. Returns the writer and the
-        (test id, seed, preset) keys already in the file, which the caller skips. A
-        partial last line (the process died mid-write) is cut off first."""
+        (test id, seed, preset) keys already in the file, which the caller skips.
+        `accept(run)` may refuse (raise) before anything is written; then a partial last
+        line (the process died mid-write) is cut off."""
         path = find_run(store_dir, run_id)
         data = path.read_bytes()
         run = _parse(data, path)
@@ -374,6 +398,8 @@ class RunWriter:
         if run.meta is None:
             raise OpdiffError(f"run file {path} has no readable meta line, so it cannot be "
                               "resumed. Start a new run; delete the file if it is junk.")
+        if accept is not None:
+            accept(run)
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
             with open(path, "r+b") as f:
@@ -403,6 +429,15 @@ class RunWriter:
         line["type"], line["run_id"] = "item", self.run_id
         line.setdefault("ts", utc_now())
         self._write(line)
+        self._note(line)
+
+    def _note(self, item: Mapping[str, Any]) -> None:
+        key = _item_key(item)
+        if key is None:
+            return
+        if key in self.keys:
+            self.duplicates.append(key)
+        self.keys.add(key)
 
     def end(self, counts: Mapping[str, int], wall_s: float) -> None:
         """Write the end line and close. `counts` and `wall_s` are this session's; a resumed

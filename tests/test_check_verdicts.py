@@ -280,16 +280,33 @@ def test_bad_input_is_an_opdiff_error(site, recorded, tmp_path):
         check(tmp_path, ["torch_cpu_fp32"])
 
 
-def test_resume_runs_only_the_missing_items_and_needs_the_same_presets(site, project):
-    report, _ = check(project, ["torch_cpu_fp32"], tags=["tol"])
+def _interrupted(report, keep: int = 2) -> None:
+    """Cut a finished run's file back to its meta line and `keep` items, the next one half-written."""
     lines = report.path.read_bytes().splitlines(keepends=True)
-    assert b'"type": "end"' in lines[-1] and len(lines) == 6
-    report.path.write_bytes(b"".join(lines[:3]) + lines[3][:20])   # killed mid-line, 2 items kept
-    with pytest.raises(OpdiffError, match="same --backend"):
-        check(project, ["perturb_cpu_fp32"], tags=["tol"], resume=report.run_id)
-    with pytest.raises(OpdiffError, match="same --preset-options"):
-        check(project, ["torch_cpu_fp32"], tags=["tol"], resume=report.run_id,
-              preset_options={"torch_cpu_fp32": {"synchronize": False}})
+    assert b'"type": "end"' in lines[-1]
+    report.path.write_bytes(b"".join(lines[:1 + keep]) + lines[1 + keep][:20])
+
+
+def test_resume_runs_only_the_missing_items_and_needs_the_same_plan(site, project):
+    report, _ = check(project, ["torch_cpu_fp32"], tags=["tol"])
+    assert len(report.path.read_bytes().splitlines()) == 6
+    _interrupted(report)
+    refused = {  # each a one-paragraph diff naming what changed; nothing is written
+        "presets": dict(backends=["perturb_cpu_fp32"], tags=["tol"]),
+        "synchronize": dict(backends=["torch_cpu_fp32"], tags=["tol"],
+                            preset_options={"torch_cpu_fp32": {"synchronize": False}}),
+        "tags": dict(backends=["torch_cpu_fp32"], tags=["pair"]),
+        "test_ids": dict(backends=["torch_cpu_fp32"], tags=["tol"], test_ids=["tol_*"]),
+        "seed_list": dict(backends=["torch_cpu_fp32"], tags=["tol"], seed_list=[0, 1]),
+        "tolerance": dict(backends=["torch_cpu_fp32"], tags=["tol"], tolerance=Tolerance(atol=1e-3)),
+    }
+    before = report.path.read_bytes()
+    for fragment, kw in refused.items():
+        backends = kw.pop("backends")
+        with pytest.raises(OpdiffError, match=f"planned something else.*{fragment}") as err:
+            check(project, backends, resume=report.run_id, **kw)
+        assert "Resume with the original command" in str(err.value)
+        assert report.path.read_bytes() == before
     again, res = check(project, ["torch_cpu_fp32"], tags=["tol"], resume=report.run_id)
     assert len(res) == 4   # the report covers the whole run
     run = read_run(report.path)
@@ -309,13 +326,42 @@ def test_a_selection_that_matches_nothing_is_an_error_not_a_green_run(site, reco
         check(recorded, ["torch_cpu_fp32"], test_ids=["tol_tpyo*"])
 
 
-def test_resume_refuses_a_record_run(site, project):
+def test_resume_refuses_a_run_whose_suite_changed_since(site, project):
+    report, _ = check(project, ["torch_cpu_fp32"], tags=["tol"])
+    _interrupted(report)
+    suite = project / "suites" / "suite_tol.yaml"
+    suite.write_text(suite.read_text().replace("shape: [3]", "shape: [4]"))
+    with pytest.raises(OpdiffError, match=r"1 test\(s\) changed since \(spec hash: tol_suite seed 0\)"):
+        check(project, ["torch_cpu_fp32"], tags=["tol"], resume=report.run_id)
+    assert not read_run(report.path).complete
+
+
+def test_an_end_line_only_under_every_planned_item_exactly_once(site, project):
+    from opdiff_snap import history
+
+    report, _ = check(project, ["torch_cpu_fp32"], tags=["tol"])
+    lines = report.path.read_bytes().splitlines(keepends=True)
+    foreign = b'{"type": "item", "id": "not_planned", "seed": 0, "preset": "torch_cpu_fp32", "status": "PASS"}\n'
+    report.path.write_bytes(b"".join(lines[:4]) + foreign)   # 3 items kept, and one nobody planned
+    with pytest.raises(OpdiffError, match="without its end line: it holds 1 results that were not planned"):
+        check(project, ["torch_cpu_fp32"], tags=["tol"], resume=report.run_id)
+    run = read_run(report.path)
+    assert not run.complete
+    summary = next(r for r in history.list_runs(project / "store") if r.run_id == report.run_id)
+    assert summary.resumable and not summary.complete
+
+
+def test_resume_refuses_a_record_run_and_runs_does_not_offer_it(site, project):
+    from opdiff_snap import history
+
     with contextlib.chdir(project):
         rec = api.record(settings=settings(), in_process=True, force=True, test_ids=["tol_default"])
     run_path = project / rec.path
     run_path.write_text("".join(run_path.read_text().splitlines(keepends=True)[:-1]))  # drop the end line
-    with pytest.raises(OpdiffError, match="finishes interrupted check runs only"):
+    with pytest.raises(OpdiffError, match="re-run `opdiff record`"):
         check(project, ["torch_cpu_fp32"], resume=rec.run_id)
+    summary = next(r for r in history.list_runs(project / "store") if r.run_id == rec.run_id)
+    assert not summary.resumable and "re-run `opdiff record`" in summary.note
 
 
 def test_a_seed_given_twice_is_checked_once(site, recorded):

@@ -94,6 +94,10 @@ def _run(job: Job, backend: Backend | None) -> Outcome:
         out = _fail(job, Verdict.EXPORT_FAIL, exc)
         out.error_message = f"preparing the test failed before export: {out.error_message}"
         return out
+    if count_outputs(prepared.out_structure) == 0:
+        return _fail(job, Verdict.STRUCTURE_MISMATCH,
+                     f"test '{job.case.id}' returns {_describe(prepared.out_structure)}: nothing to compare; "
+                     "make its forward return the result")
     if not getattr(backend, "serializes", False) or job.cache_dir is not None:
         # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
         outcome = _export_and_run(job, backend, prepared, avail.can_run, avail.reason, None)
@@ -106,6 +110,13 @@ def _run(job: Job, backend: Backend | None) -> Outcome:
         if job.grads is not None:
             _gradients(job, outcome)
     return outcome
+
+
+def _describe(structure: Any) -> str:
+    if structure.get("value", 0) is None:
+        return "None"
+    kind = next(iter(structure))
+    return f"an empty {kind}" if kind in ("tuple", "list", "dict") and not structure[kind] else "only constants"
 
 
 def _gradients(job: Job, outcome: Outcome) -> None:

@@ -211,3 +211,13 @@ def locate_dotted(path: str, depth: int = 0) -> Located:
         raise NotFound(f"'{path}': cannot find module '{module_name}' (not installed, or not on the "
                        "import path of this environment)")
     return locate_in_file(files[0], attr, str(files[0]), depth)
+
+
+def locate_path(path: str, suite_dir: Path) -> Located:
+    """A canonical `file:` path (relative to `suite_dir`) or a dotted one."""
+    if path.startswith("file:"):
+        from .files import split_file_path
+
+        rel, name = split_file_path(path)
+        return locate_in_file(suite_dir / rel, name, rel)
+    return locate_dotted(path)

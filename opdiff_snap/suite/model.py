@@ -76,6 +76,28 @@ class TestCase:
     def suite_dir(self) -> Path:
         return self.suite.parent
 
+    def code_paths(self) -> list[tuple[str, bool]]:
+        """(path, names a module) for every dotted or `file:` path the test constructs:
+        its module(s), and `module` / `construct` nodes in their arguments."""
+        out: list[tuple[str, bool]] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, Mapping):
+                if node.get("type") in ("module", "construct") and isinstance(node.get("path"), str):
+                    out.append((node["path"], node["type"] == "module"))
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, (list, tuple)):
+                for value in node:
+                    walk(value)
+
+        for call in (self.call, self.pair):
+            if call is not None and call.kind == "module":
+                out.append((call.target, True))
+                walk(list(call.args))
+                walk(dict(call.kwargs))
+        return out
+
 
 @dataclass
 class Invocation:

@@ -1,0 +1,41 @@
+"""Import a suite's paths in a worker, for `opdiff validate` when parsing cannot settle
+what a path names (suite/locate.py), or with `--imports` for every path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..verdicts import Verdict
+
+
+@dataclass
+class ProbeResult:
+    key: str
+    problem: str | None               # None: it imports and names what the test needs
+
+
+@dataclass
+class ImportProbe:
+    """Import one path as a test would, and say what is wrong with it (see job.Task)."""
+
+    path: str
+    suite_dir: Path
+    import_dirs: tuple[Path, ...]
+    module: bool                      # a module path (an nn.Module is wanted) or a construct path
+    key: str = ""
+
+    def run(self) -> ProbeResult:
+        from ..suite.construct import import_path
+        from ..suite.locate import Located, kind_of, problem
+        from .runner import error_text
+
+        try:
+            obj = import_path(self.path, self.suite_dir, self.import_dirs)
+        except Exception as exc:
+            return ProbeResult(self.key, error_text(exc))
+        return ProbeResult(self.key, problem(Located(kind_of(obj)), self.path, self.module))
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> ProbeResult:
+        how = {Verdict.CRASH: "the worker died", Verdict.TIMEOUT: "it hangs"}.get(status, "it exits at import")
+        return ProbeResult(self.key, f"importing it in a worker failed, {how}: {message}")
