@@ -128,7 +128,7 @@ PLUGIN_SOURCE = textwrap.dedent('''
         def export(self, module, inputs, preset, workdir):
             return Artifact(obj=module)
 
-        def load(self, artifact, preset):
+        def load(self, artifact, preset, threads=0):
             scale = preset.options["scale"]
             def run(inputs):
                 out = artifact.obj(*inputs)

@@ -7,8 +7,7 @@ import torch
 
 from helpers_cause import load_case
 from helpers_cause.wrong_backend import PerturbingBackend
-from opdiff_snap.cause.localize import (calls_from_stored, capture_calls, capture_intermediates,
-                                        format_report, localize)
+from opdiff_snap.cause.localize import capture_calls, format_report, localize
 from opdiff_snap.errors import OpdiffError
 from opdiff_snap.verdicts import Verdict
 
@@ -30,7 +29,7 @@ def test_capture_follows_execution_order_and_repeats():
 
 def test_perturbed_sublayer_is_named_and_nothing_before_it(tmp_path):
     case, inv = load_case("net")
-    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path,
+    report = localize(case, inv, _preset("torch_cpu_fp32"),
                       backend=PerturbingBackend(victim="Scale"))
     statuses = [(r.name, r.status) for r in report.rows]
     assert report.first_divergent is not None and report.first_divergent.name == "scale"
@@ -44,7 +43,7 @@ def test_perturbed_sublayer_is_named_and_nothing_before_it(tmp_path):
 
 def test_clean_backend_reports_no_divergence(tmp_path):
     case, inv = load_case("net")
-    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path)
+    report = localize(case, inv, _preset("torch_cpu_fp32"))
     assert report.first_divergent is None and report.divergence == "none"
     assert len(report.rows) == 6   # every leaf call was run, not an empty report
     assert all(r.status is Verdict.PASS for r in report.rows)
@@ -58,22 +57,11 @@ def test_failure_to_run_is_reported_distinctly(tmp_path):
             return super().export(module, inputs, preset, workdir)
 
     case, inv = load_case("net")
-    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path,
+    report = localize(case, inv, _preset("torch_cpu_fp32"),
                       backend=Refusing(victim="Scale"))
     assert report.first_divergent.name == "norm"
     assert report.first_divergent.status is Verdict.EXPORT_FAIL and report.divergence == "failed"
     assert "LayerNorm not supported" in report.first_divergent.message
-
-
-def test_stored_intermediates_round_trip_through_trees(tmp_path):
-    from opdiff_snap.trees import flatten, unflatten
-    case, inv = load_case("net")
-    structure, leaves = flatten(capture_intermediates(case, inv))
-    calls = calls_from_stored(unflatten(structure, leaves))
-    assert [c.name for c in calls] == ORDER
-    report = localize(case, inv, _preset("torch_cpu_fp32"), workdir=tmp_path, calls=calls,
-                      backend=PerturbingBackend(victim="LayerNorm"))
-    assert report.first_divergent.name == "norm"
 
 
 def test_op_tests_are_refused_with_a_clear_error():
@@ -86,7 +74,7 @@ def test_op_tests_are_refused_with_a_clear_error():
 @pytest.mark.parametrize("preset", ["torch_cpu_fp16", "onnx_cpu_fp32"])
 def test_localize_on_real_backends_returns_rows(tmp_path, preset):
     case, inv = load_case("net")
-    report = localize(case, inv, _preset(preset), workdir=tmp_path)
+    report = localize(case, inv, _preset(preset))
     assert [r.name for r in report.rows] == ORDER
     assert all(r.status in (Verdict.PASS, Verdict.MISMATCH) for r in report.rows), format_report(report)
     assert all("max_abs" in r.metrics for r in report.rows)

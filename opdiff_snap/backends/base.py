@@ -70,6 +70,8 @@ class Backend(Protocol):
         """`module` and `inputs` are in the golden's dtypes (fp32 usually); a reduced-precision
         preset casts them itself."""
 
-    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         """The runnable takes inputs in the golden's dtypes and returns tensors; floating
-        outputs may come back in the preset's precision (the caller casts them back)."""
+        outputs may come back in the preset's precision (the caller casts them back).
+        `threads`: the intra-op threads the job may use (0: the runtime's default); torch's
+        own thread count is set per worker process, so only other runtimes need it."""

@@ -1,4 +1,4 @@
-"""Small helpers every backend family shares: precision casts, thread budget, lazy checks.
+"""Small helpers every backend family shares: precision casts, lazy checks.
 
 Nothing here imports more than torch and the standard library; families import their
 runtimes lazily inside export/load so that listing presets and asking for availability
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -57,14 +56,10 @@ def as_output_list(out: Any) -> list[torch.Tensor]:
     return outs
 
 
-def thread_budget(option: int | None) -> int:
-    """Threads a runtime may use: the explicit option, else $OPDIFF_THREADS, else 0 (= default)."""
-    if option:
-        return int(option)
-    try:
-        return int(os.environ.get("OPDIFF_THREADS", "0") or 0)
-    except ValueError:
-        return 0
+def thread_budget(option: int | None, threads: int) -> int:
+    """Threads a runtime may use: the preset's explicit option, else the job's budget
+    (0: the runtime's default)."""
+    return int(option) if option else max(0, int(threads))
 
 
 def has_module(name: str) -> bool:

@@ -78,7 +78,7 @@ class CoreMLBackend:
         mlmodel.save(str(workdir / PACKAGE_NAME))
         return Artifact(path=workdir)
 
-    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         if not IS_MACOS:
             raise RuntimeError(NOT_MACOS)
         import coremltools as ct
@@ -109,6 +109,31 @@ class CoreMLBackend:
             return [torch.as_tensor(np.asarray(result[n])) for n in out_names]
 
         return run
+
+    # What a standalone repro script runs for this family (cause/repro.py writes it out;
+    # it needs only torch and the runtime). Keep it in step with export and load above.
+    repro_needs = "torch, coremltools (prediction needs macOS)"
+    repro_source = '''
+import coremltools as ct
+import numpy as np
+
+UNITS = {"cpu": ct.ComputeUnit.CPU_ONLY, "gpu": ct.ComputeUnit.CPU_AND_GPU,
+         "ane": ct.ComputeUnit.CPU_AND_NE, "any": ct.ComputeUnit.ALL}[PRESET["device"]]
+
+
+def run(module, inputs):
+    """torch.export -> coremltools.convert (compute precision from the preset) -> predict."""
+    program = torch.export.export(module.eval(), tuple(inputs)).run_decompositions({})
+    precision = ct.precision.FLOAT16 if PRESET["precision"] == "fp16" else ct.precision.FLOAT32
+    mlmodel = ct.convert(program, compute_units=UNITS, compute_precision=precision)
+    if sys.platform != "darwin":
+        print("converted; CoreML prediction needs macOS, so nothing was compared here")
+        sys.exit(2)
+    spec = mlmodel.get_spec()
+    feeds = {i.name: x.numpy() for i, x in zip(spec.description.input, inputs)}
+    out = mlmodel.predict(feeds)
+    return [torch.from_numpy(np.asarray(out[o.name])) for o in spec.description.output]
+'''
 
 
 def _package(workdir: Path) -> Path:

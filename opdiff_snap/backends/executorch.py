@@ -42,7 +42,7 @@ class ExecuTorchBackend:
         "method_name": "forward",
         "verification": "minimal",            # program verification at load: minimal | internal_consistency
         "extract_delegate_segments": True,
-        "num_threads": None,                  # XNNPACK threadpool size; None: $OPDIFF_THREADS, else default
+        "num_threads": None,                  # XNNPACK threadpool size; None: the job's thread budget
         "coreml_compute_precision": None,     # coreml device: fp32 | fp16 (from the preset)
         "coreml_compute_units": "ALL",        # coreml device: CPU_ONLY | CPU_AND_GPU | CPU_AND_NE | ALL
         "coreml_minimum_deployment_target": None,  # coreml device: e.g. iOS18; None: delegate default
@@ -118,14 +118,14 @@ class ExecuTorchBackend:
             et_program.write_to_file(f)
         return Artifact(path=workdir)
 
-    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         avail = self.availability(preset)
         if not avail.can_run:
             raise RuntimeError(avail.reason)
         from executorch.runtime import Runtime, Verification
 
         opts = preset.options
-        _set_threads(thread_budget(opts.get("num_threads")))
+        _set_threads(thread_budget(opts.get("num_threads"), threads))
         level = str(opts.get("verification", "minimal"))
         verification = {"minimal": Verification.Minimal,
                         "internal_consistency": Verification.InternalConsistency}.get(level)
@@ -143,6 +143,38 @@ class ExecuTorchBackend:
             return [t.clone() if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in outs]
 
         return run
+
+    # What a standalone repro script runs for this family (cause/repro.py writes it out;
+    # it needs only torch and the runtime). Keep it in step with export and load above.
+    repro_needs = "torch, executorch"
+    repro_source = '''
+from executorch.exir import to_edge_transform_and_lower
+from executorch.runtime import Runtime
+
+OPTIONS = PRESET["options"]
+
+
+def partitioners():
+    """cpu: XNNPACK delegate; portable: no delegate (portable kernels)."""
+    if PRESET["device"] == "cpu":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        return [XnnpackPartitioner()]
+    if PRESET["device"] == "portable":
+        return []
+    raise SystemExit(f"this script knows the cpu and portable ExecuTorch devices, not {PRESET['device']!r}")
+
+
+def run(module, inputs):
+    """torch.export -> to_edge_transform_and_lower -> .to_executorch() -> executorch.runtime."""
+    if OPTIONS.get("export_fp16"):  # the preset exports a float16 program
+        module = module.half()
+        inputs = [x.half() if x.is_floating_point() else x for x in inputs]
+    with torch.no_grad():
+        program = torch.export.export(module.eval(), tuple(inputs), strict=bool(OPTIONS.get("export_strict")))
+    executorch_program = to_edge_transform_and_lower(program, partitioner=partitioners()).to_executorch()
+    method = Runtime.get().load_program(executorch_program.buffer).load_method("forward")
+    return [t.clone() for t in method.execute([x.contiguous() for x in inputs])]
+'''
 
 
 def _set_threads(n: int) -> None:

@@ -87,7 +87,7 @@ class InductorBackend:
             torch.cuda.synchronize()
         return Artifact(obj=compiled)
 
-    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         compiled = artifact.obj
         device = preset.device
         dtype = reduced_dtype(preset)
@@ -102,3 +102,22 @@ class InductorBackend:
             return [t.detach().cpu() for t in outs]
 
         return run
+
+    # What a standalone repro script runs for this family (cause/repro.py writes it out;
+    # it needs only torch and the runtime). Keep it in step with export and load above.
+    repro_needs = "torch (with a C++ compiler for inductor)"
+    repro_source = '''
+def run(module, inputs):
+    """torch.compile (inductor) on DEVICE in DTYPE."""
+    module = cast_module(module).to(DEVICE)
+    opts = PRESET["options"]
+    kwargs = {"fullgraph": opts.get("fullgraph", False), "dynamic": opts.get("dynamic", False),
+              "backend": opts.get("backend", "inductor")}
+    if opts.get("inductor_options"):
+        kwargs["options"] = opts["inductor_options"]
+    else:
+        kwargs["mode"] = opts.get("mode") or "default"
+    compiled = torch.compile(module, **kwargs)
+    with torch.no_grad():
+        return list(compiled(*[cast(x).to(DEVICE) for x in inputs]))
+'''

@@ -47,7 +47,7 @@ class OnnxBackend:
         "providers": None,                  # None: [the preset's device provider]
         "fallback_cpu": False,              # also register CPUExecutionProvider after the preset's
         "graph_optimization_level": "all",  # ORT: disable | basic | extended | layout | all
-        "intra_op_num_threads": None,       # None: $OPDIFF_THREADS, else ORT's default
+        "intra_op_num_threads": None,       # None: the job's thread budget
         "inter_op_num_threads": 1,
     }
     serializes = True
@@ -108,16 +108,16 @@ class OnnxBackend:
             raise RuntimeError(f"torch.onnx.export wrote no file at {path}")
         return Artifact(path=workdir)
 
-    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         import numpy as np
         import onnxruntime as ort
 
         opts = preset.options
         so = ort.SessionOptions()
         so.log_severity_level = 3
-        threads = thread_budget(opts.get("intra_op_num_threads"))
-        if threads:
-            so.intra_op_num_threads = threads
+        budget = thread_budget(opts.get("intra_op_num_threads"), threads)
+        if budget:
+            so.intra_op_num_threads = budget
         if opts.get("inter_op_num_threads"):
             so.inter_op_num_threads = int(opts["inter_op_num_threads"])
         level = str(opts.get("graph_optimization_level", "all"))
@@ -151,6 +151,36 @@ class OnnxBackend:
             return [torch.as_tensor(np.asarray(o)) for o in outs]
 
         return run
+
+    # What a standalone repro script runs for this family (cause/repro.py writes it out;
+    # it needs only torch and the runtime). Keep it in step with export and load above.
+    repro_needs = "torch, onnx, onnxscript, onnxruntime"
+    repro_source = '''
+import tempfile
+
+import onnxruntime as ort
+
+OPTIONS = PRESET["options"]
+PROVIDERS = list(OPTIONS.get("providers") or [{"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+                                                "coreml": "CoreMLExecutionProvider"}[PRESET["device"]]])
+if OPTIONS.get("fallback_cpu") and "CPUExecutionProvider" not in PROVIDERS:
+    PROVIDERS.append("CPUExecutionProvider")
+
+
+def run(module, inputs):
+    """torch.onnx.export (in DTYPE) with the preset's exporter options, then an ONNX Runtime session."""
+    module, inputs = cast_module(module), tuple(cast(x) for x in inputs)
+    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    dynamo = OPTIONS.get("dynamo", True)
+    kwargs = {"opset_version": int(OPTIONS.get("opset", 20)), "dynamo": dynamo}
+    if dynamo:
+        kwargs["optimize"] = OPTIONS.get("optimize", True)
+    with torch.no_grad():
+        torch.onnx.export(module, inputs, str(path), verbose=False, **kwargs)
+    session = ort.InferenceSession(str(path), providers=PROVIDERS)
+    feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+    return [torch.from_numpy(o) for o in session.run(None, feeds)]
+'''
 
 
 def _to_numpy(t: torch.Tensor):

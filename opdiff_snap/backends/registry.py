@@ -20,6 +20,7 @@ import difflib
 import functools
 import importlib
 import importlib.metadata
+import inspect
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -78,6 +79,12 @@ def _plugin_problem(obj: Any, taken: set[str]) -> str:
         return f"family '{obj.family}' is already provided by another backend"
     if not obj.devices or not obj.precisions:
         return "it declares no devices or no precisions"
+    try:
+        inspect.signature(obj.load).bind(None, None, threads=0)
+    except TypeError:
+        return "its load() does not take the `threads` argument of the Backend protocol (load(artifact, preset, threads=0))"
+    except ValueError:
+        pass  # no signature to inspect (a builtin): trust it
     try:
         json.dumps(dict(obj.default_options))
     except (TypeError, ValueError) as exc:

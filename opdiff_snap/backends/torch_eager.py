@@ -67,7 +67,7 @@ class TorchEagerBackend:
         moved = cast_module(module, dtype).to(preset.device)
         return Artifact(obj=moved)
 
-    def load(self, artifact: Artifact, preset: Preset) -> Runnable:
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         module = artifact.obj
         device = preset.device
         dtype = reduced_dtype(preset)
@@ -83,3 +83,14 @@ class TorchEagerBackend:
             return [t.detach().cpu() for t in outs]
 
         return run
+
+    # What a standalone repro script runs for this family (cause/repro.py writes it out;
+    # it needs only torch and the runtime). Keep it in step with export and load above.
+    repro_needs = "torch"
+    repro_source = '''
+def run(module, inputs):
+    """Eager PyTorch on DEVICE in DTYPE."""
+    module = cast_module(module).to(DEVICE)
+    with torch.no_grad():
+        return list(module(*[cast(x).to(DEVICE) for x in inputs]))
+'''

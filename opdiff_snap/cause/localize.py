@@ -3,9 +3,10 @@
 1. Run the module eagerly (the baseline) on the stored inputs and weights with a forward
    hook on every leaf submodule, capturing each call's args, kwargs and output in
    execution order (a submodule called twice gives two calls).
-2. For each call, wrap that submodule alone in a flat module (tensor args become graph
-   inputs, everything else is baked in, outputs flattened) and run it on the target
-   through the ordinary backend protocol (export -> load -> run) on the captured inputs.
+2. For each call, wrap that submodule alone in a flat module (execution.prepare_call:
+   tensor args become graph inputs, everything else is baked in, outputs flattened) and
+   run it on the target as an ordinary job (execution.run_job: export -> load -> run,
+   outputs cast back as for any test) on the captured inputs.
 3. Compare with the captured outputs under the preset's tolerance. The first call in
    execution order that is not PASS is where the divergence starts: every call before
    it reproduced the baseline from the baseline's own inputs.
@@ -16,9 +17,7 @@ Only the backend protocol is used, so it works on any backend.
 from __future__ import annotations
 
 import copy
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -28,6 +27,7 @@ from ..backends.base import Backend, Preset
 from ..errors import OpdiffError
 from ..suite.model import Invocation, TestCase, Tolerance
 from ..verdicts import Verdict
+from ..execution.job import WorkerContext
 from ..execution.target import build_target
 
 # statuses that mean "the submodule ran and its output disagrees" vs "it did not run"
@@ -121,49 +121,16 @@ def capture_calls(case: TestCase, invocation: Invocation, side: str = "a") -> li
     return calls
 
 
-class FlatCall(torch.nn.Module):
-    """One submodule call as a flat module: forward(*tensor leaves of (args, kwargs)) ->
-    tuple of output tensors. Non-tensor leaves are baked in; complex outputs travel as
-    real [..., 2]."""
-
-    def __init__(self, sub: torch.nn.Module, args: tuple, kwargs: dict):
-        super().__init__()
-        self.sub = sub
-        leaves, self._spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-        self._slots = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-        self._consts = [None if isinstance(v, torch.Tensor) else v for v in leaves]
-        self.example_inputs = tuple(leaves[i] for i in self._slots)
-
-    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        leaves = list(self._consts)
-        for slot, t in zip(self._slots, tensors):
-            leaves[slot] = t
-        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
-        out = self.sub(*args, **kwargs)
-        return tuple(flat_outputs(out))
-
-
-def flat_outputs(out: Any) -> list[torch.Tensor]:
-    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-    return [torch.view_as_real(t) if t.is_complex() else t for t in leaves]
-
-
 def _default_tolerance(case: TestCase, preset: Preset) -> Tolerance:
     from ..compare import tolerance_for
     return tolerance_for(case, preset, None)
 
 
 def localize(case: TestCase, invocation: Invocation, preset: Preset,
-             tol_for: Callable[[Preset], Tolerance] | None = None,
-             workdir: Path | None = None, *, backend: Backend | None = None,
-             calls: list[CapturedCall] | None = None) -> LocalizeReport:
+             tol_for: Callable[[Preset], Tolerance] | None = None, *, backend: Backend | None = None,
+             threads: int = 0) -> LocalizeReport:
     """Run every leaf submodule call alone on `preset` and find the first that diverges.
-
-    `backend` defaults to the registry's backend for the preset (tests pass their own);
-    `calls` may be intermediates stored with the golden (see calls_from_stored) instead
-    of capturing them now.
-    """
-    from ..compare import compare
+    `backend` defaults to the registry's backend for the preset (tests pass their own)."""
     if backend is None:
         from ..backends.registry import backend_for
         backend = backend_for(preset)
@@ -172,89 +139,33 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
         raise OpdiffError(f"preset '{preset.name}' cannot export on this machine ({avail.reason}); "
                           "localize needs to run the target. Try it where the preset is available.")
     tol = tol_for(preset) if tol_for is not None else _default_tolerance(case, preset)
-    if calls is None:
-        calls = capture_calls(case, invocation)
+    calls = capture_calls(case, invocation)
     if not calls:
         raise OpdiffError(f"test '{case.id}': the module called no leaf submodule, nothing to localize.")
-    owner = tempfile.TemporaryDirectory(prefix="opdiff-localize-") if workdir is None else None
-    root = Path(owner.name) if owner is not None else Path(workdir)
-    try:
-        module = build_target(case, invocation).module
-        subs = dict(module.named_modules())
-        rows = []
-        for call in calls:
-            sub = subs.get(call.name)
-            if sub is None:
-                raise OpdiffError(f"test '{case.id}': stored intermediates name submodule '{call.name}', "
-                                  "which the module no longer has. Re-record with --intermediates.")
-            rows.append(_run_one(call, sub, backend, preset, tol, root / f"{call.order:04d}", compare,
-                                 can_run=avail.can_run, reason=avail.reason))
-    finally:
-        if owner is not None:
-            owner.cleanup()
+    subs = dict(build_target(case, invocation).module.named_modules())
+    rows = [_run_one(case, call, subs[call.name], preset, backend, tol, threads) for call in calls]
     first = next((r for r in rows if r.status is not Verdict.PASS), None)
     return LocalizeReport(case.id, preset.name, tol, rows, first)
 
 
-def _run_one(call: CapturedCall, sub: torch.nn.Module, backend: Backend, preset: Preset,
-             tol: Tolerance, workdir: Path, compare, can_run: bool, reason: str) -> SubmoduleRow:
+def _run_one(case: TestCase, call: CapturedCall, sub: torch.nn.Module, preset: Preset, backend: Backend,
+             tol: Tolerance, threads: int) -> SubmoduleRow:
+    from ..compare import compare
+    from ..execution import Job, prepare_call, run_job
+    from ..execution.prepare import flat_values
+
     row = SubmoduleRow(call.order, call.name, call.cls, Verdict.PASS)
     # a private copy: backends may cast or mutate the module they are given
-    flat = FlatCall(copy.deepcopy(sub).eval(), call.args, call.kwargs).eval()
-    inputs = flat.example_inputs
-    expected = flat_outputs(call.output)
-    workdir.mkdir(parents=True, exist_ok=True)
-    stage = Verdict.EXPORT_FAIL
-    try:
-        artifact = backend.export(flat, inputs, preset, workdir)
-        if not can_run:
-            row.status, row.message = Verdict.UNAVAILABLE, f"exported; cannot run here: {reason}"
-            return row
-        stage = Verdict.LOAD_FAIL
-        runnable = backend.load(artifact, preset)
-        stage = Verdict.INFER_FAIL
-        with torch.no_grad():
-            actual = list(runnable(list(inputs)))
-    except Exception as exc:  # a backend failure is a finding, not a crash of localize
-        row.status, row.message = stage, f"{type(exc).__name__}: {str(exc).strip()[:500]}"
+    prepared = prepare_call({"a": copy.deepcopy(sub).eval()}, list(call.args), dict(call.kwargs),
+                            f"test '{case.id}' submodule '{call.name}'")
+    outcome = run_job(Job(case=case, seed=0, invocation=None, preset=preset, repeats=1, warmup=0,
+                          key=f"{call.order}", prepared=prepared), backend, threads)
+    if outcome.status is not None:
+        row.status, row.message = outcome.status, outcome.error_message or ""
         return row
-    actual = [a.detach().cpu() for a in actual]
-    actual = [a.to(e.dtype) if a.is_floating_point() and e.is_floating_point() else a
-              for a, e in zip(actual, expected)] + actual[len(expected):]
-    result = compare(expected, actual, tol)
+    result = compare(flat_values(call.output), outcome.outputs, tol)
     row.status, row.metrics, row.message = result.verdict, dict(result.metrics or {}), result.message or ""
     return row
-
-
-# --- storing intermediates with a golden -------------------------------------------------
-
-def capture_intermediates(case: TestCase, invocation: Invocation) -> dict[str, Any]:
-    """Every leaf submodule call as a nested value the golden store can keep (tensor
-    leaves, JSON literals): {"calls": [{"name", "class", "args", "kwargs", "output"}, ...]}.
-    Non-tensor arguments that are not JSON literals cannot be stored; such a call is
-    stored without args (`"args": None`) and localize then recaptures on demand."""
-    from ..trees import flatten
-    stored = []
-    for c in capture_calls(case, invocation):
-        entry = {"name": c.name, "class": c.cls, "args": list(c.args), "kwargs": dict(c.kwargs),
-                 "output": c.output}
-        try:
-            flatten(entry)
-        except TypeError:
-            entry = {"name": c.name, "class": c.cls, "args": None, "kwargs": None, "output": None}
-        stored.append(entry)
-    return {"calls": stored}
-
-
-def calls_from_stored(intermediates: dict[str, Any]) -> list[CapturedCall] | None:
-    """The inverse of capture_intermediates; None when any call could not be stored
-    (the caller then captures on demand)."""
-    out = []
-    for i, e in enumerate(intermediates.get("calls", [])):
-        if e.get("args") is None:
-            return None
-        out.append(CapturedCall(i, e["name"], e["class"], tuple(e["args"]), dict(e["kwargs"]), e["output"]))
-    return out
 
 
 def format_report(report: LocalizeReport) -> str:
@@ -280,9 +191,9 @@ class LocalizeTask:
     preset: Preset
     key: str = "localize"
 
-    def run(self) -> LocalizeReport:
+    def run(self, context: WorkerContext = WorkerContext()) -> LocalizeReport:
         try:
-            return localize(self.case, self.invocation, self.preset)
+            return localize(self.case, self.invocation, self.preset, threads=context.threads)
         except OpdiffError as exc:
             return self.failed(None, type(exc).__name__, str(exc))
 

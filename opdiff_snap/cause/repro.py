@@ -6,8 +6,10 @@ it to an upstream bug report. It carries the stored inputs, weights and expected
 rebuilds the op or module, runs it the way the preset does, prints max_abs / max_rel /
 mismatched per output, and exits 1 on a mismatch, 0 when everything matches.
 
-The per-family code is kept below as readable source text; it is written out, never run
-by this package.
+Each backend family provides the part that runs the module its way, as readable source
+text (`repro_source`, beside its own export and load code, so the two are read and
+changed together), and what the script needs (`repro_needs`). The text is written out,
+never run by this package.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 
 from ..backends.base import Preset
+from ..backends.registry import backend_for
 from ..errors import OpdiffError
 from ..suite.locate import package_files
 from ..suite.construct import split_file_path
@@ -32,9 +35,6 @@ from ..trees import flatten
 
 EMBED_LIMIT = 256 * 1024  # bytes of torch.save data embedded in the script; larger goes beside it
 
-_NEEDS = {"torch": "torch", "inductor": "torch (with a C++ compiler for inductor)",
-          "onnx": "torch, onnx, onnxscript, onnxruntime", "executorch": "torch, executorch",
-          "coreml": "torch, coremltools (prediction needs macOS)"}
 
 _COMMON = '''
 DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[PRESET["precision"]]
@@ -52,105 +52,6 @@ def cast_module(module):
     return module
 '''
 
-_RUNNERS = {
-    "torch": '''
-def run(module, inputs):
-    """Eager PyTorch on DEVICE in DTYPE."""
-    module = cast_module(module).to(DEVICE)
-    with torch.no_grad():
-        return list(module(*[cast(x).to(DEVICE) for x in inputs]))
-''',
-    "inductor": '''
-def run(module, inputs):
-    """torch.compile (inductor) on DEVICE in DTYPE."""
-    module = cast_module(module).to(DEVICE)
-    opts = PRESET["options"]
-    kwargs = {"fullgraph": opts.get("fullgraph", False), "dynamic": opts.get("dynamic", False),
-              "backend": opts.get("backend", "inductor")}
-    if opts.get("inductor_options"):
-        kwargs["options"] = opts["inductor_options"]
-    else:
-        kwargs["mode"] = opts.get("mode") or "default"
-    compiled = torch.compile(module, **kwargs)
-    with torch.no_grad():
-        return list(compiled(*[cast(x).to(DEVICE) for x in inputs]))
-''',
-    "onnx": '''
-import tempfile
-
-import onnxruntime as ort
-
-OPTIONS = PRESET["options"]
-PROVIDERS = list(OPTIONS.get("providers") or [{"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
-                                                "coreml": "CoreMLExecutionProvider"}[PRESET["device"]]])
-if OPTIONS.get("fallback_cpu") and "CPUExecutionProvider" not in PROVIDERS:
-    PROVIDERS.append("CPUExecutionProvider")
-
-
-def run(module, inputs):
-    """torch.onnx.export (in DTYPE) with the preset's exporter options, then an ONNX Runtime session."""
-    module, inputs = cast_module(module), tuple(cast(x) for x in inputs)
-    path = Path(tempfile.mkdtemp()) / "model.onnx"
-    dynamo = OPTIONS.get("dynamo", True)
-    kwargs = {"opset_version": int(OPTIONS.get("opset", 20)), "dynamo": dynamo}
-    if dynamo:
-        kwargs["optimize"] = OPTIONS.get("optimize", True)
-    with torch.no_grad():
-        torch.onnx.export(module, inputs, str(path), verbose=False, **kwargs)
-    session = ort.InferenceSession(str(path), providers=PROVIDERS)
-    feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
-    return [torch.from_numpy(o) for o in session.run(None, feeds)]
-''',
-    "executorch": '''
-from executorch.exir import to_edge_transform_and_lower
-from executorch.runtime import Runtime
-
-OPTIONS = PRESET["options"]
-
-
-def partitioners():
-    """cpu: XNNPACK delegate; portable: no delegate (portable kernels)."""
-    if PRESET["device"] == "cpu":
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        return [XnnpackPartitioner()]
-    if PRESET["device"] == "portable":
-        return []
-    raise SystemExit(f"this script knows the cpu and portable ExecuTorch devices, not {PRESET['device']!r}")
-
-
-def run(module, inputs):
-    """torch.export -> to_edge_transform_and_lower -> .to_executorch() -> executorch.runtime."""
-    if OPTIONS.get("export_fp16"):  # the preset exports a float16 program
-        module = module.half()
-        inputs = [x.half() if x.is_floating_point() else x for x in inputs]
-    with torch.no_grad():
-        program = torch.export.export(module.eval(), tuple(inputs), strict=bool(OPTIONS.get("export_strict")))
-    executorch_program = to_edge_transform_and_lower(program, partitioner=partitioners()).to_executorch()
-    method = Runtime.get().load_program(executorch_program.buffer).load_method("forward")
-    return [t.clone() for t in method.execute([x.contiguous() for x in inputs])]
-''',
-    "coreml": '''
-import coremltools as ct
-import numpy as np
-
-UNITS = {"cpu": ct.ComputeUnit.CPU_ONLY, "gpu": ct.ComputeUnit.CPU_AND_GPU,
-         "ane": ct.ComputeUnit.CPU_AND_NE, "any": ct.ComputeUnit.ALL}[PRESET["device"]]
-
-
-def run(module, inputs):
-    """torch.export -> coremltools.convert (compute precision from the preset) -> predict."""
-    program = torch.export.export(module.eval(), tuple(inputs)).run_decompositions({})
-    precision = ct.precision.FLOAT16 if PRESET["precision"] == "fp16" else ct.precision.FLOAT32
-    mlmodel = ct.convert(program, compute_units=UNITS, compute_precision=precision)
-    if sys.platform != "darwin":
-        print("converted; CoreML prediction needs macOS, so nothing was compared here")
-        sys.exit(2)
-    spec = mlmodel.get_spec()
-    feeds = {i.name: x.numpy() for i, x in zip(spec.description.input, inputs)}
-    out = mlmodel.predict(feeds)
-    return [torch.from_numpy(np.asarray(out[o.name])) for o in spec.description.output]
-''',
-}
 
 _COMPARE_AND_MAIN = '''
 
@@ -310,9 +211,11 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
     seed = getattr(golden, "seed", seed)
     if case.pair is not None and isinstance(outputs, dict) and "a" in outputs:
         outputs = outputs["a"]  # a pair golden holds both sides; the script reproduces side a
-    if preset.family not in _RUNNERS:
-        raise OpdiffError(f"no repro template for backend family '{preset.family}' (preset "
-                          f"'{preset.name}'); repro knows {', '.join(sorted(_RUNNERS))}.")
+    backend = backend_for(preset)
+    runner, needs = getattr(backend, "repro_source", None), getattr(backend, "repro_needs", "")
+    if not runner:
+        raise OpdiffError(f"backend family '{preset.family}' (preset '{preset.name}') provides no repro "
+                          "template (its `repro_source`); a repro script cannot be written for it.")
     if tolerance.atol is None or tolerance.rtol is None:
         raise OpdiffError("write_repro needs a resolved tolerance (both atol and rtol); use "
                           "compare.tolerance_for(case, preset, None).")
@@ -371,7 +274,7 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
         runs it on {preset.family} ({preset.device}, {preset.precision}) and compares with the outputs
         recorded on the baseline. Exit status: 0 when every output is within ATOL/RTOL, 1 on a mismatch.
 
-        Needs only: {_NEEDS[preset.family]}. Written by opdiff-snap with torch {torch.__version__}.
+        Needs only: {needs}. Written by opdiff-snap with torch {torch.__version__}.
         """
         ''')
     imports = ("import base64\nimport io\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
@@ -407,7 +310,7 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
                     args[0] = torch.view_as_complex(args[0])
                 return args, kwargs
             ''')
-    text = (header + imports + user_imports + consts + _COMMON + "\n" + _RUNNERS[preset.family].lstrip("\n")
+    text = (header + imports + user_imports + consts + _COMMON + "\n" + runner.lstrip("\n")
             + "\n\n" + data_src + "\n\n" + build_src + flat_src + _COMPARE_AND_MAIN)
     out_path.write_text(text)
     return out_path

@@ -2,8 +2,8 @@
 
 from .job import Job, Outcome
 from .pool import WorkerPool
-from .prepare import FlatModule, Prepared, flat_module, restore_outputs
+from .prepare import FlatModule, Prepared, flat_module, prepare_call, restore_outputs
 from .runner import run_job
 
-__all__ = ["Job", "Outcome", "WorkerPool", "Prepared", "FlatModule", "flat_module",
+__all__ = ["Job", "Outcome", "WorkerPool", "Prepared", "FlatModule", "flat_module", "prepare_call",
            "restore_outputs", "run_job"]

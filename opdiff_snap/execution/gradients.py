@@ -20,6 +20,7 @@ from torch.utils import _pytree as pytree
 from ..backends.base import Preset
 from ..errors import OpdiffError
 from ..suite.model import Invocation, TestCase
+from .job import WorkerContext
 from .target import Target, build_target
 
 
@@ -303,7 +304,7 @@ class GradcheckTask:
     max_entries: int
     key: str = ""
 
-    def run(self) -> GradcheckReport:
+    def run(self, context: WorkerContext = WorkerContext()) -> GradcheckReport:
         from ..suite.materialize import materialize
         from .runner import error_text
 

@@ -17,6 +17,13 @@ from ..suite.model import Invocation, TestCase
 from ..verdicts import Verdict
 
 
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a task may know about the process running it."""
+
+    threads: int = 0          # intra-op threads this worker runs with (torch's are set already)
+
+
 class Task(Protocol):
     """What the worker pool runs. Picklable; `run` executes in a worker (or, in-process
     mode, here); `failed` builds the result of a task whose worker crashed, timed out or
@@ -25,7 +32,7 @@ class Task(Protocol):
 
     key: str
 
-    def run(self) -> Any: ...
+    def run(self, context: WorkerContext) -> Any: ...
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> Any: ...
 
@@ -46,11 +53,13 @@ class Job:
     # gradients too: "record" (eager CPU, the golden's), or the recorded cotangent to
     # recompute them on the preset (check)
     grads: str | list | None = None
+    # run this flat module instead of the case's (a part of the test, say, for localize)
+    prepared: Any = None
 
-    def run(self) -> "Outcome":
+    def run(self, context: WorkerContext = WorkerContext()) -> "Outcome":
         from .runner import run_job
 
-        return run_job(self)
+        return run_job(self, threads=context.threads)
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> "Outcome":
         return Outcome(self.key, status, error_class=error_class, error_message=message)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..verdicts import Verdict
-from .job import Task
+from .job import Task, WorkerContext
 
 _READY = b"ready"
 _STOP = b"stop"
@@ -52,7 +52,6 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-    os.environ["OPDIFF_THREADS"] = str(threads)
     import torch
     torch.set_num_threads(threads)
     try:
@@ -64,6 +63,7 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         from ..backends import registry  # noqa: F401  (import once, before the first job)
     except ImportError:
         pass
+    context = WorkerContext(threads=threads)
     conn.send_bytes(_READY)
     while True:
         try:
@@ -75,7 +75,7 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         task: Task = pickle.loads(msg)
         log_start = os.path.getsize(log_path) if log_path else 0
         try:
-            result = task.run()
+            result = task.run(context)
         except BaseException as exc:  # tasks catch Exception; this is SystemExit & co.
             result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, runner.error_text(exc))
         _stamp(result)
@@ -233,8 +233,9 @@ class WorkerPool:
             yield from self._run_isolated(jobs)
 
     def _run_in_process(self, jobs: Iterable[Task]) -> Iterator:
+        context = WorkerContext(threads=self.threads)
         for job in jobs:
-            yield _stamp(job.run())
+            yield _stamp(job.run(context))
 
     def _run_isolated(self, jobs: Iterable[Task]) -> Iterator:
         source = iter(jobs)

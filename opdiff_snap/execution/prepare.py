@@ -216,9 +216,17 @@ def count_outputs(structure: Any) -> int:
 
 
 def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
-    """Build the flat module of (case, invocation) and probe its outputs once in eager mode."""
-    sides = bind(case, invocation)
+    """The flat module of (case, invocation), its outputs probed once in eager mode."""
     args, kwargs = call_inputs(case, invocation)
+    return prepare_call(bind(case, invocation), args, kwargs, f"test '{case.id}'",
+                        keyed=case.pair is not None)
+
+
+def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: dict[str, Any],
+                 where: str, keyed: bool = False) -> Prepared:
+    """A flat module calling each side on (args, kwargs), and one eager probe of it for the
+    output structure and dtypes. `keyed`: the outputs are {side: ...} (pair tests); else
+    the one side's output. Used for whole tests and for any sub-call worth running alone."""
     # Every complex tensor leaf travels as real pairs and is rebuilt inside forward.
     leaves: list[Any] = []
     _split((args, kwargs), leaves)
@@ -227,17 +235,22 @@ def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
     inputs = tuple(torch.view_as_real(t).clone() if t.is_complex() else t.contiguous() for t in tensors)
     module = FlatModule(sides, args, kwargs, complex_slots).eval()
 
-    # Probe: one eager call gives the output structure and the eager dtypes.
     counter, parts, flat = [0], [], []
     with torch.no_grad():
         args_p, kwargs_p = module.call_args([t.clone() for t in inputs])
         for side in module.side_names:
             out = module._fn(side)(*args_p, **kwargs_p)
-            where = f"test '{case.id}'" + (f" side {side}" if case.pair is not None else "")
-            parts.append((side, _structure(out, counter, where)))
+            parts.append((side, _structure(out, counter, where + (f" side {side}" if keyed else ""))))
             _collect(out, flat)
-    structure = {"dict": [[s, st] for s, st in parts]} if case.pair is not None else parts[0][1]
+    structure = {"dict": [[s, st] for s, st in parts]} if keyed else parts[0][1]
     return Prepared(module, inputs, structure, [t.dtype for t in flat])
+
+
+def flat_values(value: Any) -> list[torch.Tensor]:
+    """A nested output value's leaves in the order flat modules return them."""
+    flat: list[torch.Tensor] = []
+    _collect(value, flat)
+    return flat
 
 
 def _split(x: Any, leaves: list[Any]) -> Any:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..verdicts import Verdict
+from .job import WorkerContext
 
 
 @dataclass
@@ -25,7 +26,7 @@ class ImportProbe:
     module: bool                      # a module path (an nn.Module is wanted) or a construct path
     key: str = ""
 
-    def run(self) -> ProbeResult:
+    def run(self, context: WorkerContext = WorkerContext()) -> ProbeResult:
         from ..suite.construct import import_path
         from ..suite.locate import Located, kind_of, problem
         from .runner import error_text

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..backends.base import Artifact, Backend, Runnable
+from ..backends.base import Artifact, Availability, Backend, Runnable
 from ..suite.materialize import materialize
 from ..verdicts import Verdict
 from .cache import ArtifactCache, cache_key
@@ -58,13 +58,13 @@ def _backend(job: Job) -> Backend:
     return backend_for(job.preset)
 
 
-def run_job(job: Job, backend: Backend | None = None) -> Outcome:
+def run_job(job: Job, backend: Backend | None = None, threads: int = 0) -> Outcome:
     """Run `job`; `backend` defaults to the registry's backend for the job's preset.
 
     A job without an invocation (record) first materialises one here, and hands it back in
     the outcome: sampling inputs and constructing modules runs the suite's code, which
     happens in workers only."""
-    materialized = job.invocation is None
+    materialized = job.invocation is None and job.prepared is None
     if materialized:
         try:
             job = dataclasses.replace(job, invocation=materialize(job.case, job.seed))
@@ -72,13 +72,13 @@ def run_job(job: Job, backend: Backend | None = None) -> Outcome:
             out = _fail(job, Verdict.EXPORT_FAIL, exc)
             out.error_message = f"materialising the inputs failed: {out.error_message}"
             return out
-    outcome = _run(job, backend)
+    outcome = _run(job, backend, threads)
     if materialized:
         outcome.invocation = job.invocation
     return outcome
 
 
-def _run(job: Job, backend: Backend | None) -> Outcome:
+def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
     try:
         backend = backend if backend is not None else _backend(job)
         avail = backend.availability(job.preset)
@@ -89,7 +89,7 @@ def _run(job: Job, backend: Backend | None) -> Outcome:
     if not avail.can_export:
         return _fail(job, Verdict.UNAVAILABLE, avail.reason or f"preset {job.preset.name} cannot run here")
     try:
-        prepared = flat_module(job.case, job.invocation)
+        prepared = job.prepared if job.prepared is not None else flat_module(job.case, job.invocation)
     except Exception as exc:
         out = _fail(job, Verdict.EXPORT_FAIL, exc)
         out.error_message = f"preparing the test failed before export: {out.error_message}"
@@ -100,10 +100,10 @@ def _run(job: Job, backend: Backend | None) -> Outcome:
                      "make its forward return the result")
     if not getattr(backend, "serializes", False) or job.cache_dir is not None:
         # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
-        outcome = _export_and_run(job, backend, prepared, avail.can_run, avail.reason, None)
+        outcome = _export_and_run(job, backend, prepared, avail, threads, None)
     else:
         with tempfile.TemporaryDirectory(prefix="opdiff-job-") as tmp:
-            outcome = _export_and_run(job, backend, prepared, avail.can_run, avail.reason, Path(tmp))
+            outcome = _export_and_run(job, backend, prepared, avail, threads, Path(tmp))
     if outcome.status is None:
         if job.reference:
             outcome.reference, outcome.reference_note = float64_reference(prepared)
@@ -133,7 +133,7 @@ def _gradients(job: Job, outcome: Outcome) -> None:
         outcome.grads_error = error_text(exc)
 
 
-def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: bool, reason: str,
+def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Availability, threads: int,
                     tmp: Path | None) -> Outcome:
     use_cache = job.cache_dir is not None and getattr(backend, "serializes", False)
     cache = ArtifactCache(job.cache_dir) if use_cache else None
@@ -161,11 +161,11 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, can_run: boo
         except Exception as exc:
             return _fail(job, Verdict.EXPORT_FAIL, exc)
         timings = {"export_ms": export_ms, "cache_hit": cache_hit}
-        if not can_run:
-            return _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {reason}", **timings)
+        if not avail.can_run:
+            return _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
         try:
             t0 = time.perf_counter()
-            runnable = backend.load(artifact, job.preset)
+            runnable = backend.load(artifact, job.preset, threads=threads)
             load_ms = (time.perf_counter() - t0) * 1e3
         except Exception as exc:
             if cache_hit and attempt == 0:

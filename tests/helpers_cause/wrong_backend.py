@@ -15,7 +15,7 @@ class PerturbingBackend(TorchEagerBackend):
         self.victim = victim
         self.delta = delta
 
-    def load(self, artifact, preset):
+    def load(self, artifact, preset, threads=0):
         run = super().load(artifact, preset)
         if not any(type(m).__name__ == self.victim for m in artifact.obj.modules()):
             return run

@@ -76,7 +76,7 @@ class PerturbBackend:
     def export(self, module: torch.nn.Module, inputs, preset: Preset, workdir: Path) -> Artifact:
         return Artifact(obj=module)
 
-    def load(self, artifact: Artifact, preset: Preset):
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0):
         module, opts = artifact.obj, dict(preset.options)
         names = set(opts["perturb"])
 

@@ -100,7 +100,7 @@ class _Eager:
 
         return Artifact(obj=cast_module(module, self._dtype(preset)))
 
-    def load(self, artifact: Artifact, preset: Preset):
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0):
         from opdiff_snap.backends.common import cast_inputs
 
         module, dtype = artifact.obj, self._dtype(preset)
