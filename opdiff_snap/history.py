@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .environment import environment
 from .errors import OpdiffError
+from .verdicts import NO_ERROR
 
 RUNS_DIR = "runs"
 
@@ -117,7 +118,6 @@ class ItemRecord:
                 "diff_all": {self.preset: metrics}}
 
 
-_NO_ERROR = {"PASS", "RECORDED", "KEPT"}
 
 
 def _baseline_name(baseline: Any) -> str | None:
@@ -147,7 +147,7 @@ def item_record(result: Any, baseline: Any = None) -> dict[str, Any]:
         infer_ms_all=list(getattr(result, "infer_ms_all", None) or []),
         cache_hit=bool(getattr(result, "cache_hit", False)),
         error_class=getattr(result, "error_class", None),
-        error_message=None if status in _NO_ERROR else message,
+        error_message=None if status in {v.value for v in NO_ERROR} else message,
         tolerance=getattr(result, "tolerance", None), metrics=getattr(result, "metrics", None),
     ).to_json()
 

@@ -16,10 +16,9 @@ from rich.table import Table
 
 from .results import Result, RunReport
 from .errors import OpdiffError, suggest
-from .verdicts import COMPARE_FAILURES, NOT_FAILING, Verdict
+from .verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
-GOOD = {Verdict.PASS, Verdict.RECORDED, Verdict.KEPT}
-QUIET = {Verdict.SKIPPED, Verdict.UNAVAILABLE}
+GOOD = PASSING
 
 
 def _style(v: Verdict) -> str:
@@ -128,7 +127,7 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
     """Results grouped by verdict, failures first and worst metrics first."""
     counts = Counter(r.verdict for r in report.results)
     failing = [r for r in report.results if r.verdict not in GOOD | QUIET]
-    failing.sort(key=lambda r: (r.verdict.value, -_severity(r)))
+    failing.sort(key=lambda r: (PRECEDENCE.index(r.verdict), -_severity(r)))
     if failing:
         table = Table(title="Not passing (worst first)", show_lines=False)
         with_metrics = any(r.metrics for r in failing)
@@ -156,11 +155,6 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
     console.print(f"[bold]{report.command}[/] {report.run_id}: {len(report.results)} results in "
                   f"{report.wall_s:.1f} s: {parts or 'nothing to do'}", highlight=False)
     console.print(f"history: {report.path}", highlight=False)
-
-
-# Verdicts where the target ran (or tried to) on a golden: a repro script helps there.
-REPRODUCIBLE = COMPARE_FAILURES | {Verdict.EXPORT_FAIL, Verdict.LOAD_FAIL, Verdict.INFER_FAIL,
-                                   Verdict.CRASH, Verdict.TIMEOUT}
 
 
 def repro_command(r: Result) -> str | None:

@@ -7,12 +7,14 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from ..verdicts import PASSING
+from ..verdicts import QUIET as QUIET_VERDICTS
 from .reports import LatencyReport
 from .table import Table
 
 MAX_ROWS = 60      # above this many tests the heatmap shows op families instead
-GOOD = {"PASS", "RECORDED", "KEPT", "OK"}
-QUIET = {"SKIPPED", "UNAVAILABLE"}
+GOOD = {v.value for v in PASSING} | {"OK"}     # "OK": opdiff's own files
+QUIET = {v.value for v in QUIET_VERDICTS}
 COMPARE = {"MISMATCH", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "STRUCTURE_MISMATCH"}
 # verdict class -> (code, color, label)
 CLASSES = [("none", "#ffffff", "not run"), ("good", "#3a9d4a", "PASS"),

@@ -26,13 +26,10 @@ from torch.utils import _pytree as pytree
 from ..backends.base import Backend, Preset
 from ..errors import OpdiffError
 from ..suite.model import Invocation, TestCase, Tolerance
-from ..verdicts import Verdict
+from ..verdicts import RAN, Verdict
 from ..execution.job import WorkerContext
 from ..execution.target import build_target
 
-# statuses that mean "the submodule ran and its output disagrees" vs "it did not run"
-_RAN = frozenset({Verdict.PASS, Verdict.MISMATCH, Verdict.SHAPE_MISMATCH, Verdict.DTYPE_MISMATCH,
-                  Verdict.STRUCTURE_MISMATCH})
 
 
 @dataclass
@@ -59,7 +56,7 @@ class SubmoduleRow:
     @property
     def failed_to_run(self) -> bool:
         """True when export/load/run failed (no output to compare), not a numeric mismatch."""
-        return self.status not in _RAN
+        return self.status not in RAN
 
 
 @dataclass

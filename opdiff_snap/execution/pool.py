@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..verdicts import Verdict
+from ..verdicts import STAGE_FAILURES, Verdict
 from .job import Task, WorkerContext
 
 _READY = b"ready"
@@ -79,7 +79,7 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         except BaseException as exc:  # tasks catch Exception; this is SystemExit & co.
             result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, runner.error_text(exc))
         _stamp(result)
-        if log_path and getattr(result, "status", None) in _QUOTE_LOG:
+        if log_path and getattr(result, "status", None) in STAGE_FAILURES:
             # runtimes often say why only on stderr (ExecuTorch: "Missing operator: ...")
             said = log_since(Path(log_path), log_start)
             if said:
@@ -118,7 +118,6 @@ class _Worker:
     log: Path | None = None
 
 
-_QUOTE_LOG = {Verdict.EXPORT_FAIL, Verdict.LOAD_FAIL, Verdict.INFER_FAIL}
 
 
 def log_since(path: Path, offset: int, lines: int = 8, chars: int = 1000) -> str:
