@@ -7,7 +7,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from ..verdicts import PASSING
+from ..verdicts import COMPARISON, PASSING
 from ..verdicts import QUIET as QUIET_VERDICTS
 from .reports import LatencyReport
 from .table import Table
@@ -15,7 +15,7 @@ from .table import Table
 MAX_ROWS = 60      # above this many tests the heatmap shows op families instead
 GOOD = {v.value for v in PASSING} | {"OK"}     # "OK": opdiff's own files
 QUIET = {v.value for v in QUIET_VERDICTS}
-COMPARE = {"MISMATCH", "SHAPE_MISMATCH", "DTYPE_MISMATCH", "STRUCTURE_MISMATCH"}
+COMPARE = {v.value for v in COMPARISON}
 # verdict class -> (code, color, label)
 CLASSES = [("none", "#ffffff", "not run"), ("good", "#3a9d4a", "PASS"),
            ("quiet", "#b8b8b8", "skipped / unavailable"), ("compare", "#f0a030", "mismatch"),
