@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -41,11 +42,13 @@ from .config import Settings
 from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
+from .execution.cache import cache_unusable
 from .execution.runner import error_text
 from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, store_key
+from .goldens.validate import definition_findings
 from .results import (Listener, Result, RunReport, emit, make_pool, resolve_suites, seeds_for,
                       settings_json, skip_reason, with_timings)
-from .suite import case_from_definition, load_suites, select
+from .suite import load_suites, select
 from .suite.model import TestCase, Tolerance
 from .verdicts import Verdict
 
@@ -146,13 +149,14 @@ def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
             continue
         try:
             definition = store.read_definition(info.test_id, info.seed)
-            case = case_from_definition(info.test_id, definition, Path(info.suite))
         except CorruptGolden as exc:
             plan.items.append(_corrupt(info.test_id, info.seed, info, exc.reason))
             continue
-        except OpdiffError as exc:  # a malformed stored definition
-            plan.items.append(_corrupt(info.test_id, info.seed, info, str(exc)))
+        found = definition_findings(info.test_id, definition, info.suite, info.spec_hash, info.test_type)
+        if found.problems:  # a malformed stored definition, or one edited after record
+            plan.items.append(_corrupt(info.test_id, info.seed, info, found.problems[0]))
             continue
+        case = found.case
         if not select([case], test_ids, tags):
             continue
         if case.spec_hash != info.spec_hash:
@@ -276,6 +280,11 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         raise OpdiffError(f"--preset-options names '{unknown[0]}', which is not a --backend of this "
                           f"check ({', '.join(backends)}).")
     presets = [get_preset(name, options.get(name)) for name in backends]
+    if use_cache:
+        why = cache_unusable(settings.cache)
+        if why:
+            warnings.warn(cache_fallback_message(settings.cache, why), RuntimeWarning, stacklevel=2)
+            use_cache = False
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
@@ -331,6 +340,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                     continue
                 try:
                     golden = store.read(item.test_id, item.seed)
+                    _check_definition(golden, store)
                 except (CorruptGolden, MissingGolden) as exc:
                     verdict = Verdict.CORRUPT if isinstance(exc, CorruptGolden) else Verdict.NO_GOLDEN
                     for preset in runnable:
@@ -351,6 +361,23 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         wall = time.perf_counter() - started
         writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + results, wall)
+
+
+def cache_fallback_message(cache: Path, why: str) -> str:
+    return (f"the artifact cache {cache} cannot be written ({why}); this check exports without it, "
+            "as with --no-cache (its run records cache: false). Make it writable, or pass --cache DIR.")
+
+
+def _check_definition(golden: Golden, store: GoldenStore) -> None:
+    """Raise CorruptGolden when the golden's stored definition does not rebuild, or does
+    not hash to its spec hash (the check `opdiff goldens verify` makes too). Reached only
+    for goldens planning found current, so a mismatch here is an edited definition."""
+    found = definition_findings(golden.test_id, golden.definition, golden.suite, golden.spec_hash,
+                                golden.test_type)
+    wrong = found.problems or found.stale
+    if wrong:
+        raise CorruptGolden(golden.test_id, golden.seed, "", wrong[0],
+                            store.root / store_key(golden.test_id, golden.seed))
 
 
 def _same_presets(writer: history.RunWriter, presets: list[Preset]) -> None:
