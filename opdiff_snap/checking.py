@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -40,12 +41,14 @@ from .config import Settings
 from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
+from .execution.cache import cache_unusable
 from .execution.gradients import can_differentiate
 from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, store_key
 from .goldens.cases import GoldenCases, UntrustedGolden
+from .goldens.validate import definition_findings
 from .results import (Listener, Result, RunReport, emit, make_pool, notice, resolve_suites, seeds_for,
                       settings_json, skip_reason, with_timings)
-from .suite import case_from_definition, load_suites, select
+from .suite import load_suites, select
 from .suite.model import TestCase, Tolerance
 from .verdicts import Verdict
 
@@ -151,17 +154,19 @@ def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
             continue
         try:
             definition = store.read_definition(info.test_id, info.seed)
-            if not select([_selection_case(info, definition)], test_ids, tags):
-                continue
-            case = cases.case(info.test_id, info.seed, definition, info.suite)
-        except UntrustedGolden as exc:
-            untrusted.extend(exc.found)
-            continue
         except CorruptGolden as exc:
             plan.items.append(_corrupt(info.test_id, info.seed, info, exc.reason))
             continue
-        except OpdiffError as exc:  # a malformed stored definition
-            plan.items.append(_corrupt(info.test_id, info.seed, info, str(exc)))
+        found = definition_findings(info.test_id, definition, info.suite, info.spec_hash, info.test_type)
+        if found.problems:  # a malformed stored definition, or one edited after record
+            plan.items.append(_corrupt(info.test_id, info.seed, info, found.problems[0]))
+            continue
+        if not select([found.case], test_ids, tags):
+            continue
+        try:   # rebuilt from data, so only what the trust rules allow (goldens/cases.py)
+            case = cases.case(info.test_id, info.seed, definition, info.suite)
+        except UntrustedGolden as exc:
+            untrusted.extend(exc.found)
             continue
         if case.spec_hash != info.spec_hash:
             plan.items.append(Planned(case.id, info.seed, case, info, Verdict.STALE, _stale_message(info, case)))
@@ -170,13 +175,6 @@ def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
     if untrusted:
         raise UntrustedGolden(untrusted)
     return plan
-
-
-def _selection_case(info: GoldenInfo, definition: dict[str, Any]) -> TestCase:
-    """Just enough of a case to select on (id and tags), built from data only."""
-    tags = definition.get("tags") if isinstance(definition, dict) else None
-    return TestCase(id=info.test_id, suite=Path(info.suite), call=None, inputs=(), kwargs={},
-                    tags=tuple(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else ())
 
 
 # ---------------------------------------------------------------- verdicts of one outcome
@@ -294,6 +292,11 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         raise OpdiffError(f"--preset-options names '{unknown[0]}', which is not a --backend of this "
                           f"check ({', '.join(backends)}).")
     presets = [get_preset(name, options.get(name)) for name in backends]
+    if use_cache:
+        why = cache_unusable(settings.cache)
+        if why:
+            warnings.warn(cache_fallback_message(settings.cache, why), RuntimeWarning, stacklevel=2)
+            use_cache = False
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
@@ -359,6 +362,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                     continue
                 try:
                     golden = store.read(item.test_id, item.seed)
+                    _check_definition(golden, store)
                 except (CorruptGolden, MissingGolden) as exc:
                     verdict = Verdict.CORRUPT if isinstance(exc, CorruptGolden) else Verdict.NO_GOLDEN
                     for preset in runnable:
@@ -455,3 +459,20 @@ def _all_present(writer: history.RunWriter, planned: set[tuple[str, int, str]]) 
     writer.close()
     raise OpdiffError(f"run '{writer.run_id}' was left without its end line: it holds {', '.join(parts)}. "
                       f"Its file is {writer.path}; `opdiff runs` shows it, and a new check starts clean.")
+
+
+def cache_fallback_message(cache: Path, why: str) -> str:
+    return (f"the artifact cache {cache} cannot be written ({why}); this check exports without it, "
+            "as with --no-cache (its run records cache: false). Make it writable, or pass --cache DIR.")
+
+
+def _check_definition(golden: Golden, store: GoldenStore) -> None:
+    """Raise CorruptGolden when the golden's stored definition does not rebuild, or does
+    not hash to its spec hash (the check `opdiff goldens verify` makes too). Reached only
+    for goldens planning found current, so a mismatch here is an edited definition."""
+    found = definition_findings(golden.test_id, golden.definition, golden.suite, golden.spec_hash,
+                                golden.test_type)
+    wrong = found.problems or found.stale
+    if wrong:
+        raise CorruptGolden(golden.test_id, golden.seed, "", wrong[0],
+                            store.root / store_key(golden.test_id, golden.seed))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import math
 import sys
 import traceback
 from pathlib import Path
@@ -51,6 +53,57 @@ def guarded(fn):
             sys.exit(3)
 
     return wrapper
+
+
+class FiniteFloat(click.ParamType):
+    """A float flag that must be finite (no nan, no inf) and at least `min` (above it
+    with `min_open`)."""
+
+    name = "number"
+
+    def __init__(self, min: float | None = None, min_open: bool = False):
+        self.min, self.min_open = min, min_open
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number.", param, ctx)
+            if not math.isfinite(number):
+                self.fail(f"{value!r} is not a finite number; give a plain number such as 1e-5.", param, ctx)
+        if self.min is not None and (number < self.min or (self.min_open and number == self.min)):
+            bound = f"greater than {self.min:g}" if self.min_open else f"at least {self.min:g}"
+            self.fail(f"{value!r} must be {bound}.", param, ctx)
+        return number
+
+
+NON_NEGATIVE = FiniteFloat(min=0.0)
+POSITIVE = FiniteFloat(min=0.0, min_open=True)
+
+
+def _output_file(path: Path | None, flag: str) -> Path | None:
+    """A file a command is about to write: a directory there is refused before any work."""
+    if path is not None and path.is_dir():
+        raise OpdiffError(f"{flag} {path} is a directory; give the path of a file to write.")
+    return path
+
+
+def _output_dir(path: Path | None, flag: str) -> Path | None:
+    if path is not None and path.exists() and not path.is_dir():
+        raise OpdiffError(f"{flag} {path} is a file; give a directory to write into.")
+    return path
+
+
+@contextlib.contextmanager
+def _writing(path: Path, flag: str):
+    """Turn an OSError while writing `path` into a clear error."""
+    try:
+        yield
+    except OSError as exc:
+        raise OpdiffError(f"{flag} {path}: cannot write it ({exc.strerror or exc}).") from None
 
 
 def _patterns(values: tuple[str, ...]) -> list[str] | None:
@@ -167,7 +220,7 @@ def validate(ctx, suites, imports, timeout_s) -> None:
 def _run_options(fn):
     for opt in reversed([
         click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores)."),
-        click.option("--timeout-s", type=click.FloatRange(min=0.1), help="Per-job timeout in seconds."),
+        click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1)."),
         click.option("--repeats", type=click.IntRange(min=1), help="Timed calls per job (median reported)."),
         click.option("--warmup", type=click.IntRange(min=0), help="Untimed warm-up calls per job."),
         click.option("--in-process", is_flag=True, help="Run jobs in this process (debugging; no isolation)."),
@@ -235,6 +288,7 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
                          report_json, write_junit)
 
     fail_on = parse_fail_on(fail_on_text)
+    _output_file(Path(junit) if junit else None, "--junit")
     console = make_console(sys.stderr if fmt == "json" else sys.stdout)
     with ProgressDisplay(console, None, label, verbose) as progress:
         report = runner(progress)
@@ -316,9 +370,9 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("-b", "--backend", "backends", multiple=True,
               help="Target preset; repeatable (see `opdiff list-presets`).")
 @click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
-@click.option("--atol", type=float, help="Override the absolute tolerance for every comparison.")
-@click.option("--rtol", type=float, help="Override the relative tolerance for every comparison.")
-@click.option("--baseline-factor", type=float,
+@click.option("--atol", type=NON_NEGATIVE, help="Override the absolute tolerance for every comparison.")
+@click.option("--rtol", type=NON_NEGATIVE, help="Override the relative tolerance for every comparison.")
+@click.option("--baseline-factor", type=NON_NEGATIVE,
               help="Times the baseline's own rounding error a result may differ by (default 4; 0: off).")
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
 @click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact exists.")
@@ -359,6 +413,14 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
     given = (atol, rtol, baseline_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    if not no_cache:
+        from .checking import cache_fallback_message
+        from .execution.cache import cache_unusable
+
+        why = cache_unusable(settings.cache)
+        if why:
+            click.echo(f"opdiff: warning: {cache_fallback_message(settings.cache, why)}", err=True)
+            no_cache = True
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
@@ -436,7 +498,7 @@ def goldens_ls(ctx, test_ids) -> None:
 
 @goldens.command("show")
 @click.argument("test_id")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.pass_context
 @guarded
 def goldens_show(ctx, test_id, seed) -> None:
@@ -502,16 +564,24 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
 @click.pass_context
 @guarded
 def goldens_verify(ctx) -> None:
-    """Check every golden's checksums; exit 1 if any is corrupt."""
+    """Check every golden as check reads it; exit 1 if any is corrupt or stale.
+
+    Checksums, metadata, tensor records, the structures that refer to tensors, and the
+    stored definition (it must rebuild into a test whose spec hash is the stored one;
+    UNCHECKED when a file: module it names is not found from here)."""
     from .goldens import GoldenStore
 
     store = GoldenStore(_settings(ctx).goldens)
-    problems = store.verify()
-    for info, problem in problems:
-        click.echo(f"CORRUPT {info.test_id} seed={info.seed}: {problem}")
+    findings = store.findings()
+    for f in findings:
+        click.echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
     n = len(store.index())
-    click.echo(f"{n} goldens checked, {len(problems)} corrupt")
-    sys.exit(1 if problems else 0)
+    count = {kind: len({f.info.key for f in findings if f.kind == kind})
+             for kind in ("CORRUPT", "STALE", "UNCHECKED")}
+    click.echo(f"{n} goldens checked, {count['CORRUPT']} corrupt"
+               + (f", {count['STALE']} stale" if count["STALE"] else "")
+               + (f", {count['UNCHECKED']} with a spec hash not checked from here" if count["UNCHECKED"] else ""))
+    sys.exit(1 if count["CORRUPT"] or count["STALE"] else 0)
 
 
 # ---------------------------------------------------------------- analytics
@@ -579,6 +649,7 @@ def report_support(ctx, by, fmt, png) -> None:
     """Tests x presets, the latest verdict of each."""
     from .analytics.reports import support_matrix
 
+    _output_file(png, "--png")
     with _analytics(ctx) as a:
         _print_warnings(a)
         table = support_matrix(a, by=by)
@@ -586,7 +657,8 @@ def report_support(ctx, by, fmt, png) -> None:
     if png:
         from .analytics.plots import support_heatmap
 
-        click.echo(f"wrote {support_heatmap(table, png)}", err=True)
+        with _writing(png, "--png"):
+            click.echo(f"wrote {support_heatmap(table, png)}", err=True)
 
 
 @report.command("latency")
@@ -599,6 +671,7 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
     """Per preset: median latency ratio against the baseline, and the trend across runs."""
     from .analytics.reports import latency_report
 
+    _output_dir(png_dir, "--png-dir")
     with _analytics(ctx) as a:
         _print_warnings(a)
         rep = latency_report(a, baseline)
@@ -607,9 +680,10 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
     if png_dir:
         from .analytics.plots import latency_cdf, latency_trend_plot
 
-        png_dir.mkdir(parents=True, exist_ok=True)
-        click.echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
-                   f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
+        with _writing(png_dir, "--png-dir"):
+            png_dir.mkdir(parents=True, exist_ok=True)
+            click.echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
+                       f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
 
 
 @report.command("html")
@@ -620,7 +694,9 @@ def report_html(ctx, output) -> None:
     """One self-contained HTML file: summary, support heatmap and matrix, latency, regressions."""
     from .analytics.html import render_html
 
-    click.echo(f"wrote {render_html(_settings(ctx).store, output)}")
+    _output_file(output, "-o/--output")
+    with _writing(output, "-o/--output"):
+        click.echo(f"wrote {render_html(_settings(ctx).store, output)}")
 
 
 @main.command("diff-runs")
@@ -628,9 +704,9 @@ def report_html(ctx, output) -> None:
 @click.argument("run_b", required=False)
 @click.option("--by", help="Compare the latest runs on two versions of this library instead of run ids.")
 @click.option("--versions", nargs=2, help="With --by: the two versions (default: the two latest).")
-@click.option("--drift-factor", type=float, default=10.0, show_default=True,
+@click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True,
               help="max_abs growth that counts as drift.")
-@click.option("--latency-threshold", type=float, default=0.25, show_default=True,
+@click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
               help="Relative latency change that counts (never below 3x the repeat spread).")
 @FORMAT_OPTION
 @click.pass_context
@@ -654,7 +730,7 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
 @main.command()
 @click.argument("test_id")
 @click.option("-b", "--backend", required=True, help="Target preset.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
@@ -678,7 +754,7 @@ def localize(ctx, test_id, backend, seed, preset_options, trust_goldens) -> None
 @main.command()
 @click.argument("test_id")
 @click.option("-b", "--backend", required=True, help="Target preset.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Script path (default repro_<test>_<preset>.py).")
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
 @click.option("--trust-goldens", is_flag=True,
@@ -693,8 +769,10 @@ def repro(ctx, test_id, backend, seed, output, preset_options, trust_goldens) ->
     from . import api
 
     out = output or Path(f"repro_{re.sub(r'[^A-Za-z0-9_]+', '_', test_id)[:80]}_{backend}.py")
-    path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
-                     goldens=_settings(ctx).goldens, trust_goldens=trust_goldens)
+    _output_file(out, "-o/--output")
+    with _writing(out, "-o/--output"):
+        path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
+                         goldens=_settings(ctx).goldens, trust_goldens=trust_goldens)
     click.echo(f"wrote {path}; run: python {path}")
 
 
@@ -702,9 +780,9 @@ def repro(ctx, test_id, backend, seed, output, preset_options, trust_goldens) ->
 @click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--test-ids", multiple=True, help="Check these tests even without `grad: true`.")
 @click.option("--tags", multiple=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--eps", type=float, default=1e-6, show_default=True, help="Finite-difference step.")
-@click.option("--max-entries", type=int, default=32, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--eps", type=POSITIVE, default=1e-6, show_default=True, help="Finite-difference step.")
+@click.option("--max-entries", type=click.IntRange(min=1), default=32, show_default=True,
               help="Entries perturbed per tensor (a seeded sample beyond this).")
 @click.pass_context
 @guarded

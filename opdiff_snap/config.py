@@ -49,9 +49,12 @@ def load_settings(start: Path | None = None) -> Settings:
     if pyproject is None:
         return settings
     try:
-        data = tomllib.loads(pyproject.read_text())
-    except tomllib.TOMLDecodeError as exc:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise OpdiffError(f"{pyproject}: not valid TOML ({exc}). Fix the file or run from another directory.") from None
+    except OSError as exc:
+        raise OpdiffError(f"{pyproject}: cannot read it ({exc.strerror or exc}). Fix its permissions or run "
+                          "from another directory.") from None
     table = data.get("tool", {}).get("opdiff", {})
     if not isinstance(table, dict):
         raise OpdiffError(f"{pyproject}: [tool.opdiff] must be a table.")
@@ -64,7 +67,10 @@ def load_settings(start: Path | None = None) -> Settings:
                               f"valid keys: {', '.join(sorted(known))}.")
         default = getattr(settings, name)
         if isinstance(default, Path):
-            value = pyproject.parent / str(value)
+            if not isinstance(value, str) or not value:
+                raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be a path (a non-empty string), "
+                                  f"not {value!r}.")
+            value = pyproject.parent / value
         elif isinstance(default, (int, float)):
             value = _number(pyproject, key, value, whole=isinstance(default, int),
                             minimum=0 if name == "warmup" else (1 if isinstance(default, int) else None))

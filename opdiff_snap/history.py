@@ -6,7 +6,9 @@ an `end` line was interrupted; `RunWriter.resume` appends the missing items to t
 file and then writes the end line (with `"resumed": <items carried over>`).
 
 Each line goes to the OS in one write as soon as it is known, so a killed run loses at
-most the line being written; readers skip a truncated last line.
+most the line being written; readers skip a truncated last line. A write that fails
+(disk full, read-only store) stops the run with HistoryWriteError; the lines before
+it stay, and the run reads as interrupted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,22 @@ from .verdicts import NO_ERROR
 RUNS_DIR = "runs"
 
 ItemKey = tuple[str, int, str]  # (test id, seed, preset)
+
+
+class HistoryWriteError(OpdiffError):
+    """The history store could not be written; the lines already written stay."""
+
+
+def check_store_dir(store_dir: Path) -> None:
+    """Raise OpdiffError when the history store path is a file."""
+    store_dir = Path(store_dir)
+    if store_dir.exists() and not store_dir.is_dir():
+        raise OpdiffError(f"the history store {store_dir} is a file, not a folder: point --store (or "
+                          "[tool.opdiff] store) at the folder that holds runs/ (default ./store).")
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def utc_now() -> str:
@@ -221,6 +239,7 @@ def read_run(path: Path) -> RunFile:
 
 
 def _run_files(store_dir: Path) -> list[Path]:
+    check_store_dir(store_dir)
     runs = Path(store_dir) / RUNS_DIR
     return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
 
@@ -343,7 +362,12 @@ class RunWriter:
         self.duplicates: list[ItemKey] = []
         for item in prior:
             self._note(item)
-        self._file = open(self.path, "ab", buffering=0)
+        try:
+            self._file = open(self.path, "ab", buffering=0)
+        except OSError as exc:
+            raise HistoryWriteError(f"cannot open the run file {self.path} for writing ({_why(exc)}): the "
+                                    "history store must be writable. Fix its permissions or point --store "
+                                    "at a writable folder; nothing was run.") from None
         self.ended = False
 
     # -- construction
@@ -355,12 +379,13 @@ class RunWriter:
               plan: dict[str, Any] | None = None) -> "RunWriter":
         """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line.
         `plan` is what a resume must reproduce exactly (selection, items, presets)."""
+        check_store_dir(store_dir)
         runs = Path(store_dir) / RUNS_DIR
         try:
             runs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OpdiffError(f"cannot create the history folder {runs}: {exc}. Check --store "
-                              "and that it is writable.") from exc
+            raise HistoryWriteError(f"cannot create the history folder {runs} ({_why(exc)}). Check --store "
+                                    "and that it is writable; nothing was run.") from None
         env = environment() if env is None else env
         while True:
             run_id = _new_run_id()
@@ -370,6 +395,10 @@ class RunWriter:
                 break
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise HistoryWriteError(f"cannot create a run file in {runs} ({_why(exc)}): the history "
+                                        "store must be writable. Fix its permissions or point --store at a "
+                                        "writable folder; nothing was run.") from None
         meta = {"type": "meta", "run_id": run_id, "command": command, "argv": list(argv),
                 "started": utc_now(), "host": env.get("host"), "os": env.get("os"),
                 "machine": env.get("machine"), "suites": [str(s) for s in suites],
@@ -390,7 +419,10 @@ class RunWriter:
         `accept(run)` may refuse (raise) before anything is written; then a partial last
         line (the process died mid-write) is cut off."""
         path = find_run(store_dir, run_id)
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise OpdiffError(f"cannot read the run file {path} ({_why(exc)}).") from None
         run = _parse(data, path)
         if run.end is not None:
             raise OpdiffError(f"run '{path.stem}' is complete (it has an end line); there is "
@@ -402,14 +434,19 @@ class RunWriter:
             accept(run)
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
-            with open(path, "r+b") as f:
-                if run.truncated:      # unparseable partial line: drop it
-                    f.truncate(cut)
-                else:                  # a whole line that lost only its newline
-                    f.seek(0, os.SEEK_END)
-                    f.write(b"\n")
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with open(path, "r+b") as f:
+                    if run.truncated:      # unparseable partial line: drop it
+                        f.truncate(cut)
+                    else:                  # a whole line that lost only its newline
+                        f.seek(0, os.SEEK_END)
+                        f.write(b"\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise HistoryWriteError(f"cannot repair the end of the run file {path} to resume it "
+                                        f"({_why(exc)}); make the history store writable and try "
+                                        "again.") from None
         writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items)
         return writer, run.keys()
 
@@ -418,9 +455,19 @@ class RunWriter:
     def _write(self, obj: Mapping[str, Any]) -> None:
         if self._file.closed:
             raise ValueError(f"run {self.run_id} is closed")
-        self._file.write(_dumps(obj))
-        if self.fsync:
-            os.fsync(self._file.fileno())
+        try:
+            data = memoryview(_dumps(obj))
+            while data:  # an unbuffered write may take only part of a line (a nearly full disk)
+                data = data[self._file.write(data):]
+            if self.fsync:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self.close()
+            then = (f"`opdiff check --resume {self.run_id}` finishes it once there is room"
+                    if self.meta.get("command") == "check" else "run it again once there is room")
+            raise HistoryWriteError(f"cannot append to the run file {self.path} ({_why(exc)}): the disk may "
+                                    "be full or the history store read-only. The run stopped here; the "
+                                    f"lines it wrote stay and it reads as interrupted; {then}.") from None
 
     def item(self, record: Mapping[str, Any]) -> None:
         """Append one item line (adds type, run_id and ts). NaN/Inf floats become strings."""

@@ -116,6 +116,8 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
                           "See `opdiff list-tests` for the ids.")
     store = GoldenStore(settings.goldens)
     planned = list(plan(cases, store, preset, seeds=seeds, seed_list=seed_list, force=force, skips=skips))
+    if any(item.verdict is None for item in planned):
+        store.check_writable()  # before any baseline runs: a read-only store fails here, not at the end
     set_total = getattr(listener, "set_total", None)
     if callable(set_total):
         set_total(len(planned))

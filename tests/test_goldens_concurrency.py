@@ -41,7 +41,7 @@ WRITER = textwrap.dedent("""
 
 def _check_whole(store: GoldenStore) -> list[str]:
     """Every listed golden reads, verifies, and is internally consistent (one writer's)."""
-    assert store.verify() == []
+    assert store.verify(definitions=False) == []
     ids = []
     for info in store.index():
         g = store.read(info.test_id, info.seed)

@@ -5,12 +5,14 @@ brought up to date on every connect from new, grown or changed files only (track
 by name, size and mtime); deleting it loses nothing. If the cache cannot be opened
 for writing (locked by another process, read-only store), everything is read into
 memory instead.
+
+Once the tables are up to date the connection is locked (sandbox.lock): user SQL and
+the reports see the tables and views, and no file, extension or network.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +21,11 @@ import duckdb
 
 from ..errors import OpdiffError
 from . import ingest
+from .sandbox import check_query, lock, refusal
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
 CACHE_VERSION = "2"
-READ_ONLY_TYPES = {"SELECT", "PRAGMA", "EXPLAIN"}
 
 
 class HistoryWarning(UserWarning):
@@ -61,6 +63,9 @@ class Analytics:
         try:
             return self.sql(sql)
         except duckdb.Error as e:
+            refused = refusal(e)
+            if refused is not None:
+                raise refused from None
             raise OpdiffError(f"query failed: {e}\nThe views are `runs` and `results`; "
                               "`opdiff query --schema` lists their columns.") from None
 
@@ -75,25 +80,8 @@ class Analytics:
 
 
 def check_read_only(sql: str) -> None:
-    """Reject anything but one SELECT/WITH/DESCRIBE/SHOW/SUMMARIZE/PRAGMA/EXPLAIN."""
-    try:
-        stmts = duckdb.extract_statements(sql)
-    except duckdb.Error as e:
-        raise OpdiffError(f"cannot parse the query: {e}") from None
-    if len(stmts) != 1:
-        raise OpdiffError(f"give exactly one SQL statement to query (got {len(stmts)}).")
-    kind = str(stmts[0].type).rsplit(".", 1)[-1]
-    text = re.sub(r"^\s*(--[^\n]*\n\s*|/\*.*?\*/\s*)*", "", sql, flags=re.S)
-    m = re.match(r"explain\s+(analyze\s+)?", text, flags=re.I)
-    if kind == "EXPLAIN" and m:
-        # EXPLAIN ANALYZE executes its statement: check what it wraps
-        inner = duckdb.extract_statements(text[m.end():])
-        kind = str(inner[0].type).rsplit(".", 1)[-1] if inner else kind
-        kind = "SELECT" if kind == "EXPLAIN" else kind
-    if kind not in READ_ONLY_TYPES:
-        raise OpdiffError(
-            f"query is read-only: a {kind} statement is not allowed. Use SELECT, WITH, "
-            "DESCRIBE, SHOW, SUMMARIZE, PRAGMA or EXPLAIN over the `runs` and `results` views.")
+    """Reject anything but one statement that only reads the views (see sandbox.check_query)."""
+    check_query(sql)
 
 
 def _history_files(store_dir: Path) -> dict[str, tuple[int, int]]:
@@ -172,6 +160,9 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True)
     and, with `warn`, also issued as `HistoryWarning`s.
     """
     store = Path(store_dir)
+    if store.exists() and not store.is_dir():
+        raise OpdiffError(f"history store '{store}' is a file, not a folder: point --store at the "
+                          "folder that holds runs/*.jsonl (default ./store).")
     if not store.is_dir():
         raise OpdiffError(f"history store '{store}' does not exist: run `opdiff check` first, "
                           "or point --store at the folder that holds runs/*.jsonl.")
@@ -197,6 +188,8 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True)
         n = _update(con, files)
     con.execute("SET TimeZone = 'UTC'")
     rows = con.execute("SELECT file, line, message FROM _warnings ORDER BY file, line").fetchall()
+    # everything is loaded: from here on the connection reaches nothing but its tables
+    lock(con)
     msgs = [f"{f}:{ln}: {m}" for f, ln, m in rows]
     if warn:
         for m in msgs:

@@ -200,7 +200,10 @@ def load_overrides(source: Mapping[str, Any] | str | Path | None, preset_name: s
         if not path.is_file():
             raise OpdiffError(f"backend overrides '{source}' is neither a JSON object nor an existing "
                               "JSON file; pass e.g. '{\"opset\": 18}' or a path to a .json file.")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OpdiffError(f"{where}: cannot read it as UTF-8 JSON ({exc}).") from None
     elif isinstance(source, str):
         text = source
     else:

@@ -31,6 +31,7 @@ import torch
 
 from .. import __version__
 from ..backends.base import Artifact
+from ..errors import OpdiffError
 from .. import trees
 from .job import Job
 
@@ -93,6 +94,28 @@ class CacheEntry:
         meta = json.loads((self.path / "entry.json").read_text())
         rel = meta.get("artifact")
         return Artifact(path=self.path / "work" / rel if rel else self.path / "work")
+
+
+def cache_unusable(root: Path) -> str | None:
+    """Why artifacts cannot be cached under `root` (None when they can). Raises
+    OpdiffError when `root` is a file. Creates nothing: a missing folder is judged by
+    the nearest folder above it that exists."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise OpdiffError(f"the artifact cache {root} is a file, not a folder: point --cache (or "
+                          "[tool.opdiff] cache) at a folder (default ./.opdiff-cache), or pass --no-cache.")
+    if root.is_dir():
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=root)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        return None
+    parent = next((d for d in root.absolute().parents if d.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent} is not writable, so {root} cannot be created"
+    return None
 
 
 class ArtifactCache:

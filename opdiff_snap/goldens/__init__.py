@@ -2,6 +2,7 @@
 
 from .keys import store_key
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
-from .store import GoldenStore
+from .store import Finding, GoldenStore, GoldenWriteError
 
-__all__ = ["CorruptGolden", "Golden", "GoldenInfo", "GoldenStore", "MissingGolden", "store_key"]
+__all__ = ["CorruptGolden", "Finding", "Golden", "GoldenInfo", "GoldenStore", "GoldenWriteError", "MissingGolden",
+           "store_key"]

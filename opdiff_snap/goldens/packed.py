@@ -65,6 +65,10 @@ class TensorRecord:
             raise PackError(f"its record is malformed ({exc!r})") from None
         if rec.torch_dtype not in TORCH_DTYPES:
             raise PackError(f"unknown torch dtype {rec.torch_dtype!r}")
+        if d.get("dtype") != STORED_AS[rec.torch_dtype]:
+            raise PackError(f"dtype {d.get('dtype')!r} is not the NumPy dtype {rec.torch_dtype} is stored as")
+        if any(n < 0 for n in rec.shape):
+            raise PackError(f"shape {list(rec.shape)} has a negative size")
         numel = 1
         for n in rec.shape:
             numel *= n
@@ -134,8 +138,8 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raw = f.read()
     try:
         meta = json.loads(raw)
-    except ValueError as exc:
-        raise PackError(f"{META} is unreadable ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise PackError(f"{META} is unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("attributes"), dict):
         raise PackError(f"{META} has no attributes")
     return meta

@@ -5,6 +5,8 @@ reader sees a whole golden or none, and a writer killed at any point leaves at m
 debris under `.staging/` (ignored, removed once its writer is gone). Overwriting renames
 the old golden into `<root>/.trash/` first, renames the new one in, then deletes the old.
 Nothing is fsynced: the store survives killed processes, not power loss mid-write.
+A write that fails (disk full, read-only store) removes its staging and raises
+GoldenWriteError; goldens already in place are never touched by a failed write.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shutil
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +25,37 @@ from .packed import META, PackError, pack, read_data, read_metadata, unpack, wri
 from .keys import seed_of_key, store_key
 from ..errors import OpdiffError
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
+from .validate import definition_findings, problems as metadata_problems
 
 STAGING, TRASH = ".staging", ".trash"
 ROOT_ATTRS = {"opdiff_snap_goldens": {"format": FORMAT, "layout": "docs/goldens-layout.md"}}
 DEBRIS_MAX_AGE_S = 3600.0
 
 
+class GoldenWriteError(OpdiffError):
+    """The store could not be written (disk full, read-only, not a folder); what was
+    already recorded is untouched."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing verification says about one golden: `kind` is CORRUPT (check will not
+    compare it), STALE (its spec hash does not match its definition and modules as they
+    are now) or UNCHECKED (its spec hash could not be checked from here)."""
+
+    info: GoldenInfo
+    kind: str
+    message: str
+
+
 class GoldenStore:
     def __init__(self, root: Path | str):
         self.root = Path(root)
         self._ready = False
+        if self.root.exists() and not self.root.is_dir():
+            raise OpdiffError(f"the golden store {self.root} is a file, not a folder: point --goldens "
+                              "(or [tool.opdiff] goldens) at the folder that holds the goldens "
+                              "(default ./goldens).")
 
     # ------------------------------------------------------------------ queries
 
@@ -77,6 +101,12 @@ class GoldenStore:
         path = self.root / key
         meta = self._metadata(key, test_id, seed)
         attrs = meta["attributes"]
+        shape = meta.get("shape")
+        nbytes = shape[0] if isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) else None
+        found = metadata_problems(attrs, nbytes)
+        if found:
+            more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+            raise CorruptGolden(test_id, seed, "", "; ".join(found[:3]) + more, path / META)
         try:
             info_from_attrs(attrs, key)
             records = tensor_records(attrs)
@@ -105,44 +135,84 @@ class GoldenStore:
                                 self.root / key / META)
         return definition
 
-    def verify(self, test_id: str | None = None) -> list[tuple[GoldenInfo, str]]:
-        """(info, problem) for every golden (or those of one test) that fails verification."""
-        problems = []
+    def verify(self, test_id: str | None = None, *, definitions: bool = True) -> list[tuple[GoldenInfo, str]]:
+        """(info, problem) for every golden (or those of one test) that check would call
+        CORRUPT. With `definitions`, each stored definition is also rebuilt and hashed."""
+        return [(f.info, f.message) for f in self.findings(test_id, definitions=definitions)
+                if f.kind == "CORRUPT"]
+
+    def findings(self, test_id: str | None = None, *, definitions: bool = True) -> list[Finding]:
+        """Everything verification says about the goldens: every reason `read` refuses
+        one and, with `definitions`, what rebuilding its definition says (see Finding)."""
+        out = []
         for info in self.index():
             if test_id is not None and info.test_id != test_id:
                 continue
             if info.problem:
-                problems.append((info, info.problem))
+                out.append(Finding(info, "CORRUPT", info.problem))
                 continue
             expected = store_key(info.test_id, info.seed)
             if info.key != expected:
-                problems.append((info, f"stored under {info.key}, but its id belongs under {expected}"))
+                out.append(Finding(info, "CORRUPT", f"stored under {info.key}, but its id belongs under {expected}"))
                 continue
             try:
-                self.read(info.test_id, info.seed)
+                golden = self.read(info.test_id, info.seed)
             except CorruptGolden as exc:
-                problems.append((info, exc.reason))
-        return problems
+                out.append(Finding(info, "CORRUPT", exc.reason))
+                continue
+            if definitions:
+                found = definition_findings(golden.test_id, golden.definition, golden.suite, golden.spec_hash,
+                                            golden.test_type)
+                out += [Finding(info, "CORRUPT", m) for m in found.problems]
+                out += [Finding(info, "STALE", m) for m in found.stale]
+                out += [Finding(info, "UNCHECKED", m) for m in found.unchecked]
+        return out
+
+    def check_writable(self) -> None:
+        """Raise GoldenWriteError unless goldens can be written here (creates the store)."""
+        try:
+            self._ensure_root()
+            probe = self.root / STAGING / _unique("probe")
+            probe.mkdir()
+            probe.rmdir()
+        except OSError as exc:
+            raise GoldenWriteError(f"cannot write to the golden store {self.root} ({_why(exc)}). "
+                                   "Make it writable, or point --goldens at a writable folder; nothing "
+                                   "was recorded.") from None
 
     # ------------------------------------------------------------------ writes
 
     def write(self, golden: Golden) -> str:
         """Store `golden` atomically, replacing any golden of the same (test id, seed).
         Returns its key."""
-        self._ensure_root()
+        try:
+            self._ensure_root()
+        except OSError as exc:
+            raise self._write_error(golden, exc) from None
         key = store_key(golden.test_id, golden.seed)
         attrs, named = encode(golden)
-        stage = self.root / STAGING / _unique(key)
         records, data = pack(named)
         attrs["tensors"] = {name: rec.to_json() for name, rec in records.items()}
-        stage.mkdir()
+        stage = self.root / STAGING / _unique(key)
         try:
-            write_packed(stage, attrs, data)
-            self._publish(stage, key)
-        except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)
-            raise
+            stage.mkdir()
+            try:
+                write_packed(stage, attrs, data)
+                self._publish(stage, key)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+        except OSError as exc:
+            raise self._write_error(golden, exc) from None
         return key
+
+    def _write_error(self, golden: Golden, exc: OSError) -> GoldenWriteError:
+        return GoldenWriteError(
+            f"cannot write the golden of test '{golden.test_id}' seed {golden.seed} into the golden "
+            f"store {self.root} ({_why(exc)}): the disk may be full or the store read-only. Goldens "
+            "already in the store are untouched (each is written aside and moved in whole); free "
+            "space or fix the permissions, then run `opdiff record` again: it records only what is "
+            "missing.")
 
     def delete(self, test_id: str, seed: int) -> None:
         key = store_key(test_id, seed)
@@ -217,11 +287,14 @@ class GoldenStore:
 
     def _remove(self, key: str) -> None:
         trash = self.root / TRASH / _unique(key)
-        (self.root / TRASH).mkdir(parents=True, exist_ok=True)
         try:
+            (self.root / TRASH).mkdir(parents=True, exist_ok=True)
             os.rename(self.root / key, trash)
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise GoldenWriteError(f"cannot delete the golden {key} from the golden store {self.root} "
+                                   f"({_why(exc)}); it is still there, unchanged.") from None
         shutil.rmtree(trash, ignore_errors=True)
 
     def _keys(self) -> list[str]:
@@ -229,6 +302,9 @@ class GoldenStore:
             entries = list(os.scandir(self.root))
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise OpdiffError(f"cannot list the golden store {self.root} ({_why(exc)}); check --goldens "
+                              "and its permissions.") from None
         return [e.name for e in entries if seed_of_key(e.name) is not None and e.is_dir()]
 
     def _attrs(self, key: str, test_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
@@ -265,9 +341,17 @@ def _write_json(path: Path, obj: Any) -> None:
     """Write a JSON file atomically (temp file + rename)."""
     tmp = path.with_name(f".{path.name}.{_unique('tmp')}")
     text = json.dumps(obj, separators=(",", ":"))
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _why(exc: OSError) -> str:
+    return f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else (exc.strerror or str(exc))
 
 
 def _unique(prefix: str) -> str:

@@ -24,7 +24,7 @@ from .schema import (BAD, DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TES
                      path_checker, plain)
 from .files import SearchRoots
 from .spechash import file_modules, spec_hash
-from .yamlload import YamlSyntaxError, load_yaml_text
+from .yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
 
 EXT_DEFAULTS: dict[str, Any] = {"tolerance": {}, "seeds": [0], "tags": [], "skip": {}, "grad": False}
 _BAD_ID = re.compile(r"[\s/\\;*]")
@@ -62,13 +62,20 @@ def _display(path: Path) -> str:
 def read_suite_file(path: Path, problems: Problems, where: Where | None = None) -> Any:
     """The file's YAML value, or BAD (with the problem recorded)."""
     disp = _display(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        return problems.add(where or Where(disp), f"suite file {disp}: not a regular file (a pipe or "
+                                                  "device?); name a YAML file here")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = "file not found" if isinstance(exc, FileNotFoundError) else f"cannot read it: {exc}"
-        return problems.add(where or Where(disp), f"suite file {disp}: {msg}")
-    try:
+        text = read_yaml_file(path)
         value, dups = load_yaml_text(text)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            msg = "file not found"
+        elif isinstance(exc, IsADirectoryError) or path.is_dir():
+            msg = "is a directory, not a YAML file; name a suite file here"
+        else:
+            msg = f"cannot read it ({exc.strerror or exc})"
+        return problems.add(where or Where(disp), f"suite file {disp}: {msg}")
     except YamlSyntaxError as exc:
         for msg, mark in exc.problems:
             problems.add(Where(disp, mark=mark), msg)
@@ -556,6 +563,15 @@ def suite_paths(paths: list[Path] | None, default_dir: Path) -> list[Path]:
             if not p.exists():
                 raise OpdiffError(f"suite file not found: {p}. Give a path to a YAML suite or a "
                                   "directory of suites.")
-            out.extend(discover_suites(p))
+            found = discover_suites(p)
+            if p.is_dir() and not found:
+                raise OpdiffError(f"{p} is a directory holding no YAML suite (no *.yaml or *.yml file "
+                                  "in it or below it). Give suite files, or a directory that has some.")
+            out.extend(found)
         return out
-    return discover_suites(default_dir) if Path(default_dir).is_dir() else []
+    default_dir = Path(default_dir)
+    if default_dir.exists() and not default_dir.is_dir():
+        raise OpdiffError(f"the suites directory {default_dir} is a file: --suites (or [tool.opdiff] "
+                          "suites) names the directory of suites. To use one suite file, pass it as an "
+                          "argument instead.")
+    return discover_suites(default_dir) if default_dir.is_dir() else []

@@ -4,15 +4,25 @@ Mappings load as `YMap` (a dict) and sequences as `YSeq` (a list); both carry th
 1-based (line, column) of themselves (`mark`) and of each child value (`marks`),
 and `YMap` also of each key (`key_marks`), so validation can point at the exact spot.
 Scalars load with YAML 1.1 core types as PyYAML's safe loader resolves them.
+
+Input is bounded before anything big is built: a document over MAX_DOCUMENT_BYTES, one
+nested deeper than MAX_DEPTH, or one holding (with every alias expanded) more than
+MAX_VALUES values is refused with the position that crossed the line. So a
+"billion laughs" alias bomb fails in well under a second, in little memory.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 Mark = tuple[int, int] | None
+
+MAX_DOCUMENT_BYTES = 16 * 2**20
+MAX_DEPTH = 200
+MAX_VALUES = 1_000_000
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _constructor = yaml.SafeLoader("")  # only its scalar constructors are used
@@ -73,9 +83,75 @@ def _scalar(node: yaml.ScalarNode) -> Any:
     return ctor(_constructor, node)
 
 
+def _too_deep(mark: Mark) -> YamlSyntaxError:
+    return YamlSyntaxError([(f"nesting deeper than {MAX_DEPTH} levels (a recursive YAML alias?); "
+                             "flatten the structure", mark)])
+
+
+def _too_many(mark: Mark, expanded: bool) -> YamlSyntaxError:
+    if expanded:
+        why = (" once its aliases are expanded; aliases (*name) repeat everything their anchor "
+               "(&name) holds, so nested aliases multiply (an alias bomb?). Write the values out, or "
+               "split the suite")
+    else:
+        why = "; split the suite into several files"
+    return YamlSyntaxError([(f"the document holds more than {MAX_VALUES:,} values{why}", mark)])
+
+
+def _check_events(text: str) -> None:
+    """Refuse too deep or too many values while parsing, before composing anything
+    (libyaml's composer recurses per level and would crash on very deep input)."""
+    depth = values = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _too_deep((event.start_mark.line + 1, event.start_mark.column + 1))
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+                continue
+            elif not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                continue
+            values += 1
+            if values > MAX_VALUES:
+                raise _too_many((event.start_mark.line + 1, event.start_mark.column + 1), expanded=False)
+    except yaml.YAMLError:
+        return  # compose reports syntax errors with their position
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count the values `root` holds with every alias expanded (each distinct node is
+    counted once and reused), and refuse more than MAX_VALUES."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(node: yaml.Node, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in busy or depth > MAX_DEPTH:
+            raise _too_deep(mark_of(node))
+        if isinstance(node, yaml.ScalarNode):
+            return 1
+        busy.add(key)
+        children = (node.value if isinstance(node, yaml.SequenceNode)
+                    else [n for pair in node.value for n in pair])
+        total = 1
+        for child in children:
+            total += size(child, depth + 1)
+            if total > MAX_VALUES:
+                raise _too_many(mark_of(child), expanded=True)
+        busy.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root, 0)
+
+
 def _convert(node: yaml.Node, duplicates: list[tuple[str, Mark]], depth: int = 0) -> Any:
-    if depth > 200:
-        raise YamlSyntaxError([("nesting too deep (a recursive YAML alias?)", mark_of(node))])
+    if depth > MAX_DEPTH:
+        raise _too_deep(mark_of(node))
     if isinstance(node, yaml.ScalarNode):
         return _scalar(node)
     if isinstance(node, yaml.SequenceNode):
@@ -103,9 +179,32 @@ def _convert(node: yaml.Node, duplicates: list[tuple[str, Mark]], depth: int = 0
     raise YamlSyntaxError([(f"unsupported YAML node {type(node).__name__}", mark_of(node))])
 
 
+def read_yaml_file(path: Path) -> str:
+    """The text of a YAML file: at most MAX_DOCUMENT_BYTES of UTF-8. Raises OSError when
+    it cannot be read, YamlSyntaxError when it is too big or not UTF-8."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_DOCUMENT_BYTES + 1)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise YamlSyntaxError([(f"the file is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB, the "
+                                "most a suite may hold; split it into several files", None)])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise YamlSyntaxError([(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                                "a suite must be a UTF-8 YAML file: re-save it as UTF-8, or remove it "
+                                "if it is not a suite", (line, column))]) from None
+
+
 def load_yaml_text(text: str) -> tuple[Any, list[tuple[str, Mark]]]:
     """Parse one YAML document. Returns (value, duplicate-key problems); raises
-    `YamlSyntaxError` when it does not parse."""
+    `YamlSyntaxError` when it does not parse or is bigger than the caps allow."""
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise YamlSyntaxError([(f"the document is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB, "
+                                "the most a suite may hold; split it into several files", None)])
+    _check_events(text)
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
@@ -117,6 +216,7 @@ def load_yaml_text(text: str) -> tuple[Any, list[tuple[str, Mark]]]:
         raise YamlSyntaxError([(f"YAML syntax error: {exc}", None)]) from None
     if node is None:
         return None, []
+    _check_expansion(node)
     duplicates: list[tuple[str, Mark]] = []
     try:
         value = _convert(node, duplicates)

@@ -1,0 +1,174 @@
+"""What user SQL may do: read the history views, nothing else.
+
+Two layers. `check_query` reads the statement before it runs: one read-only statement,
+table functions from an allow-list only (never one that reads files), no file paths
+as table names, PRAGMAs that only describe the database. `lock` then closes the
+connection itself once the history is loaded: DuckDB's external access is switched off
+(no file, network or extension access; DuckDB still lets a connection read its own
+database file, which is the history's cache) and the configuration locked, so a
+statement cannot switch it back on. `refusal` turns what DuckDB refuses into the same
+kind of message as the first layer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator
+
+import duckdb
+
+from ..errors import OpdiffError
+
+SCOPE = "query can only read the `runs` and `results` views"
+READ_ONLY_TYPES = {"SELECT", "PRAGMA", "EXPLAIN"}
+
+# table functions that compute or describe, never touch a file
+ALLOWED_TABLE_FUNCTIONS = {"range", "generate_series", "unnest", "json_each", "json_tree", "repeat",
+                           "repeat_row", "summary", "histogram", "histogram_values", "pg_timezone_names",
+                           "icu_calendar_names"}
+ALLOWED_TABLE_PREFIXES = ("duckdb_", "pragma_")
+# known to read or write files
+FILE_FUNCTIONS = re.compile(r"^(read_\w+|\w+_scan|glob|sniff_csv|parquet_\w+|iceberg_\w+|delta_\w+|"
+                            r"import_database|copy_database|\w+_external_resource\w*|which_secret)$")
+# run SQL held in a string, which this check cannot see
+SQL_FUNCTIONS = {"query", "query_table", "json_execute_serialized_sql"}
+STATEMENT_REASONS = {
+    "ATTACH": "opens another database file", "DETACH": "closes a database",
+    "COPY": "reads or writes files", "EXPORT": "writes files", "LOAD": "installs or loads extensions",
+    "SET": "changes settings", "VARIABLE_SET": "changes settings", "CALL": "runs a function as a statement",
+}
+ALLOWED_PRAGMAS = {"version", "platform", "database_size", "database_list", "show_databases",
+                   "show_tables", "show_tables_expanded", "table_info", "show", "functions",
+                   "collations", "user_agent", "storage_info", "metadata_info"}
+_PATH_LIKE = re.compile(r"[/\\.:~]")
+
+_parser: duckdb.DuckDBPyConnection | None = None
+
+
+def _parse_tree(sql: str) -> dict[str, Any]:
+    """DuckDB's own parse of one SELECT statement, as JSON (parsing runs nothing)."""
+    global _parser
+    if _parser is None:
+        _parser = duckdb.connect()
+        lock(_parser)
+    return json.loads(_parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()[0])
+
+
+def _nodes(tree: Any) -> Iterator[dict[str, Any]]:
+    stack = [tree]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            yield x
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+
+
+def _strip_comments(sql: str) -> str:
+    return re.sub(r"^\s*(--[^\n]*(\n|$)\s*|/\*.*?\*/\s*)*", "", sql, flags=re.S)
+
+
+def _kind(stmt) -> str:
+    return str(stmt.type).rsplit(".", 1)[-1]
+
+
+def check_query(sql: str) -> None:
+    """Raise OpdiffError unless `sql` is one statement that only reads the database:
+    SELECT/WITH/FROM/DESCRIBE/SHOW/SUMMARIZE/EXPLAIN over it, or a describing PRAGMA."""
+    try:
+        stmts = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise OpdiffError(f"cannot parse the query: {e}") from None
+    if len(stmts) != 1:
+        raise OpdiffError(f"give exactly one SQL statement to query (got {len(stmts)}).")
+    kind = _kind(stmts[0])
+    text = _strip_comments(sql)
+    m = re.match(r"explain\s+(analyze\s+)?", text, flags=re.I)
+    if kind == "EXPLAIN" and m:
+        # EXPLAIN binds its statement (reading any file it names); ANALYZE also runs it
+        text = text[m.end():]
+        inner = duckdb.extract_statements(text)
+        kind = _kind(inner[0]) if inner else kind
+        kind = "SELECT" if kind == "EXPLAIN" else kind
+    if kind not in READ_ONLY_TYPES:
+        why = f" ({STATEMENT_REASONS[kind]})" if kind in STATEMENT_REASONS else ""
+        raise OpdiffError(
+            f"query is read-only: a {kind} statement{why} is not allowed. Use SELECT, WITH, "
+            "DESCRIBE, SHOW, SUMMARIZE, PRAGMA or EXPLAIN over the `runs` and `results` views.")
+    if kind == "PRAGMA":
+        _check_pragma(text)
+    else:
+        _check_select(text)
+
+
+def _check_pragma(text: str) -> None:
+    m = re.match(r"pragma\s+(\w+)\s*(=|\(|$|;)", text, flags=re.I)
+    name = m.group(1).lower() if m else "?"
+    if m and m.group(2) == "=":
+        raise OpdiffError(f"{SCOPE}; PRAGMA {name} = ... changes a setting and is not allowed.")
+    if name not in ALLOWED_PRAGMAS:
+        what = ("reads files outside the history" if FILE_FUNCTIONS.match(name)
+                else "runs SQL held in a string" if name in SQL_FUNCTIONS
+                else "does more than describe the database")
+        raise OpdiffError(f"{SCOPE}; PRAGMA {name} {what} and is not allowed. PRAGMAs that "
+                          f"describe it are: {', '.join(sorted(ALLOWED_PRAGMAS))}.")
+
+
+def _check_select(text: str) -> None:
+    tree = _parse_tree(text)
+    if tree.get("error"):
+        raise OpdiffError(f"cannot check the query: {tree.get('error_message')}. "
+                          "Write one SELECT over the `runs` and `results` views.")
+    for node in _nodes(tree):
+        typ = node.get("type")
+        if typ == "TABLE_FUNCTION":
+            fn = node.get("function") or {}
+            name = str(fn.get("function_name", "?")).lower()
+            if name in ALLOWED_TABLE_FUNCTIONS or name.startswith(ALLOWED_TABLE_PREFIXES):
+                continue
+            if FILE_FUNCTIONS.match(name):
+                raise OpdiffError(f"{SCOPE}; {name} reads files outside the history and is not allowed.")
+            if name in SQL_FUNCTIONS:
+                raise OpdiffError(f"{SCOPE}; {name} runs SQL held in a string, which cannot be "
+                                  "checked, and is not allowed. Write the query itself instead.")
+            raise OpdiffError(f"{SCOPE}; the table function {name} is not allowed. Allowed: "
+                              f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}, duckdb_*(), pragma_*().")
+        if typ in ("BASE_TABLE", "SHOW_REF"):
+            table = str(node.get("table_name") or "")
+            if table and _PATH_LIKE.search(table):
+                raise OpdiffError(f"{SCOPE}; '{table}' names a file outside the history, and files "
+                                  "cannot be read. Use the view names `runs` and `results`.")
+
+
+def lock(con: duckdb.DuckDBPyConnection) -> None:
+    """Switch off everything beyond the data already in `con` and lock its settings.
+
+    Call it after the history is loaded into tables: from here on nothing can be
+    read from or written to a file, an extension or the network, whatever the SQL. A
+    history read through an fsspec filesystem registered with DuckDB (a remote store)
+    is locked the same way: that read happens during loading, before this call, and
+    the query only sees the tables."""
+    # no spill files: in-memory connections would put them under ./.tmp, outside the store
+    con.execute("SET temp_directory = ''")
+    con.execute("SET python_enable_replacements = false")   # no Python variables as tables
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def refusal(exc: duckdb.Error) -> OpdiffError | None:
+    """A clear error for what the locked connection refused; None for other errors."""
+    msg = str(exc)
+    if isinstance(exc, duckdb.PermissionException) or "disabled by configuration" in msg:
+        m = re.search(r'access (?:file|directory) "([^"]*)"', msg)
+        what = f"'{m.group(1)}'" if m else "a file"
+        return OpdiffError(f"{SCOPE}; the query tried to reach {what} outside the history, which "
+                           "is not allowed.")
+    if "configuration has been locked" in msg:
+        return OpdiffError(f"{SCOPE}; it cannot change settings.")
+    if "exists in the" in msg and "extension" in msg:
+        return OpdiffError(f"{SCOPE}; extensions cannot be installed or loaded in a query.")
+    return None

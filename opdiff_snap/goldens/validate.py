@@ -1,0 +1,271 @@
+"""Everything a golden's metadata must satisfy before check may use it.
+
+`problems` covers what reading relies on: the attributes and their types, each tensor
+record (its NumPy dtype is the one its torch dtype is stored as, its byte count fits
+its shape, its bytes lie inside the data) and the nested structures (`args`, `kwargs`,
+`outputs`, `grads`, `reference`, `states`), which may refer only to tensors the golden
+holds. `GoldenStore.read` refuses a golden with any problem, so check reports it
+CORRUPT, and `opdiff goldens verify` reports the same problems.
+
+`definition_findings` covers what check relies on beyond that: the stored definition
+rebuilds into a test case, and that case's spec hash is the stored `spec_hash`. Check
+calls it on every golden it runs, verify on every golden.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .encode import FORMAT, MARK
+from .packed import STORED_AS, TORCH_DTYPES
+
+MAX_STRUCTURE_DEPTH = 100
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+TEST_TYPES = ("op", "module", "pair")
+REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "test_id": str, "seed": int, "spec_hash": str, "suite": str, "test_type": str, "created": str,
+    "baseline": dict, "env": dict, "definition": dict, "args": dict, "kwargs": dict, "states": dict,
+    "outputs": dict, "tensors": dict,
+}
+OPTIONAL: dict[str, type | tuple[type, ...]] = {"grads": (dict, type(None)), "extra": (dict, type(None)),
+                                                 "reference": (dict, type(None))}
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def _type_name(t: type | tuple[type, ...]) -> str:
+    names = {dict: "a JSON object", str: "a string", int: "an integer", type(None): "null", list: "a list"}
+    ts = t if isinstance(t, tuple) else (t,)
+    return " or ".join(names.get(x, x.__name__) for x in ts)
+
+
+def _is(value: Any, t: type | tuple[type, ...]) -> bool:
+    ts = t if isinstance(t, tuple) else (t,)
+    if isinstance(value, bool) and bool not in ts:
+        return False
+    return isinstance(value, ts)
+
+
+def record_problems(name: str, rec: Any, data_nbytes: int | None = None) -> list[str]:
+    """What is wrong with one entry of the `tensors` table."""
+    if not isinstance(rec, dict):
+        return [f"tensor '{name}': its record is not a JSON object"]
+    out = []
+    for key in ("offset", "nbytes"):
+        v = rec.get(key)
+        if not _is(v, int) or v < 0:
+            out.append(f"tensor '{name}': {key} {v!r} is not a non-negative integer")
+    shape = rec.get("shape")
+    if not isinstance(shape, list) or not all(_is(n, int) and n >= 0 for n in shape):
+        out.append(f"tensor '{name}': shape {shape!r} is not a list of non-negative integers")
+        shape = None
+    torch_dtype = rec.get("torch_dtype")
+    if torch_dtype not in TORCH_DTYPES:
+        out.append(f"tensor '{name}': torch_dtype {torch_dtype!r} is not a dtype a golden can hold")
+        torch_dtype = None
+    elif rec.get("dtype") != STORED_AS[torch_dtype]:
+        out.append(f"tensor '{name}': dtype {rec.get('dtype')!r} is not the NumPy dtype {torch_dtype} "
+                   f"is stored as ('{STORED_AS[torch_dtype]}')")
+    sha = rec.get("sha256")
+    if not isinstance(sha, str) or not SHA256.match(sha):
+        out.append(f"tensor '{name}': sha256 {sha!r} is not 64 lowercase hex digits")
+    if out:
+        return out
+    numel = 1
+    for n in shape:
+        numel *= n
+    need = numel * TORCH_DTYPES[torch_dtype].itemsize
+    if need != rec["nbytes"]:
+        out.append(f"tensor '{name}': shape {shape} of {torch_dtype} takes {need} bytes, but nbytes "
+                   f"says {rec['nbytes']}")
+    elif data_nbytes is not None and rec["offset"] + rec["nbytes"] > data_nbytes:
+        out.append(f"tensor '{name}': bytes {rec['offset']}..{rec['offset'] + rec['nbytes']} lie outside "
+                   f"the {data_nbytes} bytes of packed data")
+    return out
+
+
+def structure_problems(structure: Any, section: str) -> tuple[list[str], list[int]]:
+    """(problems, tensor indices in walk order) of one nested structure (trees.py JSON)."""
+    out: list[str] = []
+    indices: list[int] = []
+    stack: list[tuple[Any, str, int]] = [(structure, section, 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > MAX_STRUCTURE_DEPTH:
+            out.append(f"{where}: nested deeper than {MAX_STRUCTURE_DEPTH} levels")
+            continue
+        if not isinstance(node, dict) or len(node) != 1:
+            out.append(f"{where}: {node!r:.60} is not a structure node (one of tensor, tuple, list, "
+                       "dict, value, float, dtype)")
+            continue
+        ((kind, v),) = node.items()
+        if kind == "tensor":
+            if not _is(v, int) or v < 0:
+                out.append(f"{where}: tensor index {v!r} is not a non-negative integer")
+            else:
+                indices.append(v)
+        elif kind in ("tuple", "list"):
+            if not isinstance(v, list):
+                out.append(f"{where}: a {kind} node must hold a list")
+                continue
+            stack.extend((c, f"{where}[{i}]", depth + 1) for i, c in reversed(list(enumerate(v))))
+        elif kind == "dict":
+            if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+                                                  for p in v):
+                out.append(f"{where}: a dict node must hold [key, value] pairs with string keys")
+                continue
+            stack.extend((c, f"{where}[{k!r}]", depth + 1) for k, c in reversed(v))
+        elif kind == "value":
+            if not isinstance(v, _SCALARS):
+                out.append(f"{where}: a value node must hold a number, string, bool or null")
+        elif kind == "float":
+            if v not in ("nan", "inf", "-inf"):
+                out.append(f"{where}: a float node must hold 'nan', 'inf' or '-inf', not {v!r}")
+        elif kind == "dtype":
+            if not isinstance(v, str) or not isinstance(getattr(torch, v, None), torch.dtype):
+                out.append(f"{where}: {v!r} is not a torch dtype")
+        else:
+            out.append(f"{where}: unknown structure node {kind!r}")
+    return out, indices
+
+
+def _root(structure: Any) -> tuple[str | None, Any]:
+    if isinstance(structure, dict) and len(structure) == 1:
+        return next(iter(structure.items()))
+    return None, None
+
+
+def _dict_keys(structure: Any) -> list[str] | None:
+    """The sorted keys of a (sound) structure whose top is a dict node, else None."""
+    kind, pairs = _root(structure)
+    return sorted(k for k, _ in pairs) if kind == "dict" else None
+
+
+def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
+    """Every reason the attributes of a golden cannot be read back as the golden they
+    claim to be (empty when they can). `data_nbytes`: the length of the packed data."""
+    if not isinstance(attrs, dict):
+        return ["its attributes are not a JSON object"]
+    if attrs.get(MARK) != FORMAT:
+        return [f"attribute {MARK!r} is {attrs.get(MARK)!r}, expected {FORMAT}"]
+    out = []
+    for key, t in {**REQUIRED, **OPTIONAL}.items():
+        if key not in attrs:
+            if key in REQUIRED:
+                out.append(f"attribute '{key}' is missing")
+        elif not _is(attrs[key], t):
+            out.append(f"attribute '{key}' is {type(attrs[key]).__name__}, not {_type_name(t)}")
+    if out:
+        return out
+    if attrs["test_type"] not in TEST_TYPES:
+        out.append(f"test_type {attrs['test_type']!r} is not one of {', '.join(TEST_TYPES)}")
+    if attrs["seed"] < 0:
+        out.append(f"seed {attrs['seed']} is negative")
+    if not isinstance(attrs["baseline"].get("name"), str) or not attrs["baseline"]["name"]:
+        out.append("baseline has no preset name")
+
+    tensors: dict = attrs["tensors"]
+    for name, rec in tensors.items():
+        out.extend(record_problems(name, rec, data_nbytes))
+    used: set[str] = set()
+    sections = {"args": attrs["args"], "kwargs": attrs["kwargs"], "outputs": attrs["outputs"]}
+    if attrs.get("grads") is not None:
+        sections["grads"] = attrs["grads"]
+    reference = attrs.get("reference")
+    if reference is not None:
+        kind = reference.get("kind")
+        if kind == "float64":
+            sections["reference"] = reference.get("residuals")
+        elif kind == "none":
+            if not isinstance(reference.get("reason"), str):
+                out.append("reference of kind 'none' has no reason")
+        else:
+            out.append(f"reference kind {kind!r} is neither 'float64' nor 'none'")
+    sound = set()
+    for section, structure in sections.items():
+        found, indices = structure_problems(structure, section)
+        out.extend(found)
+        if found:
+            continue
+        sound.add(section)
+        if sorted(indices) != list(range(len(indices))):
+            out.append(f"{section}: its tensor indices {sorted(indices)[:8]} are not 0..{len(indices) - 1}, "
+                       "one each")
+            continue
+        for i in range(len(indices)):
+            name = f"{section}.{i}"
+            used.add(name)
+            if name not in tensors:
+                out.append(f"{section} refers to tensor '{name}', which the golden does not hold")
+    for section, kind in (("args", "list"), ("kwargs", "dict")):
+        if section in sound and _root(attrs[section])[0] != kind:
+            out.append(f"{section} must be a {kind} at its top")
+    if attrs["test_type"] == "pair" and "outputs" in sound and _dict_keys(attrs["outputs"]) != ["a", "b"]:
+        out.append("outputs of a pair test must be a dict of the sides 'a' and 'b'")
+    for side, entries in attrs["states"].items():
+        if not isinstance(entries, list) or not all(
+                isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries):
+            out.append(f"states['{side}'] must be a list of [parameter name, tensor name] pairs")
+            continue
+        for param, name in entries:
+            used.add(name)
+            if name not in tensors:
+                out.append(f"states['{side}'] parameter '{param}' refers to tensor '{name}', which the "
+                           "golden does not hold")
+    stray = sorted(set(tensors) - used)
+    if stray:
+        out.append(f"tensors {', '.join(repr(s) for s in stray[:5])} are not referred to by any structure")
+    return out
+
+
+@dataclass
+class DefinitionFindings:
+    """What rebuilding a golden's stored definition says. `problems`: it is corrupt.
+    `stale`: its spec hash does not match the definition and the `file:` modules as they
+    are now (a module changed, or the definition was edited). `unchecked`: why the spec
+    hash could not be checked from here."""
+
+    problems: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    case: Any = None
+
+
+def definition_findings(test_id: str, definition: Any, suite: str, spec_hash: str,
+                        test_type: str | None = None) -> DefinitionFindings:
+    """Rebuild the stored definition (suite.case_from_definition) and compare its spec
+    hash with the stored one. `file:` modules resolve against the stored suite path, as
+    check resolves them."""
+    from ..errors import OpdiffError
+    from ..suite import case_from_definition
+
+    found = DefinitionFindings()
+    if not isinstance(definition, dict):
+        found.problems.append("the stored test definition is missing")
+        return found
+    try:
+        case = case_from_definition(test_id, definition, Path(suite))
+    except (OpdiffError, ValueError) as exc:
+        found.problems.append(f"its definition does not rebuild into a test ({exc})")
+        return found
+    found.case = case
+    if test_type is not None and case.test_type != test_type:
+        found.problems.append(f"test_type is {test_type!r} but its definition is a {case.test_type} test")
+    missing = [f for f in case.source_files if not f.is_file()]
+    if missing:
+        found.unchecked.append(f"spec hash not checked: the file: module {missing[0]} is not found from "
+                               "here; run from where record ran")
+    elif case.spec_hash != spec_hash:
+        if not case.source_files:
+            found.problems.append(f"its definition hashes to {case.spec_hash[:12]}, not to its spec_hash "
+                                  f"{spec_hash[:12]}: the definition was changed after record")
+        else:
+            modules = ", ".join(str(f) for f in case.source_files)
+            found.stale.append(f"its spec hash {spec_hash[:12]} does not match its definition and its file: "
+                               f"module(s) as they are now ({case.spec_hash[:12]}; {modules}): a module "
+                               "changed since record (check: STALE) or the definition was edited")
+    return found
