@@ -89,6 +89,7 @@ def _tamper(root: Path, command: str) -> None:
     attrs = meta["attributes"]
     attrs["definition"]["call"] = {"kind": "module", "target": "os.system", "impl": None,
                                    "args": [{"type": "const", "value": command}], "kwargs": {}}
+    attrs["test_type"] = "module"                 # consistent everywhere, as a careful attacker makes it
     attrs["spec_hash"] = spec_hash(attrs["definition"], ())
     meta_path.write_text(json.dumps(meta))
 
@@ -99,6 +100,8 @@ def test_a_tampered_golden_runs_no_command(recorded: Path):
     _tamper(recorded, f"touch {marker}")
     (recorded / "suites").rename(recorded / "elsewhere")   # goldens only: no suite vouches for it
     before = snapshot(recorded)
+    # every record is consistent, so verify has nothing to report, and it runs nothing either
+    assert "Traceback" not in opdiff(recorded, "goldens", "verify").stderr and not marker.exists()
     refused = opdiff(recorded, "check", "-b", "torch_cpu_fp32")
     clean(refused, 2, "'neg' seed 0: os.system", "A golden store is data", "--trust-goldens")
     for command in (("repro", "neg", "-b", "torch_cpu_fp32", "-o", "r.py"),
