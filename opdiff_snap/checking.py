@@ -46,9 +46,10 @@ from .execution.gradients import can_differentiate
 from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, store_key
 from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
-from .results import (Listener, Result, RunReport, emit, make_pool, notice, resolve_suites, seeds_for,
-                      settings_json, skip_reason, with_timings)
-from .suite import load_suites, select
+from .results import Listener, Result, RunReport
+from .session import emit, make_pool, notice, set_total, settings_json
+from .suite import load_suites, select, suite_paths as find_suites
+from .suite.selection import seeds_for, skip_reason
 from .suite.model import TestCase, Tolerance
 from .verdicts import Verdict
 
@@ -184,7 +185,8 @@ def judge(pending: _Pending, outcome: Outcome) -> Result:
     golden (each side of a pair with its own golden side)."""
     item, golden, preset, tol = pending.item, pending.golden, pending.preset, pending.tol
     case = item.case
-    result = with_timings(Result(item.test_id, item.seed, preset.name, Verdict.PASS, case, tolerance=tol), outcome)
+    result = Result.of(case, item.test_id, item.seed, preset.name, Verdict.PASS, tolerance=tol,
+                       baseline=item.baseline).with_outcome(outcome)
     if outcome.status is not None:
         result.verdict = outcome.status
         return result
@@ -247,19 +249,12 @@ def _grad_request(case: TestCase, golden: Golden, preset: Preset) -> list | None
 
 
 def _prior_results(path: Path) -> list[Result]:
-    """The items an interrupted run already holds, as Results (for the summary, JSON and JUnit)."""
+    """The items an interrupted run already holds (for the summary, JSON and JUnit)."""
     out = []
-    for it in history.read_run(path).items:
+    for item in history.read_run(path).items:
         try:
-            verdict = Verdict(str(it.get("status")))
-            out.append(Result(str(it["id"]), int(it["seed"]), str(it["preset"]), verdict, None,
-                              it.get("error_message") or "", error_class=it.get("error_class"),
-                              export_ms=it.get("export_ms"), load_ms=it.get("load_ms"),
-                              infer_ms=it.get("infer_ms"), infer_ms_all=list(it.get("infer_ms_all") or []),
-                              cache_hit=bool(it.get("cache_hit")),
-                              tolerance=Tolerance(**it["tolerance"]) if it.get("tolerance") else None,
-                              metrics=it.get("metrics")))
-        except (KeyError, TypeError, ValueError):
+            out.append(Result.from_json(item))
+        except ValueError:
             continue
     return out
 
@@ -301,7 +296,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
-    suite_paths = resolve_suites(suites, settings)
+    suite_paths = find_suites(suites, settings.suites)
     golden_cases = GoldenCases(trust=trust_goldens)
     if suite_paths:
         plan = plan_from_suites(load_suites(suite_paths), store, seeds=seeds, seed_list=seed_list,
@@ -334,17 +329,15 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
             {p.name: p.to_json() for p in presets}, run_settings, env=environment(threads=pool.threads),
             plan=identity)
         done = set()
-    set_total = getattr(listener, "set_total", None)
-    if callable(set_total):
-        set_total(plan.total(len(presets)) - len(done))
+    set_total(listener, plan.total(len(presets)) - len(done))
     started = time.perf_counter()
 
     with writer:
         pending: dict[str, _Pending] = {}
 
         def out(item: Planned, preset: Preset, verdict: Verdict, message: str, **kw: Any) -> None:
-            emit(writer, Result(item.test_id, item.seed, preset.name, verdict, item.case, message, **kw),
-                 item.baseline, results, listener)
+            emit(writer, Result.of(item.case, item.test_id, item.seed, preset.name, verdict, message,
+                                   baseline=item.baseline, **kw), results, listener)
 
         def jobs() -> Iterator[Job]:
             for item in plan.items:
@@ -380,7 +373,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         with pool:
             for outcome in pool.run(jobs()):
                 p = pending.pop(outcome.key)
-                emit(writer, judge(p, outcome), p.item.baseline, results, listener)
+                emit(writer, judge(p, outcome), results, listener)
         wall = time.perf_counter() - started
         _all_present(writer, {(i.test_id, i.seed, p.name) for i in plan.items for p in presets})
         writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)

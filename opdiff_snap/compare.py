@@ -36,6 +36,7 @@ import torch
 
 from .backends.base import Preset
 from .suite.model import Tolerance
+from .trees import json_safe
 from .verdicts import Verdict
 
 # torch.testing.assert_close defaults.
@@ -140,12 +141,6 @@ def _leaf_tolerance(tol: Tolerance, dtype: torch.dtype) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- results
 
-def _json_float(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    return v
-
-
 @dataclass
 class Metrics:
     """Over all compared tensor leaves together. Means, max_abs, max_rel and cosine use
@@ -176,10 +171,7 @@ class Metrics:
     within_rounding: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: _json_float(v) for k, v in asdict(self).items()}
-        if self.worst_index is not None:
-            out["worst_index"] = list(self.worst_index)
-        return out
+        return {k: json_safe(v) for k, v in asdict(self).items()}
 
     # Mapping-style access, so dict(metrics) and metrics["max_abs"] work.
     def keys(self) -> list[str]:
@@ -353,6 +345,7 @@ class _Leaf:
     baseline_error: float | None = None    # max |golden - reference|, with a reference
     bound: float | None = None             # the rounding allowance used
     factor: float = 0.0
+    capped: bool = False
     within_rounding: int = 0
 
 
@@ -432,8 +425,9 @@ def _rounding_excess(out: _Leaf, ef: np.ndarray, af: np.ndarray, d: np.ndarray, 
         return excess
     error = float(np.abs(ref - ef)[usable].max())
     magnitude = float(np.abs(ef)[usable].max())
-    bound = min(al.factor * error * al.scale, al.cap * magnitude)
-    out.baseline_error, out.bound, out.factor = error, bound, al.factor
+    scaled = al.factor * error * al.scale
+    bound = min(scaled, al.cap * magnitude)
+    out.baseline_error, out.bound, out.factor, out.capped = error, bound, al.factor, bound < scaled
     by_bound = d - bound
     by_reference = np.abs(af - ref) - (out.atol + out.rtol * np.abs(ref))
     best = np.minimum(excess, np.minimum(by_bound, by_reference))
@@ -518,9 +512,9 @@ def _leaf_message(lf: _Leaf) -> str:
     if lf.exact:
         return f"{head} differ (exact compare), {first}"
     outside = f"outside atol={lf.atol:g} rtol={lf.rtol:g}"
-    if lf.bound is not None:
+    if lf.bound:
         outside += (f" and outside the rounding bound {lf.bound:.3g} ({lf.factor:g} x the baseline's own "
-                    f"float64-measured error {lf.baseline_error:.3g}, capped)")
+                    f"float64-measured error {lf.baseline_error:.3g}{', capped' if lf.capped else ''})")
     nonfinite = "with NaN/Inf at different positions or signs"
     tol_bad = lf.bad - lf.nonfinite_bad
     if not lf.nonfinite_bad:
@@ -559,8 +553,8 @@ def _metrics(leaves: list[_Leaf]) -> Metrics:
     if candidates:
         worst = max(candidates, key=lambda lf: lf.worst_excess)  # first on ties
         m.worst_index, m.worst_output = worst.worst_index, worst.path
-        m.worst_expected = _json_float(worst.worst_expected)
-        m.worst_actual = _json_float(worst.worst_actual)
+        m.worst_expected = json_safe(worst.worst_expected)
+        m.worst_actual = json_safe(worst.worst_actual)
     return m
 
 

@@ -14,7 +14,6 @@ it stay, and the run reads as interrupted.
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .environment import environment
 from .errors import OpdiffError
-from .verdicts import NO_ERROR
+from .trees import json_safe
 
 RUNS_DIR = "runs"
 
@@ -52,122 +51,12 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def json_safe(obj: Any) -> Any:
-    """A copy with non-finite floats as the strings "nan", "inf", "-inf" (JSON has no NaN)."""
-    if isinstance(obj, float):
-        if math.isfinite(obj):
-            return obj
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, Mapping):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
-
-
 def _dumps(obj: Mapping[str, Any]) -> bytes:
     try:
         text = json.dumps(obj, allow_nan=False)
     except ValueError:  # a NaN/Inf somewhere
         text = json.dumps(json_safe(obj), allow_nan=False)
     return (text + "\n").encode("utf-8")
-
-
-# ---------------------------------------------------------------- items
-
-def _tolerance_json(tol: Any) -> dict[str, Any] | None:
-    if tol is None:
-        return None
-    if isinstance(tol, Mapping):
-        return {k: tol.get(k) for k in ("atol", "rtol", "baseline_factor")}
-    return {k: getattr(tol, k, None) for k in ("atol", "rtol", "baseline_factor")}
-
-
-def _metrics_json(metrics: Any) -> dict[str, Any] | None:
-    if metrics is None:
-        return None
-    if hasattr(metrics, "to_json"):
-        return metrics.to_json()
-    return json_safe(dict(metrics))
-
-
-def _status(v: Any) -> str:
-    return getattr(v, "value", None) or str(v)
-
-
-@dataclass
-class ItemRecord:
-    """One item line: a (test, seed, preset) result, shaped like opdiff's item records
-    (`id`, `test_type`, `baseline`, `backends[].res`, `times_all`, `diff_all`) and
-    extended with our fields."""
-
-    test_id: str
-    seed: int
-    preset: str
-    status: str
-    test_type: str | None = None
-    suite: str | None = None
-    spec_hash: str | None = None
-    tags: list[str] = field(default_factory=list)
-    baseline: str | None = None
-    export_ms: float | None = None
-    load_ms: float | None = None
-    infer_ms: float | None = None
-    infer_ms_all: list[float] = field(default_factory=list)
-    cache_hit: bool = False
-    error_class: str | None = None
-    error_message: str | None = None
-    tolerance: Any = None          # Tolerance or {"atol", "rtol"}
-    metrics: Any = None            # compare.Metrics or its to_json() dict
-
-    def to_json(self) -> dict[str, Any]:
-        metrics = _metrics_json(self.metrics)
-        res = {"status": _status(self.status), "export_ms": self.export_ms, "load_ms": self.load_ms,
-               "infer_ms": self.infer_ms, "infer_ms_all": list(self.infer_ms_all),
-               "cache_hit": bool(self.cache_hit), "error_class": self.error_class,
-               "error_message": self.error_message, "tolerance": _tolerance_json(self.tolerance),
-               "metrics": metrics}
-        return {"id": self.test_id, "seed": int(self.seed), "test_type": self.test_type,
-                "suite": self.suite, "spec_hash": self.spec_hash, "tags": list(self.tags),
-                "preset": self.preset, **res, "baseline": self.baseline,
-                "backends": [{"name": self.preset, "res": dict(res)}],
-                "times_all": {self.preset: {"export_ms": self.export_ms, "load_ms": self.load_ms,
-                                            "infer_ms": self.infer_ms}},
-                "diff_all": {self.preset: metrics}}
-
-
-
-
-def _baseline_name(baseline: Any) -> str | None:
-    if baseline is None or isinstance(baseline, str):
-        return baseline
-    if isinstance(baseline, Mapping):
-        return baseline.get("name") or baseline.get("backend")
-    return getattr(baseline, "name", None) or str(baseline)
-
-
-def item_record(result: Any, baseline: Any = None) -> dict[str, Any]:
-    """The item dict for an api.Result-like object (test_id, seed, preset, verdict, case,
-    message, error_class, timings, tolerance, metrics). The message is kept as
-    `error_message` for every verdict but PASS / RECORDED / KEPT."""
-    case = getattr(result, "case", None)
-    status = _status(result.verdict)
-    message = getattr(result, "message", None) or None
-    return ItemRecord(
-        test_id=result.test_id, seed=result.seed, preset=result.preset, status=status,
-        test_type=getattr(case, "test_type", None) if case is not None else None,
-        suite=str(case.suite) if case is not None else None,
-        spec_hash=getattr(case, "spec_hash", None) if case is not None else None,
-        tags=list(getattr(case, "tags", ()) or ()) if case is not None else [],
-        baseline=_baseline_name(baseline),
-        export_ms=getattr(result, "export_ms", None), load_ms=getattr(result, "load_ms", None),
-        infer_ms=getattr(result, "infer_ms", None),
-        infer_ms_all=list(getattr(result, "infer_ms_all", None) or []),
-        cache_hit=bool(getattr(result, "cache_hit", False)),
-        error_class=getattr(result, "error_class", None),
-        error_message=None if status in {v.value for v in NO_ERROR} else message,
-        tolerance=getattr(result, "tolerance", None), metrics=getattr(result, "metrics", None),
-    ).to_json()
 
 
 # ---------------------------------------------------------------- reading
@@ -491,7 +380,7 @@ class RunWriter:
         run adds the tallies of the items that were already in the file."""
         total = dict(self._prior_counts)
         for k, v in counts.items():
-            key = _status(k)
+            key = str(getattr(k, "value", k))
             total[key] = total.get(key, 0) + int(v)
         self._write({"type": "end", "run_id": self.run_id, "finished": utc_now(),
                      "wall_s": round(float(wall_s), 6), "counts": total, "resumed": self.resumed})

@@ -37,10 +37,11 @@ from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
 from .execution.prepare import nest_residuals
 from .goldens import Golden, GoldenInfo, GoldenStore
-from .results import (Listener, Result, RunReport, emit, make_pool, resolve_suites, seeds_for,
-                      settings_json, skip_reason, with_timings)
+from .results import Listener, Result, RunReport
+from .session import emit, make_pool, set_total, settings_json
 from .goldens.cases import GoldenCases
-from .suite import load_suites, select
+from .suite import load_suites, select, suite_paths as find_suites
+from .suite.selection import seeds_for, skip_reason
 from .suite.model import TestCase
 from .verdicts import Verdict
 
@@ -104,7 +105,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     if not (avail.can_export and avail.can_run):
         raise OpdiffError(f"preset '{preset.name}' cannot be the baseline on this machine: {avail.reason}. "
                           "Pick a preset that runs here (see `opdiff list-presets`).")
-    suite_paths = resolve_suites(suites, settings)
+    suite_paths = find_suites(suites, settings.suites)
     if not suite_paths:
         raise OpdiffError(f"no suites found under {settings.suites}. Give suite files, or create "
                           "suites there (see docs/yaml-format.md).")
@@ -118,9 +119,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     planned = list(plan(cases, store, preset, seeds=seeds, seed_list=seed_list, force=force, skips=skips))
     if any(item.verdict is None for item in planned):
         store.check_writable()  # before any baseline runs: a read-only store fails here, not at the end
-    set_total = getattr(listener, "set_total", None)
-    if callable(set_total):
-        set_total(len(planned))
+    set_total(listener, len(planned))
     pool = make_pool(settings, in_process)
     recorder = _Recorder(store, preset, environment(threads=pool.threads), settings, listener)
     started = time.perf_counter()
@@ -150,7 +149,7 @@ class _Recorder:
 
     def emit(self, result: Result) -> None:
         assert self.writer is not None
-        emit(self.writer, result, self.preset.name, self.results, self.listener)
+        emit(self.writer, result, self.results, self.listener)
 
     def jobs(self, planned: Iterator[Planned]) -> Iterator[Job]:
         """Jobs for the items to record; the others are reported as they are met (the
@@ -159,7 +158,8 @@ class _Recorder:
         for item in planned:
             case, seed = item.case, item.seed
             if item.verdict is not None:
-                self.emit(Result(case.id, seed, self.preset.name, item.verdict, case, item.why))
+                self.emit(Result.of(case, case.id, seed, self.preset.name, item.verdict, item.why,
+                                    baseline=self.preset.name))
                 continue
             key = f"{case.id}\0{seed}"
             self.pending[key] = item
@@ -169,8 +169,8 @@ class _Recorder:
 
     def finish(self, outcome: Outcome) -> None:
         item = self.pending.pop(outcome.key)
-        result = with_timings(Result(item.case.id, item.seed, self.preset.name, Verdict.RECORDED, item.case),
-                              outcome)
+        result = Result.of(item.case, item.case.id, item.seed, self.preset.name, Verdict.RECORDED,
+                           baseline=self.preset.name).with_outcome(outcome)
         if outcome.status is not None or outcome.invocation is None:
             result.verdict = Verdict.BASELINE_FAIL
             status = outcome.status.value if outcome.status is not None else "no inputs came back"
@@ -231,7 +231,7 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}; nothing to add references to.")
-    paths = resolve_suites(suites, settings)
+    paths = find_suites(suites, settings.suites)
     known = {c.id: c for c in load_suites(paths)} if paths else {}
     patterns = parse_patterns(test_ids) if test_ids else None
     preset = get_preset("torch_cpu_fp32")
@@ -250,14 +250,14 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
                 continue
             golden = store.read(info.test_id, info.seed)
             if not force and (golden.reference is not None or golden.reference_note is not None):
-                done(Result(info.test_id, info.seed, preset.name, Verdict.KEPT, None, "has a reference"))
+                done(Result(info.test_id, info.seed, preset.name, Verdict.KEPT, "has a reference"))
                 continue
             case = known.get(info.test_id)
             if case is None or case.spec_hash != info.spec_hash:
                 try:
                     case = rebuild.case(info.test_id, info.seed, golden.definition, golden.suite)
                 except OpdiffError as exc:
-                    done(Result(info.test_id, info.seed, preset.name, Verdict.BASELINE_FAIL, None, str(exc)))
+                    done(Result(info.test_id, info.seed, preset.name, Verdict.BASELINE_FAIL, str(exc)))
                     continue
             key = f"{info.test_id}\0{info.seed}"
             pending[key] = golden
@@ -268,11 +268,11 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
         for outcome in pool.run(jobs()):
             golden = pending.pop(outcome.key)
             if outcome.status is not None:
-                done(Result(golden.test_id, golden.seed, preset.name, Verdict.BASELINE_FAIL, None,
+                done(Result(golden.test_id, golden.seed, preset.name, Verdict.BASELINE_FAIL,
                             f"{outcome.status.value}: {outcome.error_message or 'no detail'}"))
                 continue
             golden.reference, golden.reference_note = reference_of(outcome, golden.outputs)
             store.write(golden)
-            done(Result(golden.test_id, golden.seed, preset.name, Verdict.RECORDED, None,
+            done(Result(golden.test_id, golden.seed, preset.name, Verdict.RECORDED,
                         golden.reference_note or "float64 reference added"))
     return results

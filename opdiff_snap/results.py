@@ -1,20 +1,31 @@
-"""Results of a run: one (run, test, seed, preset) outcome each, and the helpers that
-record and check share for turning outcomes into history lines."""
+"""The one record of a result: a (run, test, seed, preset) outcome from the moment a
+worker's Outcome is judged, through its JSON line in the history, to its row in DuckDB.
+
+`Result` owns its JSON form (`to_json` / `from_json`); the history writes exactly that,
+resume and the reports read it back the same way, and the DuckDB schema of the
+`results` view is derived from these fields and from compare.Metrics
+(analytics/ingest.py), so adding a field touches this class only. The item line keeps
+the keys opdiff's own item records have (`id`, `test_type`, `baseline`, `backends[].res`,
+`times_all`, `diff_all`), so readers of opdiff's JSONL read ours.
+"""
 
 from __future__ import annotations
 
-import fnmatch
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping
 
-from . import history
-from .config import Settings
-from .execution import Outcome, WorkerPool
-from .suite import suite_paths
+from .execution.job import Outcome
+from .trees import json_safe
 from .suite.model import TestCase, Tolerance
-from .suite.selection import id_matches
-from .verdicts import Verdict
+from .verdicts import NO_ERROR, Verdict
+
+# field name -> key in the item line, where they differ
+JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
+# the fields repeated in opdiff's per-backend `res` object
+RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "error_class",
+              "message", "tolerance", "metrics")
 
 
 @dataclass
@@ -25,20 +36,92 @@ class Result:
     seed: int
     preset: str
     verdict: Verdict
-    case: TestCase | None = None
     message: str = ""
+    test_type: str | None = None       # op, module or pair
+    suite: str | None = None           # the suite file the test came from
+    spec_hash: str | None = None
+    tags: list[str] = field(default_factory=list)
+    baseline: str | None = None        # the preset the golden was (or is being) recorded with
     error_class: str | None = None
     export_ms: float | None = None
     load_ms: float | None = None
-    infer_ms: float | None = None
+    infer_ms: float | None = None      # median of infer_ms_all
     infer_ms_all: list[float] = field(default_factory=list)
     cache_hit: bool = False
     tolerance: Tolerance | None = None
-    metrics: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None   # compare.Metrics.to_json(), plus b_vs_a / grad for pairs / grads
+
+    @classmethod
+    def of(cls, case: TestCase | None, test_id: str, seed: int, preset: str, verdict: Verdict,
+           message: str = "", **fields: Any) -> "Result":
+        """A result for `case` (which fills test type, suite, spec hash and tags; None when
+        the test is not known, a corrupt golden say)."""
+        if case is not None:
+            fields.setdefault("test_type", case.test_type)
+            fields.setdefault("suite", str(case.suite))
+            fields.setdefault("spec_hash", case.spec_hash)
+            fields.setdefault("tags", list(case.tags))
+        return cls(test_id, seed, preset, verdict, message, **fields)
+
+    def with_outcome(self, outcome: Outcome) -> "Result":
+        """This result with what the worker measured and, when it failed, why."""
+        self.export_ms, self.load_ms = outcome.export_ms, outcome.load_ms
+        self.infer_ms, self.infer_ms_all = outcome.infer_ms, list(outcome.infer_ms_all)
+        self.cache_hit = outcome.cache_hit
+        self.error_class = outcome.error_class
+        if outcome.error_message:
+            self.message = outcome.error_message
+        return self
 
     @property
     def key(self) -> tuple[str, int, str]:
         return (self.test_id, self.seed, self.preset)
+
+    # ------------------------------------------------------------ JSON
+
+    def to_json(self) -> dict[str, Any]:
+        """The item line's fields (the writer adds type, run_id and ts)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "verdict":
+                value = value.value
+            elif f.name == "message":
+                value = None if self.verdict in NO_ERROR else (value or None)
+            elif f.name == "tolerance":
+                value = None if value is None else dataclasses.asdict(value)
+            elif f.name in ("tags", "infer_ms_all"):
+                value = list(value)
+            out[JSON_KEYS.get(f.name, f.name)] = value
+        out = json_safe(out)
+        res = {JSON_KEYS.get(k, k): out[JSON_KEYS.get(k, k)] for k in RES_FIELDS}
+        out["backends"] = [{"name": self.preset, "res": res}]
+        out["times_all"] = {self.preset: {k: out[k] for k in ("export_ms", "load_ms", "infer_ms")}}
+        out["diff_all"] = {self.preset: out["metrics"]}
+        return out
+
+    @classmethod
+    def from_json(cls, line: Mapping[str, Any]) -> "Result":
+        """The inverse of to_json; raises ValueError on a line that is not one of ours."""
+        values: dict[str, Any] = {}
+        try:
+            for f in dataclasses.fields(cls):
+                key = JSON_KEYS.get(f.name, f.name)
+                if key not in line:
+                    continue
+                value = line[key]
+                if f.name == "verdict":
+                    value = Verdict(value)
+                elif f.name == "message":
+                    value = value or ""
+                elif f.name == "tolerance" and value is not None:
+                    value = Tolerance(**value)
+                elif f.name in ("tags", "infer_ms_all"):
+                    value = list(value or [])
+                values[f.name] = value
+            return cls(**values)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(f"not a result line ({exc})") from None
 
 
 @dataclass
@@ -57,68 +140,3 @@ class RunReport:
 
 
 Listener = Callable[[Result], None]
-
-
-# ---------------------------------------------------------------- shared pieces
-
-def resolve_suites(paths: Sequence[Path] | None, settings: Settings) -> list[Path]:
-    return suite_paths(paths, settings.suites)
-
-
-def seeds_for(case: TestCase, seeds: int | None, seed_list: Sequence[int] | None) -> tuple[int, ...]:
-    if seed_list:
-        return tuple(seed_list)
-    if seeds is not None:
-        return tuple(range(seeds))
-    return case.seeds
-
-
-def skip_reason(case: TestCase | None, preset_name: str, skips: Sequence[tuple[str, str]] = (),
-                test_id: str | None = None) -> str | None:
-    """Why (case, preset) is not run: a suite `skip:` entry, or a requested (test id or
-    prefix*, preset or glob) pair such as opdiff's `--skips id:preset`."""
-    for pattern, reason in (case.skip.items() if case is not None else ()):
-        if pattern == preset_name or fnmatch.fnmatchcase(preset_name, pattern):
-            return reason or f"skipped for {pattern} by the suite"
-    tid = case.id if case is not None else test_id
-    for id_pattern, preset_pattern in skips:
-        if tid is not None and id_matches(tid, [id_pattern]) and fnmatch.fnmatchcase(preset_name, preset_pattern):
-            return f"skipped by --skips {id_pattern}:{preset_pattern}"
-    return None
-
-
-def make_pool(settings: Settings, in_process: bool) -> WorkerPool:
-    return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process)
-
-
-def with_timings(result: Result, outcome: Outcome) -> Result:
-    result.export_ms, result.load_ms = outcome.export_ms, outcome.load_ms
-    result.infer_ms, result.infer_ms_all = outcome.infer_ms, list(outcome.infer_ms_all)
-    result.cache_hit = outcome.cache_hit
-    result.error_class = outcome.error_class
-    if outcome.error_message:
-        result.message = outcome.error_message
-    return result
-
-
-def settings_json(settings: Settings, in_process: bool, cache: bool, pool: WorkerPool) -> dict[str, Any]:
-    return {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
-            "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
-            "threads": pool.threads}
-
-
-def notice(listener: Listener | None, text: str) -> None:
-    """Tell the user something before the results come (listeners with a `notice` method)."""
-    say = getattr(listener, "notice", None)
-    if callable(say):
-        say(text)
-
-
-def emit(writer: history.RunWriter, result: Result, baseline: str | None,
-          results: list[Result], listener: Listener | None) -> None:
-    writer.item(history.item_record(result, baseline=baseline))
-    results.append(result)
-    if listener:
-        listener(result)
-
-

@@ -77,3 +77,17 @@ def count_tensors(structure: Structure) -> int:
     if isinstance(structure, list):
         return sum(count_tensors(v) for v in structure)
     return 0
+
+
+def json_safe(obj: Any) -> Any:
+    """A copy with non-finite floats as the strings "nan", "inf", "-inf" (JSON has no NaN)
+    and tuples as lists: what the history and goldens write."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -300,7 +300,7 @@ def test_beyond_the_factor_is_a_mismatch_that_names_the_bound():
     a[10] += 0.0017                               # over 4 x 0.0004
     c = compare(e, a, tolerance_for({}, preset()), rounding=Rounding(residual))
     assert c.verdict is Verdict.MISMATCH
-    assert "rounding bound 0.0016 (4 x the baseline's own float64-measured error 0.0004" in c.message
+    assert "rounding bound 0.0016 (4 x the baseline's own float64-measured error 0.0004)" in c.message
     assert c.failing == ("out",)
     off = compare(e, e + torch.where(torch.arange(1000) == 10, 0.0015, 0.0),
                   Tolerance(1e-5, 1.3e-6, 0.0), rounding=Rounding(residual))

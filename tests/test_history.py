@@ -19,7 +19,8 @@ import torch
 from opdiff_snap import history
 from opdiff_snap.compare import compare
 from opdiff_snap.errors import OpdiffError
-from opdiff_snap.history import ItemRecord, RunWriter, find_run, item_record, list_runs, read_run
+from opdiff_snap.history import RunWriter, find_run, list_runs, read_run
+from opdiff_snap.results import Result
 from opdiff_snap.suite.model import Tolerance
 from opdiff_snap.verdicts import Verdict
 
@@ -37,7 +38,7 @@ def lines(path: Path) -> list[dict]:
 
 
 def item(i: int, status: str = "PASS") -> dict:
-    return ItemRecord(f"t{i}", 0, "onnx_cpu_fp32", status, test_type="op").to_json()
+    return Result(f"t{i}", 0, "onnx_cpu_fp32", Verdict(status), test_type="op").to_json()
 
 
 def test_environment_has_versions_machine_and_none_for_missing():
@@ -88,58 +89,14 @@ def test_meta_item_end_written_and_flushed_per_line(tmp_path):
 def test_item_with_nan_metrics_stays_strict_json(tmp_path):
     nan = float("nan")
     cmp = compare(torch.tensor([1.0, nan]), torch.tensor([nan, 2.0]), Tolerance(1e-5, 1e-5))
-    rec = ItemRecord("t", 0, "p", cmp.verdict.value, metrics=cmp.metrics,
-                     tolerance=Tolerance(1e-5, 1e-5)).to_json()
+    rec = Result("t", 0, "p", cmp.verdict, metrics=cmp.metrics.to_json(),
+                 tolerance=Tolerance(1e-5, 1e-5)).to_json()
     with start(tmp_path) as w:
         w.item(rec)
         w.item({"id": "u", "seed": 0, "preset": "p", "status": "PASS", "x": float("-inf")})
     for line in w.path.read_text().splitlines():
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert lines(w.path)[2]["x"] == "-inf"
-
-
-def test_item_record_shape_matches_the_architecture():
-    @dataclass
-    class Case:
-        test_type: str = "op"
-        suite: Path = Path("suites/core.yaml")
-        spec_hash: str = "ab12"
-        tags: tuple = ("binary",)
-
-    @dataclass
-    class Result:
-        test_id: str = "add__x"
-        seed: int = 3
-        preset: str = "onnx_cpu_fp32"
-        verdict: Verdict = Verdict.MISMATCH
-        case: Case = field(default_factory=Case)
-        message: str = "out: 1 of 4 elements outside"
-        error_class: str | None = None
-        export_ms: float = 812.3
-        load_ms: float = 9.1
-        infer_ms: float = 0.061
-        infer_ms_all: list = field(default_factory=lambda: [0.06, 0.062])
-        cache_hit: bool = True
-        tolerance: Tolerance = Tolerance(1e-5, 1.3e-6)
-        metrics: dict = field(default_factory=lambda: {"max_abs": 0.5, "min_atol": 0.4})
-
-    d = item_record(Result(), baseline={"name": "torch_cpu_fp32", "family": "torch"})
-    assert d["id"] == "add__x" and d["seed"] == 3 and d["test_type"] == "op"
-    assert d["suite"] == "suites/core.yaml" and d["spec_hash"] == "ab12" and d["tags"] == ["binary"]
-    assert d["preset"] == "onnx_cpu_fp32" and d["status"] == "MISMATCH"
-    assert d["baseline"] == "torch_cpu_fp32"
-    assert d["error_message"] == "out: 1 of 4 elements outside"
-    assert d["tolerance"] == {"atol": 1e-5, "rtol": 1.3e-6, "baseline_factor": None}
-    assert d["backends"] == [{"name": "onnx_cpu_fp32", "res": {
-        "status": "MISMATCH", "export_ms": 812.3, "load_ms": 9.1, "infer_ms": 0.061,
-        "infer_ms_all": [0.06, 0.062], "cache_hit": True, "error_class": None,
-        "error_message": "out: 1 of 4 elements outside",
-        "tolerance": {"atol": 1e-5, "rtol": 1.3e-6, "baseline_factor": None},
-        "metrics": {"max_abs": 0.5, "min_atol": 0.4}}}]
-    assert d["times_all"] == {"onnx_cpu_fp32": {"export_ms": 812.3, "load_ms": 9.1, "infer_ms": 0.061}}
-    assert d["diff_all"] == {"onnx_cpu_fp32": {"max_abs": 0.5, "min_atol": 0.4}}
-    passed = item_record(Result(verdict=Verdict.PASS, message="fine", case=None), baseline="b")
-    assert passed["error_message"] is None and passed["test_type"] is None and passed["baseline"] == "b"
 
 
 def test_exception_inside_the_writer_leaves_no_end_line(tmp_path):
@@ -187,11 +144,13 @@ def test_resume_truncates_partial_line_and_appends_to_the_same_file(tmp_path):
 
 WRITER_SCRIPT = textwrap.dedent("""
     import sys, time
-    from opdiff_snap.history import ItemRecord, RunWriter
+    from opdiff_snap.history import RunWriter
+    from opdiff_snap.results import Result
+    from opdiff_snap.verdicts import Verdict
     w = RunWriter.start(sys.argv[1], "check", [], [], {}, {})
     print(w.run_id, flush=True)
     for i in range(int(sys.argv[2])):
-        w.item(ItemRecord(f"t{i}", 0, "onnx_cpu_fp32", "PASS").to_json())
+        w.item(Result(f"t{i}", 0, "onnx_cpu_fp32", Verdict.PASS).to_json())
         time.sleep(0.02)
     w.end({"PASS": int(sys.argv[2])}, 1.0)
 """)

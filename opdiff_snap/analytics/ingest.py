@@ -4,31 +4,60 @@ Each line is read as raw JSON text (a truncated or corrupt line reads as NULL an
 becomes a warning naming file and line), then shaped with explicit structures,
 never DuckDB's auto-detection: meta and item lines share keys with different types,
 and opdiff's own files nest their results under `backends[].res`.
+
+The structure of an item, and so the columns of the `results` view, is derived from
+results.Result (and its Tolerance and compare.Metrics): a field added there is a column
+here, with no second list to keep in step.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
+import types
+import typing
+from typing import Any
 
+from ..compare import Metrics
+from ..results import JSON_KEYS, RES_FIELDS, Result
+
+_SQL = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN"}
+
+
+def sql_type(tp: Any) -> Any:
+    """A Python annotation as this module's structure notation: a DuckDB type name, [type]
+    for a list, {field: type} for a struct (a dataclass)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        return "DOUBLE" if float in kinds else sql_type(kinds[0])
+    if origin in (list, tuple):
+        return [sql_type(args[0])]
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "VARCHAR"
+    if dataclasses.is_dataclass(tp):
+        return fields_of(tp)
+    return _SQL[tp]
+
+
+def fields_of(cls: type) -> dict[str, Any]:
+    """{JSON key: structure} of a dataclass's fields; a Result's metrics are Metrics."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        structure = fields_of(Metrics) if (cls is Result and f.name == "metrics") else sql_type(hints[f.name])
+        out[JSON_KEYS.get(f.name, f.name) if cls is Result else f.name] = structure
+    return out
+
+
+METRICS = fields_of(Metrics)
+_RESULT = fields_of(Result)
 # The fields of one result, as our items write them at top level and as
 # `backends[].res` objects hold them.
-METRICS = {
-    "max_abs": "DOUBLE", "mean_abs": "DOUBLE", "mse": "DOUBLE", "max_rel": "DOUBLE",
-    "cosine": "DOUBLE", "mismatched": "BIGINT", "mismatched_frac": "DOUBLE",
-    "numel": "BIGINT", "min_atol": "DOUBLE", "worst_index": ["BIGINT"],
-    "worst_output": "VARCHAR", "worst_expected": "DOUBLE", "worst_actual": "DOUBLE",
-    "baseline_error": "DOUBLE", "error_bound": "DOUBLE", "within_rounding": "BIGINT",
-}
-RESULT_FIELDS = {
-    "preset": "VARCHAR", "status": "VARCHAR", "export_ms": "DOUBLE", "load_ms": "DOUBLE",
-    "infer_ms": "DOUBLE", "infer_ms_all": ["DOUBLE"], "cache_hit": "BOOLEAN",
-    "error_class": "VARCHAR", "error_message": "VARCHAR",
-    "tolerance": {"atol": "DOUBLE", "rtol": "DOUBLE", "baseline_factor": "DOUBLE"}, "metrics": METRICS,
-}
-ITEM = {"type": "VARCHAR", "run_id": "VARCHAR", "id": "VARCHAR", "seed": "BIGINT",
-        "test_type": "VARCHAR", "suite": "VARCHAR", "spec_hash": "VARCHAR",
-        "tags": ["VARCHAR"], "baseline": "JSON", "backends": "JSON", "ts": "VARCHAR",
-        **RESULT_FIELDS}
+RESULT_FIELDS = {"preset": "VARCHAR", **{JSON_KEYS.get(n, n): _RESULT[JSON_KEYS.get(n, n)] for n in RES_FIELDS}}
+ITEM = {"type": "VARCHAR", "run_id": "VARCHAR", "ts": "VARCHAR", "backends": "JSON", **_RESULT,
+        "baseline": "JSON"}          # a preset name in ours, an object in opdiff's files
 LIBS = ("python", "torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy",
         "opdiff_snap")
 MACHINE = {"os_version": "VARCHAR",
@@ -48,6 +77,9 @@ OPDIFF_RES = [{"status": "VARCHAR", "ms": "DOUBLE"}]
 OPDIFF_DIFF = [{"ok": "BOOLEAN", "max_abs": "DOUBLE"}]
 
 METRIC_COLUMNS = [k for k in METRICS]
+TOLERANCE_COLUMNS = list(RESULT_FIELDS["tolerance"])
+# scalar fields of a result that are columns of their own (tolerance and metrics are spread)
+SCALAR_COLUMNS = [k for k in RESULT_FIELDS if k not in ("preset", "tolerance", "metrics")]
 
 
 def _s(structure) -> str:
@@ -136,14 +168,27 @@ INSERT INTO _runs
 
 def _result_cols(r: str) -> str:
     """Select list for result struct `r` (a json_transform of RESULT_FIELDS)."""
-    cols = [f"{r}.status AS status", f"{r}.export_ms AS export_ms", f"{r}.load_ms AS load_ms",
-            f"coalesce({r}.infer_ms, list_median({r}.infer_ms_all)) AS infer_ms",
-            f"{r}.infer_ms_all AS infer_ms_all", f"{r}.cache_hit AS cache_hit",
-            f"{r}.error_class AS error_class", f"{r}.error_message AS error_message",
-            f"{r}.tolerance.atol AS atol", f"{r}.tolerance.rtol AS rtol",
-            f"{r}.tolerance.baseline_factor AS baseline_factor"]
+    special = {"infer_ms": f"coalesce({r}.infer_ms, list_median({r}.infer_ms_all))"}
+    cols = [f"{special.get(k, f'{r}.{k}')} AS {k}" for k in SCALAR_COLUMNS]
+    cols += [f"{r}.tolerance.{k} AS {k}" for k in TOLERANCE_COLUMNS]
     cols += [f"{r}.metrics.{k} AS {k}" for k in METRIC_COLUMNS]
     return ", ".join(cols)
+
+
+def _opdiff_res(ol: str, dl: str) -> str:
+    """The result struct for one of opdiff's own `res` lists `ol` (and `diff_all` list `dl`):
+    the combined status (first non-OK), the median ms, max_abs; NULL for the rest."""
+    known = {"status": f"coalesce(list_filter({ol}, lambda x: x.status <> 'OK')[1].status, {ol}[1].status)",
+             "infer_ms": f"list_median(list_transform({ol}, lambda x: x.ms))",
+             "infer_ms_all": f"list_filter(list_transform({ol}, lambda x: x.ms), lambda x: x IS NOT NULL)"}
+
+    def literal(structure: Any, exprs: dict[str, str]) -> str:
+        return "{" + ", ".join(f"'{k}': " + (literal(v, metric) if k == "metrics" else
+                                             literal(v, {}) if isinstance(v, dict) else exprs.get(k, "NULL"))
+                               for k, v in structure.items()) + "}"
+
+    metric = {"max_abs": f"list_median(list_transform({dl}, lambda x: x.max_abs))"}
+    return f"{literal(RESULT_FIELDS, known)}::{_struct_type(RESULT_FIELDS)}"
 
 
 def results_insert_sql() -> str:
@@ -185,15 +230,7 @@ INSERT INTO _results BY NAME
                CASE WHEN json_type(b.diff_all) = 'ARRAY' THEN {opd_diff} END AS dl
         FROM _bk) q
   LEFT JOIN _segs s USING (file, seg)
-  CROSS JOIN LATERAL (SELECT CASE WHEN r0 IS NOT NULL THEN r0 ELSE
-      {{'preset': NULL, 'status': coalesce(list_filter(ol, lambda x: x.status <> 'OK')[1].status,
-                                           ol[1].status),
-        'export_ms': NULL, 'load_ms': NULL,
-        'infer_ms': list_median(list_transform(ol, lambda x: x.ms)),
-        'infer_ms_all': list_filter(list_transform(ol, lambda x: x.ms), lambda x: x IS NOT NULL),
-        'cache_hit': NULL, 'error_class': NULL, 'error_message': NULL,
-        'tolerance': {{'atol': NULL, 'rtol': NULL, 'baseline_factor': NULL}},
-        'metrics': {{{', '.join(f"'{k}': NULL" if k != 'max_abs' else "'max_abs': list_median(list_transform(dl, lambda x: x.max_abs))" for k in METRIC_COLUMNS)}}}}}::{_struct_type(RESULT_FIELDS)} END AS r);
+  CROSS JOIN LATERAL (SELECT CASE WHEN r0 IS NOT NULL THEN r0 ELSE {_opdiff_res('ol', 'dl')} END AS r);
 """
 
 
@@ -237,15 +274,12 @@ CREATE TABLE IF NOT EXISTS _runs (run_id VARCHAR, command VARCHAR, started TIMES
   cpu_capability VARCHAR, threads BIGINT, blas VARCHAR, onednn VARCHAR, suites VARCHAR[], presets VARCHAR[],
   baseline_preset VARCHAR, file VARCHAR);
 """
-RESULTS_DDL = f"""
-CREATE TABLE IF NOT EXISTS _results (run_id VARCHAR, test_id VARCHAR, seed BIGINT,
-  test_type VARCHAR, suite VARCHAR, spec_hash VARCHAR, tags VARCHAR[], preset VARCHAR,
-  baseline VARCHAR, status VARCHAR, export_ms DOUBLE, load_ms DOUBLE, infer_ms DOUBLE,
-  infer_ms_all DOUBLE[], cache_hit BOOLEAN, error_class VARCHAR, error_message VARCHAR,
-  atol DOUBLE, rtol DOUBLE, baseline_factor DOUBLE,
-  {', '.join(f'{k} {_struct_type(v)}' for k, v in METRICS.items())},
-  ts TIMESTAMP, file VARCHAR, line BIGINT);
-"""
+_COLUMNS = {"run_id": "VARCHAR", "test_id": "VARCHAR", "seed": "BIGINT", "test_type": "VARCHAR",
+            "suite": "VARCHAR", "spec_hash": "VARCHAR", "tags": ["VARCHAR"], "preset": "VARCHAR",
+            "baseline": "VARCHAR", **{k: RESULT_FIELDS[k] for k in SCALAR_COLUMNS},
+            **RESULT_FIELDS["tolerance"], **METRICS, "ts": "TIMESTAMP", "file": "VARCHAR", "line": "BIGINT"}
+RESULTS_DDL = ("CREATE TABLE IF NOT EXISTS _results ("
+               + ", ".join(f"{k} {_struct_type(v)}" for k, v in _COLUMNS.items()) + ");")
 VIEWS_DDL = """
 CREATE OR REPLACE VIEW runs AS SELECT * FROM _runs;
 CREATE OR REPLACE VIEW results AS SELECT * FROM _results;

@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compare import Metrics
+from ..results import Result
+from ..suite.model import Tolerance
+from ..verdicts import Verdict
+
 ENV = {"python": "3.11.7", "torch": "2.13.0+cpu", "executorch": "1.5.1",
        "onnxruntime": "1.31.1", "onnx": "1.23.2", "coremltools": "9.0", "numpy": "2.4.6",
        "opdiff_snap": "0.1.0"}
@@ -15,7 +20,7 @@ ENV = {"python": "3.11.7", "torch": "2.13.0+cpu", "executorch": "1.5.1",
 
 @dataclass
 class Res:
-    """One result line: test x seed x preset."""
+    """One result line: test x seed x preset (a results.Result with plausible filler)."""
 
     test_id: str
     preset: str
@@ -33,22 +38,16 @@ class Res:
     def line(self, run_id: str, baseline: str, ts: str) -> dict[str, Any]:
         all_ = self.infer_ms_all if self.infer_ms_all is not None else (
             [self.infer_ms] if self.infer_ms is not None else [])
-        metrics = None if self.max_abs is None else {
-            "max_abs": self.max_abs, "mean_abs": self.max_abs / 2, "mse": self.max_abs ** 2,
-            "max_rel": self.max_abs, "cosine": 1.0, "mismatched": 0 if self.status == "PASS" else 1,
-            "mismatched_frac": 0.0, "numel": 12, "worst_index": [0, 1], "worst_output": "0",
-            "worst_expected": 1.0, "worst_actual": 1.0 + self.max_abs, "min_atol": self.max_abs}
-        res = {"status": self.status, "export_ms": 10.0, "load_ms": 1.0, "infer_ms": self.infer_ms,
-               "infer_ms_all": all_, "cache_hit": False, "error_class": self.error_class,
-               "error_message": self.error_message,
-               "tolerance": {"atol": self.atol, "rtol": 1.3e-6}, "metrics": metrics}
-        return {"type": "item", "run_id": run_id, "id": self.test_id, "seed": self.seed,
-                "test_type": self.test_type, "suite": self.suite, "spec_hash": "h-" + self.test_id,
-                "tags": [], "preset": self.preset, **res, "baseline": baseline,
-                "backends": [{"name": self.preset, "res": res}],
-                "times_all": {self.preset: {"export_ms": 10.0, "load_ms": 1.0,
-                                            "infer_ms": self.infer_ms}},
-                "diff_all": {self.preset: metrics}, "ts": ts}
+        metrics = None if self.max_abs is None else Metrics(
+            max_abs=self.max_abs, mean_abs=self.max_abs / 2, mse=self.max_abs ** 2, max_rel=self.max_abs,
+            mismatched=0 if self.status == "PASS" else 1, numel=12, worst_index=(0, 1), worst_output="0",
+            worst_expected=1.0, worst_actual=1.0 + self.max_abs, min_atol=self.max_abs).to_json()
+        result = Result(self.test_id, self.seed, self.preset, Verdict(self.status), self.error_message or "",
+                        test_type=self.test_type, suite=self.suite, spec_hash="h-" + self.test_id,
+                        baseline=baseline, error_class=self.error_class, export_ms=10.0, load_ms=1.0,
+                        infer_ms=self.infer_ms, infer_ms_all=list(all_),
+                        tolerance=Tolerance(self.atol, 1.3e-6), metrics=metrics)
+        return {"type": "item", "run_id": run_id, **result.to_json(), "ts": ts}
 
 
 @dataclass

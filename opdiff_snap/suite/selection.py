@@ -1,8 +1,10 @@
-"""opdiff test-id selection: `;`-separated items, each exact or a prefix ending in `*`."""
+"""What a run selects: tests by id (opdiff's `;`-separated items, each exact or a prefix
+ending in `*`) and tag, seeds, and the (test, preset) pairs it skips."""
 
 from __future__ import annotations
 
-from typing import Iterable
+import fnmatch
+from typing import Iterable, Sequence
 
 from .model import TestCase
 
@@ -31,3 +33,26 @@ def select(cases: list[TestCase], patterns: list[str] | None = None,
     wanted = {t.strip() for t in wanted}
     return [c for c in cases
             if (not items or id_matches(c.id, items)) and (not wanted or wanted.intersection(c.tags))]
+
+
+def seeds_for(case: TestCase, seeds: int | None, seed_list: Sequence[int] | None) -> tuple[int, ...]:
+    """The seeds to run: an exact list, else 0..seeds-1, else the test's own."""
+    if seed_list:
+        return tuple(seed_list)
+    if seeds is not None:
+        return tuple(range(seeds))
+    return case.seeds
+
+
+def skip_reason(case: TestCase | None, preset_name: str, skips: Sequence[tuple[str, str]] = (),
+                test_id: str | None = None) -> str | None:
+    """Why (case, preset) is not run: a suite `skip:` entry, or a requested (test id or
+    prefix*, preset or glob) pair such as opdiff's `--skips id:preset`."""
+    for pattern, reason in (case.skip.items() if case is not None else ()):
+        if pattern == preset_name or fnmatch.fnmatchcase(preset_name, pattern):
+            return reason or f"skipped for {pattern} by the suite"
+    tid = case.id if case is not None else test_id
+    for id_pattern, preset_pattern in skips:
+        if tid is not None and id_matches(tid, [id_pattern]) and fnmatch.fnmatchcase(preset_name, preset_pattern):
+            return f"skipped by --skips {id_pattern}:{preset_pattern}"
+    return None

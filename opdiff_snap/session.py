@@ -1,0 +1,44 @@
+"""What record and check share around their own logic: the worker pool they run jobs in,
+the settings their history records, and handing each result to the history and to the
+caller's listener."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import history
+from .config import Settings
+from .execution import WorkerPool
+from .results import Listener, Result
+
+
+def make_pool(settings: Settings, in_process: bool) -> WorkerPool:
+    return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process)
+
+
+def settings_json(settings: Settings, in_process: bool, cache: bool, pool: WorkerPool) -> dict[str, Any]:
+    return {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
+            "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
+            "threads": pool.threads}
+
+
+def notice(listener: Listener | None, text: str) -> None:
+    """Tell the user something before the results come (listeners with a `notice` method)."""
+    say = getattr(listener, "notice", None)
+    if callable(say):
+        say(text)
+
+
+def set_total(listener: Listener | None, total: int) -> None:
+    """Tell the listener how many results to expect (listeners with a `set_total` method)."""
+    say = getattr(listener, "set_total", None)
+    if callable(say):
+        say(total)
+
+
+def emit(writer: history.RunWriter, result: Result, results: list[Result], listener: Listener | None) -> None:
+    """Write `result` to the run's history, keep it for the report, tell the listener."""
+    writer.item(result.to_json())
+    results.append(result)
+    if listener:
+        listener(result)

@@ -1,0 +1,74 @@
+"""results.Result: the one record of a result, from judge to the JSONL line to DuckDB."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from opdiff_snap.analytics import ingest
+from opdiff_snap.analytics.schema import MEANINGS
+from opdiff_snap.compare import Metrics
+from opdiff_snap.results import Result
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.model import Tolerance
+from opdiff_snap.verdicts import Verdict
+
+SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
+
+# The item line as docs/architecture.md documents it ("History format"): renaming a field
+# of Result changes these keys, and this test says so.
+ITEM_KEYS = {"id", "seed", "preset", "status", "error_message", "test_type", "suite", "spec_hash", "tags",
+             "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit",
+             "tolerance", "metrics", "backends", "times_all", "diff_all"}
+
+
+def full() -> Result:
+    """A result with every field set to something other than its default."""
+    metrics = Metrics(max_abs=0.5, mean_abs=0.25, mse=0.1, max_rel=0.5, cosine=0.9, mismatched=1,
+                      mismatched_frac=0.25, numel=4, worst_index=(0, 3), worst_output="out",
+                      worst_expected=1.0, worst_actual=1.5, min_atol=0.4, baseline_error=1e-7,
+                      error_bound=4e-7, within_rounding=2).to_json()
+    return Result("add__x", 3, "onnx_cpu_fp32", Verdict.MISMATCH, "out: 1 of 4 elements outside",
+                  test_type="op", suite="suites/core.yaml", spec_hash="ab12", tags=["binary"],
+                  baseline="torch_cpu_fp32", error_class="Mismatch", export_ms=812.3, load_ms=9.1,
+                  infer_ms=0.061, infer_ms_all=[0.06, 0.062], cache_hit=True,
+                  tolerance=Tolerance(1e-5, 1.3e-6, 4.0), metrics=metrics)
+
+
+def test_every_field_is_set_by_the_fixture():
+    defaults = Result("t", 0, "p", Verdict.PASS)
+    assert all(getattr(full(), f.name) != getattr(defaults, f.name) for f in dataclasses.fields(Result))
+
+
+def test_the_item_line_has_the_documented_keys_and_opdiffs():
+    line = full().to_json()
+    assert set(line) == ITEM_KEYS
+    assert line["id"] == "add__x" and line["status"] == "MISMATCH" and line["baseline"] == "torch_cpu_fp32"
+    res = line["backends"][0]["res"]
+    assert line["backends"][0]["name"] == "onnx_cpu_fp32" and res["status"] == "MISMATCH"
+    assert res["tolerance"] == {"atol": 1e-5, "rtol": 1.3e-6, "baseline_factor": 4.0}
+    assert line["times_all"] == {"onnx_cpu_fp32": {"export_ms": 812.3, "load_ms": 9.1, "infer_ms": 0.061}}
+    assert line["diff_all"]["onnx_cpu_fp32"]["worst_index"] == [0, 3]
+
+
+def test_json_round_trip_keeps_every_field():
+    assert Result.from_json(full().to_json()) == full()
+    passed = dataclasses.replace(full(), verdict=Verdict.PASS)
+    assert passed.to_json()["error_message"] is None          # a PASS carries no error text
+
+
+def test_a_case_fills_the_identity_fields():
+    case = next(c for c in load_suites([SUITE]) if c.id == "relu_module")
+    r = Result.of(case, case.id, 0, "torch_cpu_fp32", Verdict.PASS)
+    assert (r.test_type, r.suite, r.spec_hash, r.tags) == ("module", str(case.suite), case.spec_hash,
+                                                           list(case.tags))
+
+
+def test_every_field_is_a_column_of_the_results_view_with_a_meaning():
+    columns = set(ingest._COLUMNS)
+    line = full().to_json()
+    expected = ({k for k in line if k not in ("backends", "times_all", "diff_all", "id", "tolerance", "metrics")}
+                | {"test_id"} | {f.name for f in dataclasses.fields(Tolerance)}
+                | {f.name for f in dataclasses.fields(Metrics)})
+    assert expected <= columns, expected - columns
+    assert columns == set(MEANINGS["results"]), columns ^ set(MEANINGS["results"])
