@@ -308,3 +308,40 @@ def describe_golden(console: Console, golden) -> None:
             "baseline": golden.baseline, "created": golden.created, "env": golden.env,
             "definition": golden.definition}
     console.print_json(json.dumps(meta, default=str))
+
+
+# ---------------------------------------------------------------- tables of the listing commands
+
+def presets_table(rows) -> Table:
+    """`opdiff list-presets`: (Preset, Availability) rows."""
+    table = Table()
+    for col in ("preset", "export", "run", "why not"):
+        table.add_column(col, overflow="fold")
+    for preset, a in rows:
+        table.add_row(preset.name, "yes" if a.can_export else "no", "yes" if a.can_run else "no",
+                      "" if a.can_export and a.can_run else escape(a.reason))
+    return table
+
+
+def runs_table(runs) -> Table:
+    """`opdiff runs`: history.RunSummary rows."""
+    table = Table()
+    for col in ("run", "command", "started", "complete", "counts"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
+        table.add_row(r.run_id, str(r.command), str(r.started), escape(state),
+                      json.dumps(r.counts) if r.counts else "")
+    return table
+
+
+def goldens_table(rows) -> Table:
+    """`opdiff goldens ls`: api.GoldenRow rows."""
+    table = Table()
+    for col in ("test", "seeds", "baseline", "torch", "created", "state"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        first = row.infos[0]
+        table.add_row(escape(row.test_id), ",".join(str(i.seed) for i in row.infos), first.baseline,
+                      str((first.env or {}).get("torch")), first.created[:19], row.state)
+    return table
