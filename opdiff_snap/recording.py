@@ -111,7 +111,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     suite_paths = find_suites(suites, settings.suites)
     if not suite_paths:
         raise OpdiffError(f"no suites found under {settings.suites}. Give suite files, or create "
-                          "suites there (see docs/yaml-format.md).")
+                          "suites there (see docs/suite-format.md).")
     all_cases = load_suites(suite_paths)
     cases = select(all_cases, test_ids, tags)
     if not cases and (test_ids or tags):

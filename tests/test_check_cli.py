@@ -54,7 +54,7 @@ def no_traceback(proc) -> None:
 
 @pytest.mark.slow
 def test_entry_point_backend_mismatches_exactly_the_perturbed_ops(site, project):
-    """Issue 5, done when #1: isolated workers, -j 2, a plugin preset with options."""
+    """Isolated workers, -j 2, a plugin preset with options: exactly the perturbed ops mismatch."""
     proc = opdiff(project, site, "check", "-b", PERTURB[0], "--preset-options", "=".join(PERTURB),
                   "-j", "2", *FAST, "--format", "json", "--junit", "out/junit.xml")
     no_traceback(proc)
