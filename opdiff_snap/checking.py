@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -47,7 +46,7 @@ from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGold
 from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
 from .results import Listener, Result, RunReport
-from .session import emit, make_pool, notice, set_total, settings_json
+from .session import emit, make_pool, notice, set_total, settings_json, warn
 from .suite import load_suites, select, suite_paths as find_suites
 from .suite.selection import check_seeds, seeds_for, skip_reason
 from .suite.model import TestCase, Tolerance
@@ -313,7 +312,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     if use_cache:
         why = cache_unusable(settings.cache)
         if why:
-            warnings.warn(cache_fallback_message(settings.cache, why), RuntimeWarning, stacklevel=2)
+            warn(listener, cache_fallback_message(settings.cache, why))
             use_cache = False
     store = GoldenStore(settings.goldens)
     if not store.exists():

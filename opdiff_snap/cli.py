@@ -394,14 +394,6 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
     given = (atol, rtol, baseline_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
-    if not no_cache:
-        from .checking import cache_fallback_message
-        from .execution.cache import cache_unusable
-
-        why = cache_unusable(settings.cache)
-        if why:
-            click.echo(f"opdiff: warning: {cache_fallback_message(settings.cache, why)}", err=True)
-            no_cache = True
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),

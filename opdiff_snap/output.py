@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .results import Result, RunReport
-from .errors import OpdiffError, suggest
+from .errors import ANSI, OpdiffError, suggest
 from .verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
 GOOD = PASSING
@@ -57,6 +57,9 @@ class ProgressDisplay:
             self._task = self._progress.add_task(self.label, total=self.total, counts="")
         return self
 
+    def warn(self, text: str) -> None:
+        Console(stderr=True, soft_wrap=True).print(f"opdiff: warning: {text}", highlight=False, markup=False)
+
     def notice(self, text: str) -> None:
         """A line for the user before the results (what --trust-goldens imports, say)."""
         console = self._progress.console if self._progress is not None else self.console
@@ -85,7 +88,6 @@ class ProgressDisplay:
                                soft_wrap=True)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _BURIED = [  # exporters put the cause under boilerplate; pull it up
     re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'.*?Failure message: ([^\n]+)", re.S),
     re.compile(r"Unsupported fx node [^,\n]+"),
@@ -94,7 +96,7 @@ _BURIED = [  # exporters put the cause under boilerplate; pull it up
 
 def headline(message: str | None, width: int = 160) -> str:
     """The informative line of an error message, without colour codes."""
-    text = _ANSI.sub("", message or "")
+    text = ANSI.sub("", message or "")
     for pattern in _BURIED:
         m = pattern.search(text)
         if m:

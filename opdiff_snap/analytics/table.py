@@ -8,7 +8,7 @@ import io
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import OpdiffError, suggest
 
