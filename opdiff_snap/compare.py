@@ -125,18 +125,18 @@ def _leaf_tolerance(tol: Tolerance, dtype: torch.dtype) -> tuple[float, float]:
     has. A float64 leaf under the plain fp32 default gets torch.testing's float64 values."""
     if dtype in (torch.float64, torch.complex128):
         if tol == DEFAULT_TOLERANCES["fp32"]:
-            return FP64_TOLERANCE.atol, FP64_TOLERANCE.rtol
+            return float(FP64_TOLERANCE.atol or 0.0), float(FP64_TOLERANCE.rtol or 0.0)
         default = FP64_TOLERANCE
     elif dtype in (torch.float16, torch.bfloat16):
         default = DEFAULT_TOLERANCES["fp16" if dtype == torch.float16 else "bf16"]
-        atol = max(tol.atol if tol.atol is not None else 0.0, default.atol)
-        rtol = max(tol.rtol if tol.rtol is not None else 0.0, default.rtol)
+        atol = max(tol.atol if tol.atol is not None else 0.0, default.atol or 0.0)
+        rtol = max(tol.rtol if tol.rtol is not None else 0.0, default.rtol or 0.0)
         return float(atol), float(rtol)
     else:
         default = DEFAULT_TOLERANCES["fp32"]
-    atol = tol.atol if tol.atol is not None else default.atol
-    rtol = tol.rtol if tol.rtol is not None else default.rtol
-    return float(atol), float(rtol)
+    atol_set = tol.atol if tol.atol is not None else default.atol
+    rtol_set = tol.rtol if tol.rtol is not None else default.rtol
+    return float(atol_set or 0.0), float(rtol_set or 0.0)
 
 
 # ---------------------------------------------------------------- results
@@ -375,7 +375,7 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.einsum("i,i->", x, y))   # single-threaded: BLAS threads suffer on busy boxes
 
 
-def _first(mask: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
+def _first(mask: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     return _index(int(np.argmax(mask)), shape, False)
 
 
@@ -539,8 +539,8 @@ def _metrics(leaves: list[_Leaf]) -> Metrics:
     m.min_atol = max((lf.min_atol for lf in leaves), default=0.0)
     referenced = [lf for lf in leaves if lf.baseline_error is not None]
     if referenced:
-        m.baseline_error = max(lf.baseline_error for lf in referenced)
-        m.error_bound = max(lf.bound for lf in referenced)
+        m.baseline_error = max(lf.baseline_error or 0.0 for lf in referenced)
+        m.error_bound = max(lf.bound or 0.0 for lf in referenced)
         m.within_rounding = sum(lf.within_rounding for lf in referenced)
     dot, ee, aa = (sum(getattr(lf, k) for lf in leaves) for k in ("dot", "ee", "aa"))
     if ee == 0.0 and aa == 0.0:

@@ -64,7 +64,7 @@ def _sysctl(name: str) -> str:
 def cpu() -> dict[str, Any]:
     """CPU model, the vector extensions that matter for kernels, logical cores, and the
     SIMD level torch dispatches to."""
-    model, flags = platform.processor() or "", []
+    model, flags = platform.processor() or "", list[str]()
     if sys.platform.startswith("linux"):
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

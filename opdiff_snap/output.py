@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -45,7 +45,7 @@ class ProgressDisplay:
         self.interactive = console.is_terminal
         self.verbose = verbose
         self._progress: Progress | None = None
-        self._task = None
+        self._task: Any = None
 
     def __enter__(self) -> "ProgressDisplay":
         if self.interactive:

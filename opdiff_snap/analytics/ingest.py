@@ -36,7 +36,7 @@ def sql_type(tp: Any) -> Any:
         return [sql_type(args[0])]
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return "VARCHAR"
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return fields_of(tp)
     return _SQL[tp]
 

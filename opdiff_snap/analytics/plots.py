@@ -56,7 +56,7 @@ def support_heatmap(matrix: Table, path: str | Path, title: str = "Support matri
     path = Path(path)
     if len(matrix.rows) <= MAX_ROWS:
         labels = [r[0] for r in matrix.rows]
-        grid = [[verdict_class(v) for v in r[1:]] for r in matrix.rows]
+        grid: list[list[float]] = [[verdict_class(v) for v in r[1:]] for r in matrix.rows]
         fig, ax = plt.subplots(figsize=(2 + 1.1 * max(len(presets), 2), 1.5 + 0.28 * max(len(labels), 3)))
         if grid:
             ax.imshow(grid, cmap=ListedColormap([c for _, c, _ in CLASSES]), vmin=0, vmax=4,

@@ -52,7 +52,9 @@ def _parse_tree(sql: str) -> dict[str, Any]:
     if _parser is None:
         _parser = duckdb.connect()
         lock(_parser)
-    return json.loads(_parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()[0])
+    row = _parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+    assert row is not None
+    return json.loads(row[0])
 
 
 def _nodes(tree: Any) -> Iterator[dict[str, Any]]:

@@ -56,12 +56,20 @@ class Artifact:
 
 @runtime_checkable
 class Backend(Protocol):
-    family: str
-    devices: tuple[str, ...]
-    precisions: tuple[str, ...]
-    default_options: Mapping[str, Any]
-    serializes: bool  # True: export writes files under `workdir`, cacheable across processes
-    can_differentiate: bool
+    # Read-only members, so a plugin may declare them as plain class attributes.
+    @property
+    def family(self) -> str: ...
+    @property
+    def devices(self) -> tuple[str, ...]: ...
+    @property
+    def precisions(self) -> tuple[str, ...]: ...
+    @property
+    def default_options(self) -> Mapping[str, Any]: ...
+    @property
+    def serializes(self) -> bool:
+        """True: export writes files under `workdir`, cacheable across processes."""
+    @property
+    def can_differentiate(self) -> bool: ...
 
     def availability(self, preset: Preset) -> Availability: ...
 

@@ -85,6 +85,7 @@ class CoreMLBackend:
         import numpy as np
 
         opts = preset.options
+        assert artifact.path is not None
         path = _package(Path(artifact.path))
         units = _enum(ct.ComputeUnit, opts.get("compute_units") or COMPUTE_UNITS[preset.device], "compute_units")
         mlmodel = ct.models.MLModel(str(path), compute_units=units)

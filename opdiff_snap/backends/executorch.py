@@ -131,6 +131,7 @@ class ExecuTorchBackend:
                         "internal_consistency": Verification.InternalConsistency}.get(level)
         if verification is None:
             raise ValueError(f"verification must be 'minimal' or 'internal_consistency', got {level!r}")
+        assert artifact.path is not None
         path = single_file(Path(artifact.path), ".pte")
         program = Runtime.get().load_program(path, verification=verification)
         method = program.load_method(str(opts.get("method_name", "forward")))

@@ -131,6 +131,7 @@ class OnnxBackend:
                               ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[level]
+        assert artifact.path is not None
         path = single_file(Path(artifact.path), ".onnx")
         session = ort.InferenceSession(str(path), sess_options=so, providers=self._providers(preset))
         in_names = [i.name for i in session.get_inputs()]

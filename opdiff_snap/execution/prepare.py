@@ -235,7 +235,7 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
     inputs = tuple(torch.view_as_real(t).clone() if t.is_complex() else t.contiguous() for t in tensors)
     module = FlatModule(sides, args, kwargs, complex_slots).eval()
 
-    counter, parts, flat = [0], [], []
+    counter, parts, flat = [0], [], list[Any]()
     with torch.no_grad():
         args_p, kwargs_p = module.call_args([t.clone() for t in inputs])
         for side in module.side_names:

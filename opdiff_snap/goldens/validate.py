@@ -57,7 +57,7 @@ def record_problems(name: str, rec: Any, data_nbytes: int | None = None) -> list
     out = []
     for key in ("offset", "nbytes"):
         v = rec.get(key)
-        if not _is(v, int) or v < 0:
+        if not isinstance(v, int) or not _is(v, int) or v < 0:
             out.append(f"tensor '{name}': {key} {v!r} is not a non-negative integer")
     shape = rec.get("shape")
     if not isinstance(shape, list) or not all(_is(n, int) and n >= 0 for n in shape):
@@ -73,7 +73,7 @@ def record_problems(name: str, rec: Any, data_nbytes: int | None = None) -> list
     sha = rec.get("sha256")
     if not isinstance(sha, str) or not SHA256.match(sha):
         out.append(f"tensor '{name}': sha256 {sha!r} is not 64 lowercase hex digits")
-    if out:
+    if out or shape is None or torch_dtype is None:
         return out
     numel = 1
     for n in shape:

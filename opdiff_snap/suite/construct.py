@@ -50,6 +50,7 @@ def load_file_module(file: Path, import_dirs: Sequence[Path] = ()):
     if not file.is_file():
         raise OpdiffError(f"{file}: file not found. Fix the `file:` path; it is relative to the suite file.")
     spec = importlib.util.spec_from_file_location(mod_name, file)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = mod
     try:

@@ -7,6 +7,7 @@ stored definition.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -60,9 +61,12 @@ class Expander:
         if r is None:
             check = path_checker(self.problems, suite_dir, self.import_cache, self.roots)
             r = NodeResolver(self.problems, self.doc.dims, self.doc.presets,
-                             lambda name, w, d=suite_dir: self.preset(name, w, d), check)
+                             functools.partial(self._preset_in, suite_dir), check)
             self._resolvers[suite_dir] = r
         return r
+
+    def _preset_in(self, suite_dir: Path, name: str, where: Where) -> Any:
+        return self.preset(name, where, suite_dir)
 
     def preset(self, name: str, where: Where, used_in: Path | None = None) -> Any:
         raw, w, pdir = self.doc.presets[name]
@@ -192,10 +196,12 @@ class Expander:
         if "path" not in node:
             return self.problems.add(w, "module node is missing required field 'path'")
         path = r.check_path(node["path"], w.at(node, "path"), True)
+        wc = wc or w
         src, ws = (node, w) if node.get("args") is not None or not common else (common, wc)
         args = r.args_list(src.get("args"), ws.at(src, "args"), env)
-        items = []
-        for c, cw in ([(common, wc)] if common else []) + [(node, w)]:
+        items: list[tuple[Any, Any, Where]] = []
+        sides: list[tuple[dict, Where]] = ([(common, wc)] if common else []) + [(node, w)]
+        for c, cw in sides:
             kw = c.get("kwargs") or {}
             if not isinstance(kw, dict):
                 self.problems.add(cw.at(c, "kwargs"), f"kwargs must be a mapping, got {kw!r}")
@@ -225,7 +231,7 @@ class Expander:
         elif not isinstance(cases, list) or not cases:
             P.add(w.at(op, "cases"), "cases must be a non-empty list of {var: value} mappings")
             return []
-        envs = []
+        envs: list[tuple[str, dict | None]] = []
         for ci, case in enumerate(cases):
             wc = w.at(op, "cases").at(cases, ci) if op.get("cases") is not None else w
             if not isinstance(case, dict) or (op.get("cases") is not None and not case):

@@ -145,9 +145,8 @@ def _nested_shape(value: Any) -> tuple[int, ...] | None:
         if not value:
             return (0,)
         shapes = {_nested_shape(v) for v in value}
-        if len(shapes) != 1 or None in shapes:
-            return None
-        return (len(value),) + shapes.pop()
+        inner = shapes.pop() if len(shapes) == 1 else None
+        return None if inner is None else (len(value),) + inner
     return () if isinstance(value, (int, float, bool)) else None
 
 
@@ -273,7 +272,7 @@ class NodeResolver:
             return self.problems.add(where, f"var '{name}' used outside a template_module / "
                                             "template_compare_pair")
         if not isinstance(name, str) or name not in env:
-            return self.problems.add(where, f"undefined template var {name!r}{suggest(name, env)}; "
+            return self.problems.add(where, f"undefined template var {name!r}{suggest(str(name), env)}; "
                                             f"declared vars: {', '.join(env) or '(none)'}")
         value = env[name]
         if isinstance(value, str) and value in self.dims:
@@ -303,7 +302,7 @@ class NodeResolver:
         if dtype is not None and dtype not in DTYPES:
             return self.problems.add(where.at(raw, "dtype"), f"unknown dtype {dtype!r}{suggest(dtype, DTYPES)}")
         if dtype is None:
-            return KINDS[kind]
+            return KINDS[kind or "float"]
         if kind is not None and dtype_family(dtype) not in (kind, "complex" if kind == "float" else kind):
             return self.problems.add(where, f"kind {kind!r} contradicts dtype {dtype!r}; give one of them")
         return dtype
