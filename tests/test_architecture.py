@@ -1,0 +1,188 @@
+"""docs/architecture.md tells the truth about the package.
+
+The page has a figure of the layers, a table assigning every module to one layer, and the
+list of arrows the figure draws. Here: every module the page names exists, every module
+of the package is on the page, every arrow is a real import, no import leaves its layer
+except along an arrow, and neither the arrows nor the modules form a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "opdiff_snap"
+PAGE = ROOT / "docs" / "architecture.md"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> set[str]:
+    """Package modules `name` imports, at any depth of its code (lazy imports count)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                found.add(full if full in MODULES else target)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {m for m in found if m in MODULES and m != name}
+
+
+FIGURE_LINE = re.compile(r"^ (?P<layer>[a-z]+)\s{2,}(?P<rest>.*)$")
+ARROW = "──▶"
+
+
+def _figure() -> str:
+    text = PAGE.read_text()
+    match = re.search(r"^## The figure\n.*?```text\n(.*?)```", text, re.S | re.M)
+    assert match, "docs/architecture.md has no figure (a ```text block under '## The figure')"
+    return match.group(1)
+
+
+def _parse() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """(layer -> module names, layer -> layers its arrow points to), read from the figure.
+
+    A layer line is ` name   modules   ──▶ targets`; the lines below it that start with
+    the stack's `│` continue its modules (left of the arrow column) and targets (right)."""
+    layers: dict[str, list[str]] = {}
+    arrows: dict[str, set[str]] = {}
+    layer, column = None, None
+    for line in _figure().splitlines():
+        match = FIGURE_LINE.match(line)
+        if match:
+            layer = match.group("layer")
+            layers[layer], arrows[layer] = [], set()
+            column = line.find(ARROW) if ARROW in line else None
+        elif layer is None or not line.strip():
+            continue
+        left = line[:column] if column is not None else line
+        right = line[column + len(ARROW):] if column is not None and len(line) > column else ""
+        if match:
+            left = match.group("rest") if column is None else line[match.start("rest"):column]
+        layers[layer] += re.findall(r"[\w]+\.py|[\w]+/", left)
+        arrows[layer] |= {t.strip() for t in right.split(",") if t.strip()}
+    assert layers, "the figure has no layers"
+    return layers, arrows
+
+
+def _layers() -> dict[str, list[str]]:
+    return _parse()[0]
+
+
+def _arrows() -> dict[str, set[str]]:
+    return _parse()[1]
+
+
+def _owner() -> dict[str, str]:
+    """Module -> its layer."""
+    owner = {}
+    for layer, names in _layers().items():
+        for name in names:
+            dotted = ("opdiff_snap." + name.removesuffix("/").removesuffix(".py").replace("/", ".")).removesuffix(
+                ".__init__")
+            members = [m for m in MODULES if m == dotted or (name.endswith("/") and m.startswith(dotted + "."))]
+            assert members, f"docs/architecture.md names `{name}` (layer {layer}); no such module"
+            for m in members:
+                assert m not in owner, f"{m} is in two layers: {owner[m]} and {layer}"
+                owner[m] = layer
+    return owner
+
+
+def _layer_imports() -> dict[tuple[str, str], list[str]]:
+    """(from layer, to layer) -> the imports that make that arrow real."""
+    owner = _owner()
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module in MODULES:
+        for target in _imports(module):
+            a, b = owner[module], owner[target]
+            if a != b:
+                edges.setdefault((a, b), []).append(f"{module} imports {target}")
+    return edges
+
+
+def test_every_module_is_on_the_page():
+    owner = _owner()
+    missing = sorted(set(MODULES) - set(owner))
+    assert not missing, f"modules not in the Layers table of docs/architecture.md: {missing}"
+
+
+def test_the_page_names_only_real_modules():
+    """The prose under the figure names modules too; each must exist."""
+    text = PAGE.read_text()
+    prose = text[text.index("What each holds"):text.index("## Contracts")]
+    for name in re.findall(r"\*\*([\w/]+(?:\.py)?)\*\*", prose):
+        if name.endswith((".py", "/")):
+            target = PACKAGE / name
+            assert target.exists(), f"docs/architecture.md describes {name}; it does not exist"
+
+
+def test_every_arrow_is_a_real_import():
+    edges = _layer_imports()
+    layers = set(_layers())
+    for source, targets in _arrows().items():
+        assert source in layers, f"arrow from unknown layer {source!r}"
+        for target in targets:
+            assert target in layers, f"arrow to unknown layer {target!r}"
+            assert (source, target) in edges, f"the page draws {source} -> {target}, but nothing there imports it"
+
+
+def test_every_import_follows_an_arrow():
+    arrows = _arrows()
+    stray = [imp for (a, b), imps in _layer_imports().items()
+             if b != "foundations" and b not in arrows.get(a, set()) for imp in imps]
+    assert not stray, "imports the page does not draw (an arrow up the flow, or a missing arrow):\n" + "\n".join(stray)
+
+
+def test_no_cycles():
+    arrows = _arrows()
+    modules = {m: _imports(m) for m in MODULES}
+    for graph, what in ((arrows, "layers"), (modules, "modules")):
+        state: dict[str, int] = {}
+
+        def visit(node: str, path: list[str], graph=graph, what=what) -> None:
+            state[node] = 1
+            for nxt in sorted(graph.get(node, ())):
+                if state.get(nxt) == 1:
+                    pytest.fail(f"a cycle of {what}: {' -> '.join(path[path.index(nxt):] + [nxt])}")
+                if not state.get(nxt):
+                    visit(nxt, path + [nxt])
+            state[node] = 2
+
+        for node in sorted(graph):
+            if not state.get(node):
+                visit(node, [node])
+
+
+def test_the_checks_notice_an_upward_import(tmp_path, monkeypatch):
+    """A suite module importing the checking layer would be caught."""
+    fake = dict(MODULES)
+    spy = tmp_path / "spy.py"
+    spy.write_text("from ..checking import check\n")
+    fake["opdiff_snap.suite.spy"] = spy
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
+    with pytest.raises(AssertionError, match="suite.spy imports opdiff_snap.checking"):
+        test_every_import_follows_an_arrow()
