@@ -14,7 +14,7 @@ and be rebuilt anywhere without pickles:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -45,11 +45,16 @@ def flatten(obj: Any) -> tuple[Structure, list[torch.Tensor]]:
     return walk(obj), leaves
 
 
-def unflatten(structure: Structure, leaves: list[Any]) -> Any:
-    """Inverse of flatten; `leaves` may be tensors or arrays."""
+def unflatten(structure: Structure, leaves: list[Any],
+              special: dict[str, Callable[[dict], Any]] | None = None) -> Any:
+    """Inverse of flatten; `leaves` may be tensors or arrays. `special` builds node kinds
+    of the caller's own (a node may carry a `type` key beside its kind)."""
 
     def build(s: Structure) -> Any:
-        ((kind, v),) = s.items()
+        kind = next(k for k in s if k != "type")
+        v = s[kind]
+        if special and kind in special:
+            return special[kind](s)
         if kind == "tensor":
             return leaves[v]
         if kind == "tuple":

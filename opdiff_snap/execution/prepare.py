@@ -138,34 +138,23 @@ def restore_outputs(structure: Any, outputs: list[torch.Tensor]) -> Any:
     """The nested output value from flat outputs: complex tensors rebuilt from real pairs,
     Python scalars from 0-d tensors, constants (None, strings) from the structure."""
 
-    def build(s: Any) -> Any:
-        kind = next(k for k in s if k != "type")
-        v = s[kind]
-        if kind == "tensor":
-            return outputs[v]
-        if kind == "complex":
-            t = outputs[v]
-            if t.shape[-1:] != (2,) or not t.is_floating_point():
-                raise ValueError(f"output {v} should be a complex tensor as real [..., 2] pairs, got a "
-                                 f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
-            if t.dtype in (torch.float16, torch.bfloat16):
-                t = t.float()  # there is no complex bfloat16, and complex32 is barely usable
-            return torch.view_as_complex(t.contiguous())
-        if kind == "scalar":
-            t = outputs[v]
-            if t.numel() != 1 or (s["type"] != "float" and (t.is_floating_point() or t.is_complex())):
-                raise ValueError(f"output {v} should be a Python {s['type']} (one element), got a "
-                                 f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
-            return _SCALAR_TYPES[s["type"]](t.item())
-        if kind == "tuple":
-            return tuple(build(e) for e in v)
-        if kind == "list":
-            return [build(e) for e in v]
-        if kind == "dict":
-            return {k: build(e) for k, e in v}
-        return trees.unflatten(s, [])
+    def complex_leaf(s: dict) -> Any:
+        t = outputs[s["complex"]]
+        if t.shape[-1:] != (2,) or not t.is_floating_point():
+            raise ValueError(f"output {s['complex']} should be a complex tensor as real [..., 2] pairs, got a "
+                             f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
+        if t.dtype in (torch.float16, torch.bfloat16):
+            t = t.float()  # there is no complex bfloat16, and complex32 is barely usable
+        return torch.view_as_complex(t.contiguous())
 
-    return build(structure)
+    def scalar_leaf(s: dict) -> Any:
+        t = outputs[s["scalar"]]
+        if t.numel() != 1 or (s["type"] != "float" and (t.is_floating_point() or t.is_complex())):
+            raise ValueError(f"output {s['scalar']} should be a Python {s['type']} (one element), got a "
+                             f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
+        return _SCALAR_TYPES[s["type"]](t.item())
+
+    return trees.unflatten(structure, list(outputs), {"complex": complex_leaf, "scalar": scalar_leaf})
 
 
 def nest_residuals(structure: Any, reference: list[torch.Tensor | None], expected: Any) -> Any:
