@@ -45,7 +45,8 @@ def generate(store: Path, runs: int, results: int, seed: int = 0) -> None:
     base_ms = [rnd.uniform(0.01, 5.0) for _ in range(results)]
     for r in range(runs):
         day, sec = divmod(r, 86400)
-        ts = f"2026-{1 + (day // 28) % 12:02d}-{1 + day % 28:02d}T{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}Z"
+        clock = f"{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        ts = f"2026-{1 + (day // 28) % 12:02d}-{1 + day % 28:02d}T{clock}Z"
         run = f"2026R{r:05d}-{r:06x}"
         ort = "1.30.0" if r < runs // 2 else "1.31.1"
         meta = {"type": "meta", "run_id": run, "command": "check", "argv": ["opdiff", "check"],

@@ -5,20 +5,18 @@ from __future__ import annotations
 import base64
 import os
 import re
-from collections import Counter
 import shutil
 import subprocess
+from collections import Counter
 
 import pytest
+from test_analytics_reports import build_history
 
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.html import render_html
 from opdiff_snap.analytics.plots import family, latency_cdf, latency_trend_plot, support_heatmap
 from opdiff_snap.analytics.reports import latency_report, support_matrix
-from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.analytics.table import Table
-
-from test_analytics_reports import build_history
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 PNG = b"\x89PNG\r\n\x1a\n"

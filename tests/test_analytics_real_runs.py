@@ -10,8 +10,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-
 from helpers_check import make_site, new_project, plugin_installed
+
 from opdiff_snap import api
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.reports import diff_runs, latency_report, support_matrix
@@ -57,7 +57,7 @@ def test_runs_view_holds_both_real_runs_with_their_presets(history):
 def test_support_matrix_is_the_latest_verdict_of_each_test_and_preset(history):
     store, _, b = history
     expected = {}
-    for (test, seed, preset), item in _items(b).items():   # run B is the latest for every cell
+    for (test, _seed, preset), item in _items(b).items():   # run B is the latest for every cell
         expected.setdefault(test, {})[preset] = item["status"]
     matrix = support_matrix(store)
     assert matrix.columns == ["test_id", ONNX, PERTURB]

@@ -22,8 +22,7 @@ import math
 import pytest
 
 from opdiff_snap.analytics import connect, format_table
-from opdiff_snap.analytics.reports import (diff_runs, latency_report, latency_trend,
-                                           support_matrix, version_key)
+from opdiff_snap.analytics.reports import diff_runs, latency_report, latency_trend, support_matrix, version_key
 from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.errors import OpdiffError
 

@@ -9,8 +9,15 @@ import textwrap
 import pytest
 import torch
 
-from opdiff_snap.backends import (all_presets, availability, backend_for, get_preset,
-                                  plugin_errors, preset_names, reload_plugins)
+from opdiff_snap.backends import (
+    all_presets,
+    availability,
+    backend_for,
+    get_preset,
+    plugin_errors,
+    preset_names,
+    reload_plugins,
+)
 from opdiff_snap.backends.base import Backend
 from opdiff_snap.errors import OpdiffError
 

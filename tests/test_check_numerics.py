@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from helpers_check import make_site, plugin_installed
 from helpers_numerics import ENTRY_POINTS
 from helpers_numerics.backends import SCALED, SWAPPED
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from opdiff_snap import api
 from opdiff_snap.config import Settings
 from opdiff_snap.execution.prepare import flat_module

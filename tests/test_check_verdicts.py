@@ -9,10 +9,10 @@ import math
 from pathlib import Path
 
 import pytest
-
 from helpers_check import copy_project, flip_byte, make_site, new_project, plugin_installed
-from opdiff_snap.compare import BASELINE_FACTOR
+
 from opdiff_snap import api
+from opdiff_snap.compare import BASELINE_FACTOR
 from opdiff_snap.config import Settings
 from opdiff_snap.errors import OpdiffError
 from opdiff_snap.goldens import GoldenStore, store_key

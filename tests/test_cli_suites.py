@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_suite_errors import CASES
 
 from opdiff_snap.backends.registry import all_presets
 from opdiff_snap.cli import main
-from test_suite_errors import CASES
 
 HERE = Path(__file__).resolve().parent
 FULL = HERE / "suites" / "full"

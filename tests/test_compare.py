@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from opdiff_snap.backends.base import Preset
-from opdiff_snap.compare import (ALLOWANCE_CAP, BASELINE_FACTOR, DEFAULT_TOLERANCES, Rounding, compare,
-                                 tolerance_for)
+from opdiff_snap.compare import ALLOWANCE_CAP, BASELINE_FACTOR, DEFAULT_TOLERANCES, Rounding, compare, tolerance_for
 from opdiff_snap.suite.model import Tolerance
 from opdiff_snap.verdicts import Verdict
 
@@ -49,7 +48,8 @@ def test_precedence_field_by_field():
     assert tolerance_for(table, p, preset_override=Tolerance(atol=0.1)) == Tolerance(0.1, 0.25, BASELINE_FACTOR)
     assert tolerance_for({"*": Tolerance(baseline_factor=0.0)}, p) == Tolerance(0.5, 0.25, 0.0)
     fp16 = preset("coreml_any_fp16", "fp16")
-    assert tolerance_for({"fp32": Tolerance(7.0, 7.0)}, fp16) == Tolerance(1e-5, 1e-3, BASELINE_FACTOR)  # other precision
+    # a tolerance for another precision does not apply
+    assert tolerance_for({"fp32": Tolerance(7.0, 7.0)}, fp16) == Tolerance(1e-5, 1e-3, BASELINE_FACTOR)
 
 
 def test_tolerance_for_accepts_a_test_case_like_object():

@@ -152,7 +152,8 @@ def test_a_conflicting_redefinition_names_both_places(tmp_path):
 def test_tests_reached_twice_through_a_diamond_are_duplicates_naming_both_paths(tmp_path):
     repo = clone("orchestrator", tmp_path)
     (repo / "suites" / "common.yaml").write_text(
-        (repo / "suites" / "common.yaml").read_text() + "tests:\n  - {id: shared, op: aten::relu, in: [{ref: hidden}]}\n")
+        (repo / "suites" / "common.yaml").read_text()
+        + "tests:\n  - {id: shared, op: aten::relu, in: [{ref: hidden}]}\n")
     _fails(opdiff("validate", "suites/all.yaml", cwd=repo), "duplicate test id 'shared'",
            "suites/all.yaml -> suites/vision.yaml -> suites/common.yaml",
            "suites/all.yaml -> suites/text.yaml -> suites/common.yaml")

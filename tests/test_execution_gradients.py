@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers_cause import load_case
+
 from opdiff_snap.compare import compare_grads, tolerance_for
-from opdiff_snap.execution.gradients import (GradcheckTask, compute_grads, gradcheck, pack_grads,
-                                             record_grads, step_tolerance, unpack_grads)
 from opdiff_snap.errors import OpdiffError
+from opdiff_snap.execution.gradients import (
+    GradcheckTask,
+    compute_grads,
+    gradcheck,
+    pack_grads,
+    record_grads,
+    step_tolerance,
+    unpack_grads,
+)
 from opdiff_snap.verdicts import Verdict
 
 

@@ -5,8 +5,8 @@ import statistics
 
 import pytest
 import torch
-
 from helpers_execution.cases import job, module_case, op_case, x
+
 from opdiff_snap.backends.base import Preset
 from opdiff_snap.execution import restore_outputs, run_job
 from opdiff_snap.execution.cache import cache_key

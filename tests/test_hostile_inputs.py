@@ -17,9 +17,22 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from helpers_hostile import (
+    PY,
+    REPO,
+    assert_clean_failure,
+    can_drop_dac,
+    cli_inproc,
+    copy_project,
+    edit_attrs,
+    env,
+    golden_meta,
+    make_project,
+    run_cli,
+    snapshot,
+    tree_bytes,
+)
 
-from helpers_hostile import (PY, REPO, assert_clean_failure, can_drop_dac, cli_inproc, copy_project,
-                             edit_attrs, env, golden_meta, make_project, run_cli, snapshot, tree_bytes)
 from opdiff_snap.analytics import connect
 
 FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")

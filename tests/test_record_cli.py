@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers_record import cli_inproc, make_project, read_plain, record_inproc, run_cli, statuses
 
+from opdiff_snap import trees
 from opdiff_snap.execution.gradients import record_grads
 from opdiff_snap.goldens import GoldenStore, store_key
 from opdiff_snap.suite import load_suites, materialize
-from opdiff_snap import trees
-
-from helpers_record import cli_inproc, make_project, read_plain, record_inproc, run_cli, statuses
 
 SUITE = """\
 dims: {B: 2, N: 4}

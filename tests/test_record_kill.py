@@ -11,11 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from opdiff_snap.goldens import GoldenStore
-
 from helpers_check import cli_env, make_site
 from helpers_record import CLI, PY, make_project, read_plain, statuses
+
+from opdiff_snap.goldens import GoldenStore
 
 N = 30  # tests per half
 
@@ -114,7 +113,7 @@ def test_two_concurrent_recorders_lose_nothing(tmp_path):
             if p.poll() is None:
                 p.kill()
             reap_session(p)
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
     store = GoldenStore(project / "goldens")
     assert {(i.test_id, i.seed) for i in store.index()} == {(f"{h}_{i:02d}", 0) for h in "ab" for i in range(N)}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from helpers_record import make_project
+
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.goldens import Golden, GoldenStore, store_key
 from opdiff_snap.recording import plan
 from opdiff_snap.suite import load_suites, materialize
 from opdiff_snap.verdicts import Verdict
-
-from helpers_record import make_project
 
 SUITE = """\
 tests:

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers_record import make_project, read_plain
 
 from opdiff_snap import api, trees
 from opdiff_snap.config import Settings
 from opdiff_snap.suite import build_modules, load_suites, materialize, resolve_op
 from opdiff_snap.verdicts import Verdict
-
-from helpers_record import make_project, read_plain
 
 DTYPES = {  # dtype -> sampling fields
     "float16": "init: normal", "float32": "init: normal", "float64": "init: normal",
@@ -31,7 +30,7 @@ DTYPES = {  # dtype -> sampling fields
 def suite_text() -> str:
     lines = ["tests:"]
     for dtype, fields in DTYPES.items():
-        for tag, node in (("", f"type: tensor, shape: [3, 2]"), ("0d_", "type: scalar_tensor"),
+        for tag, node in (("", "type: tensor, shape: [3, 2]"), ("0d_", "type: scalar_tensor"),
                           ("empty_", "type: tensor, shape: [0, 4]")):
             lines += [f"  - id: clone_{tag}{dtype}", "    op: aten::clone",
                       f"    in: [{{{node}, dtype: {dtype}, {fields}}}]"]

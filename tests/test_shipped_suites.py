@@ -137,7 +137,7 @@ def test_pair_sides_agree_within_their_tolerance(executed):
     for case, (a, b) in pairs:
         tol = case.tolerance["*"]
         for x, y in zip(_tensors(a), _tensors(b), strict=True):
-            torch.testing.assert_close(x, y, atol=tol.atol, rtol=tol.rtol, msg=lambda m: f"{case.id}: {m}")
+            torch.testing.assert_close(x, y, atol=tol.atol, rtol=tol.rtol, msg=lambda m, i=case.id: f"{i}: {m}")
 
 
 @pytest.mark.slow  # shares the fixture that runs every shipped test once (~5 s)

@@ -80,7 +80,8 @@ def test_pairs_and_common(cases):
     assert p.call.args == p.pair.args == ({"type": "const", "value": 4}, {"type": "const", "value": 16})
     assert p.pair.kwargs == {"bias": {"type": "const", "value": True}}
     q = by["template_compare_pair__k=3__s=2"]
-    assert dict(q.call.kwargs) == {"kernel_size": {"type": "const", "value": 3}, "stride": {"type": "const", "value": 2}}
+    assert dict(q.call.kwargs) == {"kernel_size": {"type": "const", "value": 3},
+                                   "stride": {"type": "const", "value": 2}}
     assert q.pair.kwargs["padding"] == {"type": "const", "value": 1} and "padding" not in q.call.kwargs
 
 

@@ -96,9 +96,12 @@ def test_every_dtype_and_init(tmp_path):
         for init in ("normal", "uniform", "randint", "zeros", "ones", "bernoulli"):
             tests.append(f"  - id: {dt}_{init}\n    op: aten::clone\n"
                          f"    in: [{{type: tensor, shape: [64], dtype: {dt}, init: {init}}}]\n")
-    tests.append("  - id: grad\n    op: aten::clone\n    in: [{type: tensor, shape: [3], kind: float, requires_grad: true}]\n")
-    tests.append("  - id: opt\n    op: aten::clone\n    in: [{type: optional, p_none: 1, elem: {type: scalar, kind: int}},"
-                 " {type: optional, elem: {type: scalar, kind: int}}, {type: scalar_tensor, dtype: int32, value: 5}]\n")
+    tests.append("  - id: grad\n    op: aten::clone\n"
+                 "    in: [{type: tensor, shape: [3], kind: float, requires_grad: true}]\n")
+    tests.append("  - id: opt\n    op: aten::clone\n"
+                 "    in: [{type: optional, p_none: 1, elem: {type: scalar, kind: int}},"
+                 " {type: optional, elem: {type: scalar, kind: int}},"
+                 " {type: scalar_tensor, dtype: int32, value: 5}]\n")
     (tmp_path / "d.yaml").write_text("tests:\n" + "".join(tests))
     by = {c.id: c for c in load_suites([tmp_path / "d.yaml"])}
     for dt in DTYPES:

@@ -123,7 +123,8 @@ def test_a_tampered_golden_runs_no_command(recorded: Path):
 def test_a_builtin_named_by_a_suite_is_refused_before_anything_runs(project: Path):
     marker = project / "PWNED"
     (project / "suites" / "s.yaml").write_text(
-        f"tests:\n  - {{id: cmd, op: {{type: module, path: os.system, args: [{{type: const, value: 'touch {marker}'}}]}},"
+        "tests:\n  - {id: cmd, op: {type: module, path: os.system, "
+        f"args: [{{type: const, value: 'touch {marker}'}}]}},"
         " in: []}\n")
     for command in ("validate", "record"):
         clean(opdiff(project, command), 2, "'os.system' names a builtin")

@@ -66,7 +66,7 @@ def support_heatmap(matrix: Table, path: str | Path, title: str = "Support matri
                 if v and v not in GOOD:
                     ax.text(j, i, v[:12], ha="center", va="center", fontsize=6, color="black")
         from matplotlib.patches import Patch
-        ax.legend(handles=[Patch(facecolor=c, edgecolor="#888", label=l) for _, c, l in CLASSES],
+        ax.legend(handles=[Patch(facecolor=c, edgecolor="#888", label=name) for _, c, name in CLASSES],
                   loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7, frameon=False)
     else:
         fam: dict[str, list[list[int]]] = defaultdict(lambda: [[0, 0] for _ in presets])

@@ -65,7 +65,10 @@ def _jsonable(v: Any) -> Any:
 def to_text(t: Table) -> str:
     cells = [[cell(v) for v in r] for r in t.rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(t.columns)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
+
+    def line(vals: list[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
+
     out = [line(t.columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
     return "\n".join(out) + "\n"
 
@@ -84,7 +87,9 @@ def to_json(t: Table) -> str:
 
 
 def to_markdown(t: Table) -> str:
-    esc = lambda s: s.replace("|", "\\|").replace("\n", " ")
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ")
+
     out = ["| " + " | ".join(esc(c) for c in t.columns) + " |",
            "|" + "|".join("---" for _ in t.columns) + "|"]
     out += ["| " + " | ".join(esc(cell(v)) for v in r) + " |" for r in t.rows]

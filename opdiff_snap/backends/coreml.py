@@ -147,5 +147,6 @@ def _package(workdir: Path) -> Path:
 def _enum(namespace: Any, name: Any, option: str) -> Any:
     value = getattr(namespace, str(name), None)
     if value is None:
-        raise ValueError(f"coreml option {option}={name!r} is not a name in {getattr(namespace, '__name__', namespace)}")
+        where = getattr(namespace, "__name__", namespace)
+        raise ValueError(f"coreml option {option}={name!r} is not a name in {where}")
     return value

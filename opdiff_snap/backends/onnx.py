@@ -65,9 +65,10 @@ class OnnxBackend:
         have = _available_providers()
         lacking = [p for p in self._providers(preset) if p not in have]
         if lacking:
+            needs = {"CoreMLExecutionProvider": "; CoreMLExecutionProvider needs onnxruntime on macOS",
+                     "CUDAExecutionProvider": "; CUDAExecutionProvider needs onnxruntime-gpu and an NVIDIA GPU"}
             reason = (f"ONNX Runtime here lacks {', '.join(lacking)} (available: {', '.join(have)})"
-                      + ("; CoreMLExecutionProvider needs onnxruntime on macOS" if "CoreMLExecutionProvider" in lacking else "")
-                      + ("; CUDAExecutionProvider needs onnxruntime-gpu and an NVIDIA GPU" if "CUDAExecutionProvider" in lacking else ""))
+                      + "".join(text for provider, text in needs.items() if provider in lacking))
             return Availability(can_export, False, "; ".join(filter(None, (why, reason))))
         return Availability(can_export, True, why)
 

@@ -82,7 +82,8 @@ def _plugin_problem(obj: Any, taken: set[str]) -> str:
     try:
         inspect.signature(obj.load).bind(None, None, threads=0)
     except TypeError:
-        return "its load() does not take the `threads` argument of the Backend protocol (load(artifact, preset, threads=0))"
+        return ("its load() does not take the `threads` argument of the Backend protocol "
+                "(load(artifact, preset, threads=0))")
     except ValueError:
         pass  # no signature to inspect (a builtin): trust it
     try:

@@ -16,11 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OpdiffError, SuiteError
-from .model import Call, TestCase, Tolerance
-from .schema import (BAD, DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, NodeResolver, Problems, Where, check_keys, dtype_family, parse_extension,
-                     path_checker, plain)
 from .document import EXT_DEFAULTS, Document, RawTest, chain_text, load_document, plain_number
 from .files import SearchRoots, display_path
+from .model import Call, TestCase, Tolerance
+from .schema import (
+    BAD,
+    DEVICES,
+    EXTENSION_KEYS,
+    NODE_FIELDS,
+    SIDE_FIELDS,
+    TEST_KEYS,
+    NodeResolver,
+    Problems,
+    Where,
+    check_keys,
+    dtype_family,
+    parse_extension,
+    path_checker,
+    plain,
+)
 from .spechash import file_modules, spec_hash
 
 _BAD_ID = re.compile(r"[\s/\\;*]")
@@ -259,7 +273,8 @@ class Expander:
         for s in ("a", "b"):
             side, ws = op.get(s), wo.at(op, s)
             if not isinstance(side, dict):
-                P.add(ws if s in op else wo, f"side '{s}' must be a mapping with impl, type: module, path, args, kwargs")
+                P.add(ws if s in op else wo,
+                      f"side '{s}' must be a mapping with impl, type: module, path, args, kwargs")
                 return []
             check_keys(side, SIDE_FIELDS, ws, P, f"side '{s}'")
             if side.get("type", "module") != "module":
@@ -295,7 +310,8 @@ class Expander:
             out_node = None
             if common["raw_out"] is not None:
                 out_node = r.value(common["raw_out"], w.at(raw, "out"), env)
-            if common["cast"] and inputs is not BAD and not self._complex_ok(inputs, w.at(raw, "cast_input0_to_complex")):
+            cast_at = w.at(raw, "cast_input0_to_complex")
+            if common["cast"] and inputs is not BAD and not self._complex_ok(inputs, cast_at):
                 continue
             if BAD in (call, pair_call, inputs, kwargs, out_node):
                 continue

@@ -27,8 +27,8 @@ class Call:
     """What a test calls: an ATen op, or a module constructed from `path` with args/kwargs.
 
     `path` is a dotted import path or `file:relative/file.py::Name` (canonical form:
-    relative to the suite's directory, whatever folder the suite author wrote it from). Constructor args are nodes: `const`, `construct`, ... nodes
-    resolved but not sampled.
+    relative to the suite's directory, whatever folder the suite author wrote it from).
+    Constructor args are nodes: `const`, `construct`, ... nodes resolved but not sampled.
     """
 
     kind: Literal["op", "module"]

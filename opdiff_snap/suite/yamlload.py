@@ -170,8 +170,9 @@ def _convert(node: yaml.Node, duplicates: list[tuple[str, Mark]], depth: int = 0
             if isinstance(key, (dict, list)):
                 raise YamlSyntaxError([("a mapping key must be a plain scalar", mark_of(key_node))])
             if key in out:
-                duplicates.append((f"key '{key}' appears twice in one mapping "
-                                   f"(first at line {(out.key_marks[key] or (0, 0))[0]}); remove one", mark_of(key_node)))
+                first = (out.key_marks[key] or (0, 0))[0]
+                duplicates.append((f"key '{key}' appears twice in one mapping (first at line {first}); remove one",
+                                   mark_of(key_node)))
             out[key] = _convert(value_node, duplicates, depth + 1)
             out.marks[key] = mark_of(value_node)
             out.key_marks[key] = mark_of(key_node)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from opdiff_snap.backends.base import Artifact, Availability, Preset
 

@@ -1,8 +1,7 @@
 """Heads that import their sibling through the repository root, as opdiff repositories do."""
 import torch
-from torch import nn
-
 from examples.blocks import BlockConfig, ScaledNorm
+from torch import nn
 
 
 class NormHead(nn.Module):
