@@ -22,6 +22,7 @@ class WorkerContext:
     """What a task may know about the process running it."""
 
     threads: int = 0          # intra-op threads this worker runs with (torch's are set already)
+    cache_dir: Path | None = None   # this machine's artifact cache, for jobs that use one
 
 
 class Task(Protocol):
@@ -57,9 +58,14 @@ class Job:
     prepared: Any = None
 
     def run(self, context: WorkerContext = WorkerContext()) -> "Outcome":
+        from dataclasses import replace
+
         from .runner import run_job
 
-        return run_job(self, threads=context.threads)
+        job = self
+        if self.cache_dir is not None and context.cache_dir is not None:
+            job = replace(self, cache_dir=context.cache_dir)   # the cache as this machine has it
+        return run_job(job, threads=context.threads)
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> "Outcome":
         return Outcome(self.key, status, error_class=error_class, error_message=message)
@@ -83,6 +89,7 @@ class Outcome:
     error_message: str | None = None
     cache_hit: bool = False
     worker_pid: int | None = None
+    worker_node: str | None = None   # the Ray node that ran it (execution/ray_pool.py)
     # with Job.reference: the float64 outputs, flat like `outputs` (None for an output
     # that is not floating or already float64), or why there are none
     reference: list[torch.Tensor | None] | None = None
