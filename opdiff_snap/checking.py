@@ -335,7 +335,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
     results: list[Result] = []      # this session's
     prior: list[Result] = []
-    pool = make_pool(settings, in_process)
+    pool = make_pool(settings, in_process, listener)
     run_settings = settings_json(settings, in_process, use_cache, pool)
     if not suite_paths and golden_cases.imported:
         run_settings["trusted_imports"] = list(golden_cases.imported)

@@ -236,6 +236,27 @@ def _opdiff_options(fn):
     return fn
 
 
+def _executor_option(fn):
+    """--executor on record and check: where the jobs run (kept in the settings)."""
+
+    def keep(ctx: click.Context, param, value):
+        if value is not None:
+            from .config import parse_executor
+
+            try:
+                parse_executor(value)
+            except OpdiffError as exc:
+                raise click.BadParameter(str(exc).removeprefix(f"--executor {value!r}: ")) from None
+            found = ctx.find_object(Context)
+            found.settings = found.settings.with_overrides(executor=value)
+        return value
+
+    return click.option("--executor", metavar="local|ray|ray://HOST:PORT", expose_value=False, callback=keep,
+                        help="Where jobs run: worker processes here (local, the default), a Ray instance "
+                             "started here (ray), or the Ray cluster whose head is at HOST:PORT, each job on "
+                             "a node with the hardware its preset needs (docs/distributed.md).")(fn)
+
+
 def _parse_skips(text: str | None) -> list[tuple[str, str]]:
     out = []
     for token in (t.strip() for t in (text or "").split(";")):
@@ -299,6 +320,7 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @_run_options
 @_opdiff_options
+@_executor_option
 @click.pass_context
 @guarded
 def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, timeout_s, repeats, warmup,
@@ -367,6 +389,7 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @_run_options
 @_opdiff_options
+@_executor_option
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,

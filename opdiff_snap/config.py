@@ -4,6 +4,7 @@ overridden by command-line flags."""
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -22,6 +23,7 @@ class Settings:
     timeout_s: float = 300.0
     repeats: int = 5
     warmup: int = 1
+    executor: str = "local"   # local | ray | ray://HOST:PORT (parse_executor)
 
     def with_overrides(self, **values: Any) -> "Settings":
         """Replace the fields whose value is not None."""
@@ -71,6 +73,8 @@ def load_settings(start: Path | None = None) -> Settings:
                 raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be a path (a non-empty string), "
                                   f"not {value!r}.")
             value = pyproject.parent / value
+        elif name == "executor":
+            parse_executor(value, f"{pyproject}: [tool.opdiff] {key}")
         elif isinstance(default, (int, float)):
             value = _number(pyproject, key, value, whole=isinstance(default, int),
                             minimum=0 if name == "warmup" else (1 if isinstance(default, int) else None))
@@ -89,3 +93,20 @@ def _number(pyproject: Path, key: str, value: Any, whole: bool, minimum: int | N
         want = f"a whole number >= {minimum}" if whole else "a number > 0"
         raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be {want}, not {value!r}.")
     return value
+
+
+_ADDRESS = re.compile(r"auto|(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9_.-]*):[0-9]{1,5}")
+
+
+def parse_executor(spec: object, where: str = "--executor") -> tuple[str, str | None]:
+    """Where jobs run: ("local", None) for worker processes on this machine, ("ray", None)
+    for a Ray instance of our own on this machine, ("ray", "HOST:PORT") to join the Ray
+    cluster whose head is there (or "auto": the one started on this machine)."""
+    text = spec.strip() if isinstance(spec, str) else None
+    if text in ("local", "ray"):
+        return text, None
+    if text and text.startswith("ray://") and _ADDRESS.fullmatch(text[len("ray://"):]):
+        return "ray", text[len("ray://"):]
+    raise OpdiffError(f"{where} {spec!r}: give local (worker processes here), ray (a Ray instance "
+                      "started here) or ray://HOST:PORT (join the Ray cluster whose head listens there, "
+                      "as `ray start --head` prints it; ray://auto for the one started on this machine).")

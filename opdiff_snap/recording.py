@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 from . import history, trees
 from .backends.base import Preset
 from .backends.registry import availability, get_preset
-from .config import Settings
+from .config import Settings, parse_executor
 from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
@@ -104,8 +104,9 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     A `listener` with a `set_total(n)` method is told how many results to expect."""
     check_seeds(seeds, seed_list)
     preset = get_preset(baseline, preset_options)
+    local = in_process or parse_executor(settings.executor)[0] == "local"
     avail = availability(preset)
-    if not (avail.can_export and avail.can_run):
+    if local and not (avail.can_export and avail.can_run):
         raise OpdiffError(f"preset '{preset.name}' cannot be the baseline on this machine: {avail.reason}. "
                           "Pick a preset that runs here (see `opdiff list-presets`).")
     suite_paths = find_suites(suites, settings.suites)
@@ -123,7 +124,11 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     if any(item.verdict is None for item in planned):
         store.check_writable()  # before any baseline runs: a read-only store fails here, not at the end
     set_total(listener, len(planned))
-    pool = make_pool(settings, in_process)
+    pool = make_pool(settings, in_process, listener)
+    why = None if local else pool.unavailable(preset)   # a cluster is asked once it is joined
+    if why:
+        pool.close()
+        raise OpdiffError(f"preset '{preset.name}' cannot be the baseline: {why}.")
     recorder = _Recorder(store, preset, environment(threads=pool.threads), settings, listener, reference)
     started = time.perf_counter()
     with history.RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],

@@ -8,19 +8,36 @@ import warnings
 from typing import Any
 
 from . import history
-from .config import Settings
+from .config import Settings, parse_executor
+from .errors import OpdiffError
 from .execution import WorkerPool
 from .results import Listener, Result
 
 
-def make_pool(settings: Settings, in_process: bool) -> WorkerPool:
-    return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process)
+def make_pool(settings: Settings, in_process: bool, listener: Listener | None = None):
+    """The pool the run's jobs go to: worker processes here (or this process), or a Ray
+    cluster (`settings.executor`, execution/ray_pool.py), which tells the listener of
+    nodes lost on the way. Either one runs tasks with the same contract."""
+    kind, address = parse_executor(settings.executor)
+    if kind == "local":
+        return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process)
+    if in_process:
+        raise OpdiffError(f"--in-process runs jobs in this process, --executor {settings.executor} on a "
+                          "Ray cluster; give one of them.")
+    from .execution.ray_pool import RayPool
+
+    return RayPool(address, jobs=settings.jobs, timeout_s=settings.timeout_s,
+                   notify=lambda text: notice(listener, text))
 
 
-def settings_json(settings: Settings, in_process: bool, cache: bool, pool: WorkerPool) -> dict[str, Any]:
-    return {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
-            "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
-            "threads": pool.threads}
+def settings_json(settings: Settings, in_process: bool, cache: bool, pool) -> dict[str, Any]:
+    out = {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
+           "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
+           "threads": pool.threads}
+    describe = getattr(pool, "describe", None)   # where a Ray run ran: its executor and nodes
+    if callable(describe):
+        out.update(describe())
+    return out
 
 
 def notice(listener: Listener | None, text: str) -> None:

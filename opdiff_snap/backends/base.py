@@ -17,6 +17,13 @@ Runnable = Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]]
 
 PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
+# What a preset may need from the machine it runs on beyond a CPU (Backend.requires). A
+# Ray node advertises each as a custom resource of the same name (docs/distributed.md);
+# a plugin may name needs of its own the same way.
+MACOS = "macos"
+APPLE_SILICON = "apple_silicon"
+CUDA = "cuda"
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -83,3 +90,7 @@ class Backend(Protocol):
         outputs may come back in the preset's precision (the caller casts them back).
         `threads`: the intra-op threads the job may use (0: the runtime's default); torch's
         own thread count is set per worker process, so only other runtimes need it."""
+
+    # Optional: `requires(preset) -> frozenset[str]`, what the preset needs beyond a CPU
+    # (MACOS, APPLE_SILICON, CUDA or a plugin's own names); a backend without it needs
+    # nothing more. Only the Ray executor routes on it (execution/ray_pool.py).

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Artifact, Availability, Preset, Runnable
+from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
 from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module
 
 COMPUTE_UNITS = {"cpu": "CPU_ONLY", "gpu": "CPU_AND_GPU", "ane": "CPU_AND_NE", "any": "ALL"}
@@ -45,6 +45,11 @@ class CoreMLBackend:
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
         return {"compute_units": COMPUTE_UNITS[device], "compute_precision": _PRECISION_NAMES[precision]}
+
+    def requires(self, preset: Preset) -> frozenset[str]:
+        """Conversion runs anywhere, but a CoreML model predicts only on macOS (the Neural
+        Engine only on Apple silicon)."""
+        return frozenset({MACOS, APPLE_SILICON}) if preset.device == "ane" else frozenset({MACOS})
 
     def availability(self, preset: Preset) -> Availability:
         if not has_module("coremltools"):

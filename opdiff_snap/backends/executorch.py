@@ -16,8 +16,9 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Artifact, Availability, Preset, Runnable
-from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module, single_file, thread_budget
+from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
+from .common import (IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module,
+                     single_file, thread_budget)
 
 PROGRAM_FILE = "model.pte"
 
@@ -54,6 +55,9 @@ class ExecuTorchBackend:
         if device == "coreml":
             return {"coreml_compute_precision": precision}
         return {"export_fp16": precision == "fp16"}
+
+    def requires(self, preset: Preset) -> frozenset[str]:
+        return {"mps": frozenset({MACOS, APPLE_SILICON}), "coreml": frozenset({MACOS})}.get(preset.device, frozenset())
 
     def availability(self, preset: Preset) -> Availability:
         if not has_module("executorch.exir"):

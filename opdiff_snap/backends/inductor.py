@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Artifact, Availability, Preset, Runnable
+from .base import CUDA, Artifact, Availability, Preset, Runnable
 from .common import as_output_list, cast_inputs, cast_module, has_module, reduced_dtype
 from .torch_eager import device_availability, grad_context
 
@@ -58,6 +58,9 @@ class InductorBackend:
     }
     serializes = False
     can_differentiate = True
+
+    def requires(self, preset: Preset) -> frozenset[str]:
+        return frozenset({CUDA}) if preset.device == "cuda" else frozenset()
 
     def availability(self, preset: Preset) -> Availability:
         dev = device_availability(preset.device)

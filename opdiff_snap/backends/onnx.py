@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Artifact, Availability, Preset, Runnable
+from .base import CUDA, MACOS, Artifact, Availability, Preset, Runnable
 from .common import cast_inputs, cast_module, contiguous_cpu, reduced_dtype, single_file, thread_budget
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
@@ -55,6 +55,9 @@ class OnnxBackend:
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
         return {"providers": [PROVIDERS[device]]}
+
+    def requires(self, preset: Preset) -> frozenset[str]:
+        return {"cuda": frozenset({CUDA}), "coreml": frozenset({MACOS})}.get(preset.device, frozenset())
 
     def availability(self, preset: Preset) -> Availability:
         missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]

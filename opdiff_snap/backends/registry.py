@@ -154,6 +154,24 @@ def availability(preset: Preset) -> Availability:
                                           f"{type(exc).__name__}: {exc}")
 
 
+def requirements(preset: Preset) -> frozenset[str]:
+    """What `preset` needs from a machine beyond a CPU (the backend's optional `requires`;
+    nothing when it does not say). The Ray executor routes jobs on it."""
+    backend = backend_for(preset)
+    ask = getattr(backend, "requires", None)
+    if not callable(ask):
+        return frozenset()
+    try:
+        needs = ask(preset)
+        if isinstance(needs, str) or not all(isinstance(n, str) and n for n in needs):
+            raise TypeError(f"it returned {needs!r}, not a set of names")
+        return frozenset(needs)
+    except Exception as exc:
+        raise OpdiffError(f"preset '{preset.name}': the {backend.family} backend's requires() failed "
+                          f"({type(exc).__name__}: {exc}); it must return a set of names such as "
+                          "{'cuda'}. Fix the backend plugin.") from None
+
+
 def _make(name: str, flat_overrides: Mapping[str, Any]) -> Preset:
     entry = _table().get(name) if isinstance(name, str) else None
     if entry is None:

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import Artifact, Availability, Preset, Runnable
+from .base import APPLE_SILICON, CUDA, MACOS, Artifact, Availability, Preset, Runnable
 from .common import as_output_list, cast_inputs, cast_module, reduced_dtype
 
 
@@ -45,6 +45,9 @@ def grad_context(options: Mapping[str, Any]):
     return torch.inference_mode() if options.get("inference_mode", True) else torch.no_grad()
 
 
+DEVICE_NEEDS = {"cuda": frozenset({CUDA}), "mps": frozenset({MACOS, APPLE_SILICON})}
+
+
 class TorchEagerBackend:
     """`torch_<cpu|cuda|mps>_<fp32|fp16|bf16>`."""
 
@@ -57,6 +60,9 @@ class TorchEagerBackend:
     }
     serializes = False
     can_differentiate = True
+
+    def requires(self, preset: Preset) -> frozenset[str]:
+        return DEVICE_NEEDS.get(preset.device, frozenset())
 
     def availability(self, preset: Preset) -> Availability:
         return device_availability(preset.device)

@@ -7,6 +7,7 @@ constructs modules) runs inside a task, so only a worker can be taken down by it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -20,6 +21,7 @@ class WorkerContext:
     """What a task may know about the process running it."""
 
     threads: int = 0          # intra-op threads this worker runs with (torch's are set already)
+    cache_dir: Path | None = None   # this machine's artifact cache, for jobs that use one
 
 
 class Task(Protocol):
@@ -53,6 +55,7 @@ class Outcome:
     error_message: str | None = None
     cache_hit: bool = False
     worker_pid: int | None = None
+    worker_node: str | None = None   # the Ray node that ran it (execution/ray_pool.py)
     # with Job.reference: the float64 outputs, flat like `outputs` (None for an output
     # that is not floating or already float64), or why there are none
     reference: list[torch.Tensor | None] | None = None

@@ -41,7 +41,8 @@ STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is 
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
 
 
-def _worker_main(conn: Connection, threads: int, log_path: str | None = None) -> None:
+def _worker_main(conn: Connection, threads: int, log_path: str | None = None,
+                 cache_dir: str | None = None) -> None:
     """Entry point of a worker process. Its stdout and stderr (exporter chatter, library
     warnings, a native crash's last words) go to `log_path`, never into the run's output;
     the parent quotes the tail of that log when the worker dies."""
@@ -63,7 +64,7 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         from ..backends import registry  # noqa: F401  (import once, before the first job)
     except ImportError:
         pass
-    context = WorkerContext(threads=threads)
+    context = WorkerContext(threads=threads, cache_dir=Path(cache_dir) if cache_dir else None)
     conn.send_bytes(_READY)
     while True:
         try:
@@ -157,17 +158,24 @@ def death_description(exitcode: int | None) -> tuple[str, str]:
 
 
 class WorkerPool:
-    """Run jobs in `jobs` persistent worker processes (or in this process)."""
+    """Run jobs in `jobs` persistent worker processes (or in this process).
 
-    def __init__(self, jobs: int | None = None, timeout_s: float = 300, in_process: bool = False):
+    `threads`: intra-op threads per worker (default: the cores shared out among them).
+    `cache_dir`: where this machine keeps the artifact cache, for jobs that use one
+    (default: where each job says). `raw`: yield each worker's result as the pickled
+    bytes it sent, undecoded (a pool that only forwards results, execution/ray_pool.py)."""
+
+    def __init__(self, jobs: int | None = None, timeout_s: float = 300, in_process: bool = False,
+                 threads: int | None = None, cache_dir: Path | None = None, raw: bool = False):
         self.n = max(1, int(jobs or os.cpu_count() or 1))
         self.timeout_s = float(timeout_s)
         self.in_process = in_process
+        self.cache_dir, self.raw = cache_dir, raw
         if in_process:
             import torch
             self.threads = torch.get_num_threads()   # intra-op threads the jobs run with
         else:
-            self.threads = max(1, (os.cpu_count() or 1) // self.n)
+            self.threads = threads or max(1, (os.cpu_count() or 1) // self.n)
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
         self._logs: tempfile.TemporaryDirectory | None = None
@@ -185,7 +193,8 @@ class WorkerPool:
             self._logs = tempfile.TemporaryDirectory(prefix="opdiff-workers-")
         log = Path(self._logs.name) / f"worker-{self.started_workers}.log"
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main, args=(child, self.threads, str(log)),
+        proc = self._ctx.Process(target=_worker_main,
+                                 args=(child, self.threads, str(log), str(self.cache_dir or "") or None),
                                  name="opdiff-worker", daemon=True)
         proc.start()
         child.close()  # so that the parent sees EOF when the worker dies
@@ -204,6 +213,19 @@ class WorkerPool:
             w.conn.close()
         except OSError:
             pass
+
+    def prestart(self) -> None:
+        """Start the workers now, so they import torch before the first job comes."""
+        if not self.in_process:
+            while len(self._workers) < self.n:
+                self._spawn()
+
+    def unavailable(self, preset) -> str | None:
+        """Why no job of `preset` can run on this machine (None: it can)."""
+        from ..backends.registry import availability
+
+        found = availability(preset)
+        return None if found.can_export and found.can_run else found.reason or "it cannot run here"
 
     def close(self) -> None:
         """Stop every worker: ask politely, then kill whoever is still there after 2 s."""
@@ -289,7 +311,7 @@ class WorkerPool:
                     if msg == _READY:
                         w.ready, start_failures = True, 0
                         continue
-                    outcome = pickle.loads(msg)
+                    outcome = msg if self.raw else pickle.loads(msg)
                     w.job, w.served = None, w.served + 1
                     yield outcome
                 now = time.monotonic()

@@ -68,7 +68,10 @@ class Job:
     prepared: Any = None
 
     def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
-        return run_job(self, threads=context.threads)
+        job = self
+        if self.cache_dir is not None and context.cache_dir is not None:
+            job = dataclasses.replace(self, cache_dir=context.cache_dir)   # the cache as this machine has it
+        return run_job(job, threads=context.threads)
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> Outcome:
         return Outcome(self.key, status, error_class=error_class, error_message=message)

@@ -1,0 +1,513 @@
+"""The worker pool on a Ray cluster: WorkerPool's contract (`run(tasks)` yields one result
+per task, in completion order; CRASH and TIMEOUT through `task.failed`), with each job
+sent to a node that has the hardware its preset needs.
+
+- The parent plans, reads goldens, judges and writes history exactly as with the local
+  pool; only where a task runs changes. It pickles each task and hands the bytes to an
+  actor on the chosen node.
+- `NodeWorker` is that actor: one per busy slot of a node, per preset family. It owns a
+  one-worker WorkerPool, so the job runs in a persistent subprocess that keeps torch and
+  the family's runtime imported. A segfault takes only that subprocess (CRASH with the
+  signal); a job past the timeout is TIMEOUT and the subprocess is replaced. The actor
+  never unpickles a task: user code runs in the subprocess only.
+- Routing: `registry.requirements(preset)` names what a preset needs (macos,
+  apple_silicon, cuda, or a plugin's own names). A node advertises each as a Ray custom
+  resource of that name (`ray start --resources '{"cuda": 1}'`; Ray's own GPU resource
+  counts as cuda). Actors are pinned to such a node and ask Ray for a sliver of each
+  resource, so Ray itself would refuse any other node. A task no live node can run is
+  UNAVAILABLE with the reason, before anything is submitted.
+- Concurrency: a node runs at most as many jobs at once as it advertises CPUs (`ray
+  start --num-cpus N`), and keeps at most that many actors warm; an idle actor of
+  another family makes room when needed.
+- A node (or actor) that dies: its in-flight jobs are retried once elsewhere; a job that
+  dies twice, or that no other node can take, is CRASH naming the node.
+
+Nothing imports ray until a RayPool is made.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..errors import OpdiffError
+from ..verdicts import Verdict
+from .job import Task
+from .pool import STARTUP_TIMEOUT_S, WorkerPool
+
+SLIVER = 0.001            # of each required resource an actor asks Ray for
+ACTOR_GRACE_S = STARTUP_TIMEOUT_S + 60.0   # beyond the job timeout, before the parent gives up on an actor
+REFRESH_S = 1.0           # how often the parent re-reads which nodes are alive
+_GPU = "GPU"              # Ray's own resource for NVIDIA GPUs: it satisfies "cuda"
+
+
+# ---------------------------------------------------------------- the actor on each node
+
+@dataclass
+class _Failed:
+    """A task's failure as the node saw it; the parent turns it into `task.failed(...)`."""
+
+    status: str
+    error_class: str | None
+    message: str
+    worker_pid: int | None = None
+
+
+class _Opaque:
+    """A pickled task that the actor forwards without unpickling it: pickling this yields
+    the original bytes' task again, so it is unpickled in the worker subprocess only."""
+
+    def __init__(self, key: str, data: bytes):
+        self.key, self.data = key, data
+
+    def __reduce__(self):
+        return (pickle.loads, (self.data,))
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> _Failed:
+        return _Failed(status.value, error_class, message)
+
+
+def node_cache(cache: str | None) -> Path | None:
+    """The artifact cache on this node: the parent's when it can be used here (the same
+    machine, a shared mount, a remote store), else one of this node's own."""
+    if not cache:
+        return None
+    from .cache import cache_unusable
+
+    path = Path(cache)
+    if not cache_unusable(path):
+        return path
+    return Path.home() / ".cache" / "opdiff-snap" / "artifacts"
+
+
+class NodeWorker:
+    """A Ray actor that runs tasks, one at a time, in one isolated worker subprocess."""
+
+    def __init__(self, timeout_s: float, slots: int, cache: str | None):
+        threads = max(1, (os.cpu_count() or 1) // max(1, slots))
+        self.pool = WorkerPool(jobs=1, timeout_s=timeout_s, threads=threads, cache_dir=node_cache(cache),
+                               raw=True)
+        self.pool.prestart()
+
+    def run(self, key: str, data: bytes) -> tuple:
+        """("ok", the worker's pickled result) or ("failed", status, error class, message, pid)."""
+        (result,) = list(self.pool.run([_Opaque(key, data)]))
+        if isinstance(result, _Failed):
+            return ("failed", result.status, result.error_class, result.message, result.worker_pid)
+        return ("ok", result)
+
+    def stop(self) -> None:
+        self.pool.close()
+
+
+# ---------------------------------------------------------------- the parent's view of the cluster
+
+@dataclass
+class _Node:
+    id: str
+    host: str
+    ip: str
+    resources: dict[str, float]
+    alive: bool = True
+
+    @property
+    def slots(self) -> int:
+        return int(self.resources.get("CPU", 0))
+
+    def resource_for(self, need: str) -> str | None:
+        if self.resources.get(need, 0) > 0:
+            return need
+        if need == "cuda" and self.resources.get(_GPU, 0) > 0:
+            return _GPU
+        return None
+
+    def offers(self, needs: frozenset[str]) -> bool:
+        return self.slots > 0 and all(self.resource_for(n) for n in needs)
+
+    @property
+    def label(self) -> str:
+        return f"{self.host} ({self.ip}, node {self.id[:12]})"
+
+    def offered(self) -> dict[str, float]:
+        """What the node advertises that jobs can use: CPUs, GPUs, custom resources."""
+        return {k: v for k, v in sorted(self.resources.items())
+                if not k.startswith(("node:", "memory", "object_store_memory", "accelerator_type"))}
+
+    def advertised(self) -> str:
+        return f"{self.host} {self.offered()}"
+
+
+@dataclass
+class _Actor:
+    handle: Any
+    node: _Node
+    kind: tuple[str, frozenset[str]]   # (preset family, needs)
+    busy: bool = False
+    last_used: float = 0.0
+
+
+@dataclass
+class _Item:
+    task: Task
+    needs: frozenset[str]
+    family: str
+    attempts: int = 0
+    avoid: set[str] = field(default_factory=set)   # nodes it died on
+    lost: list[str] = field(default_factory=list)  # what happened to it there
+
+
+@dataclass
+class _Flight:
+    item: _Item
+    actor: _Actor
+    deadline: float
+
+
+def _needs(task: Task) -> tuple[frozenset[str], str]:
+    preset = getattr(task, "preset", None)
+    if preset is None:
+        return frozenset(), ""
+    from ..backends.registry import requirements
+
+    return requirements(preset), preset.family
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    cause = next((ln for ln in lines if "died because" in ln or "terminated" in ln), None)
+    return cause or (lines[0] if lines else type(exc).__name__)
+
+
+class RayPool:
+    """Run tasks on a Ray cluster (`address` "HOST:PORT" or "auto"), or on a Ray instance
+    of our own on this machine with `jobs` CPUs (`address` None). `notify` is told what the
+    user should know that is no result (a node that died, a job retried)."""
+
+    def __init__(self, address: str | None, jobs: int | None = None, timeout_s: float = 300,
+                 notify: Callable[[str], None] | None = None):
+        self.address = address
+        self.n = max(1, int(jobs or os.cpu_count() or 1))
+        self.timeout_s = float(timeout_s)
+        self.notify = notify or (lambda text: None)
+        self.in_process = False
+        self.threads = max(1, (os.cpu_count() or 1) // self.n) if address is None else None
+        self.started_workers = 0          # actors created (replacements included)
+        self._ray, self._owned = _connect(address, self.n)
+        self._actor_class = self._ray.remote(NodeWorker)
+        self._nodes: dict[str, _Node] = {}
+        self._actors: list[_Actor] = []
+        self._refreshed = 0.0
+        self._refresh(force=True)
+
+    @property
+    def where(self) -> str:
+        return f"the Ray cluster at {self.address}" if self.address else "the Ray instance started here"
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "RayPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every actor (each stops its worker subprocess), then leave the cluster (a
+        Ray instance of our own stops with it)."""
+        if self._ray is None:
+            return
+        actors, self._actors = self._actors, []
+        stops = [a.handle.stop.remote() for a in actors if not a.busy and a.node.alive]
+        if stops:
+            self._ray.wait(stops, num_returns=len(stops), timeout=10)
+        for a in actors:
+            self._kill(a)
+        if self._owned:
+            self._ray.shutdown()
+        self._ray = None
+
+    def describe(self) -> dict[str, Any]:
+        """For the run's settings: where it ran, and the nodes it could use."""
+        return {"executor": f"ray://{self.address}" if self.address else "ray",
+                "nodes": [{"node": n.id, "host": n.host, "ip": n.ip, "resources": n.offered()}
+                          for n in self._nodes.values() if n.alive]}
+
+    def unavailable(self, preset) -> str | None:
+        """Why no node of the cluster can run `preset` (None: one can)."""
+        from ..backends.registry import requirements
+
+        needs = requirements(preset)
+        self._refresh(force=True)
+        return None if self._candidates(needs) else self._no_node(needs)
+
+    # ------------------------------------------------------------ nodes
+    def _refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._refreshed < REFRESH_S:
+            return
+        self._refreshed = now
+        for info in self._ray.nodes():
+            node_id = info["NodeID"]
+            if info.get("Alive"):
+                node = self._nodes.get(node_id)
+                if node is None:
+                    self._nodes[node_id] = _Node(node_id, info.get("NodeManagerHostname") or "?",
+                                                 info.get("NodeManagerAddress") or "?",
+                                                 dict(info.get("Resources") or {}))
+                else:
+                    node.resources = dict(info.get("Resources") or node.resources)
+            elif node_id in self._nodes and self._nodes[node_id].alive:
+                self._nodes[node_id].alive = False
+                self._actors = [a for a in self._actors if a.node.id != node_id or a.busy]
+
+    def _candidates(self, needs: frozenset[str]) -> list[_Node]:
+        return [n for n in self._nodes.values() if n.alive and n.offers(needs)]
+
+    def _busy(self, node: _Node) -> int:
+        return sum(1 for a in self._actors if a.node is node and a.busy)
+
+    def _no_node(self, needs: frozenset[str]) -> str:
+        alive = [n for n in self._nodes.values() if n.alive]
+        gone = [n for n in self._nodes.values() if not n.alive and n.offers(needs)]
+        what = (f"advertises {' and '.join(sorted(needs))} with a CPU" if needs else "has a CPU to run jobs on")
+        text = (f"no live node of {self.where} {what} (nodes: "
+                f"{'; '.join(n.advertised() for n in alive) or 'none'})")
+        if gone:
+            text += f"; {', '.join(n.label for n in gone)}, which did, died during the run"
+        example = "{" + ", ".join(f'"{n}": 1' for n in sorted(needs)) + "}" if needs else None
+        start = f"ray start --address {self.address or 'HEAD:PORT'}" + (f" --resources '{example}'" if example else " --num-cpus N")
+        return f"{text}. Add such a node with `{start}` (docs/distributed.md)"
+
+    # ------------------------------------------------------------ actors
+    def _actor(self, node: _Node, item: _Item) -> _Actor:
+        """An idle actor of the item's kind on `node`, made when there is none (retiring an
+        idle one of another kind when the node already keeps as many as it has slots)."""
+        kind = (item.family, item.needs)
+        mine = [a for a in self._actors if a.node is node]
+        for a in mine:
+            if a.kind == kind and not a.busy:
+                return a
+        idle = sorted((a for a in mine if not a.busy), key=lambda a: a.last_used)
+        if len(mine) >= node.slots and idle:
+            self._retire(idle[0])
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        handle = self._actor_class.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
+            num_cpus=0, resources={node.resource_for(n): SLIVER for n in item.needs},
+            max_restarts=0, max_task_retries=0,
+        ).remote(self.timeout_s, node.slots, _cache_arg(item.task))
+        self.started_workers += 1
+        actor = _Actor(handle, node, kind)
+        self._actors.append(actor)
+        return actor
+
+    def _retire(self, actor: _Actor) -> None:
+        if actor in self._actors:
+            self._actors.remove(actor)
+        actor.handle.stop.remote()
+        self._kill(actor)
+
+    def _kill(self, actor: _Actor) -> None:
+        try:
+            self._ray.kill(actor.handle, no_restart=True)
+        except Exception:
+            pass   # already gone with its node
+
+    # ------------------------------------------------------------ running
+    def run(self, tasks: Iterable[Task]) -> Iterator:
+        """Each task's result (see job.Task), in completion order."""
+        ray = self._ray
+        source = iter(tasks)
+        queue: deque[_Item] = deque()
+        flights: dict[Any, _Flight] = {}
+        exhausted = False
+        try:
+            while True:
+                self._refresh()
+                done: list = []
+                self._dispatch(queue, flights, done)
+                while not exhausted and len(queue) < max(1, 2 * self._capacity()) \
+                        and (self._free_slot() or not self._capacity()):
+                    try:
+                        task = next(source)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    needs, family = _needs(task)
+                    queue.append(_Item(task, needs, family))
+                    self._dispatch(queue, flights, done)
+                yield from done
+                if not flights:
+                    if exhausted and not queue:
+                        return
+                    if not queue:
+                        continue
+                    time.sleep(REFRESH_S / 4)   # every slot taken by nothing of ours: wait for nodes
+                    self._refresh(force=True)
+                    continue
+                now = time.monotonic()
+                wait_s = max(0.0, min(min(f.deadline for f in flights.values()) - now, REFRESH_S))
+                ready, _ = ray.wait(list(flights), num_returns=1, timeout=wait_s)
+                for ref in ready:
+                    result = self._landed(flights.pop(ref), ref, queue)
+                    if result is not None:
+                        yield result
+                now = time.monotonic()
+                for ref, flight in list(flights.items()):
+                    if now >= flight.deadline:
+                        del flights[ref]
+                        yield self._overdue(flight)
+        except GeneratorExit:
+            for flight in flights.values():   # the consumer stopped early: abandon what runs
+                if flight.actor in self._actors:
+                    self._actors.remove(flight.actor)
+                self._kill(flight.actor)
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _capacity(self) -> int:
+        return sum(n.slots for n in self._nodes.values() if n.alive)
+
+    def _free_slot(self) -> bool:
+        return any(self._busy(n) < n.slots for n in self._nodes.values() if n.alive)
+
+    def _dispatch(self, queue: deque[_Item], flights: dict, done: list) -> None:
+        """Start every queued item that a free slot can take, in queue order; items no live
+        node can run leave the queue as results."""
+        for item in list(queue):
+            nodes = self._candidates(item.needs)
+            if not nodes:
+                queue.remove(item)
+                done.append(self._unrunnable(item))
+                continue
+            elsewhere = [n for n in nodes if n.id not in item.avoid]
+            pick = [n for n in (elsewhere or nodes) if self._busy(n) < n.slots]
+            if not pick:
+                continue
+            kind = (item.family, item.needs)
+            warm = [n for n in pick if any(a.node is n and a.kind == kind and not a.busy for a in self._actors)]
+            node = (warm or sorted(pick, key=self._busy))[0]
+            actor = self._actor(node, item)
+            try:
+                data = pickle.dumps(item.task, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:   # e.g. an unpicklable value in a test's inputs
+                queue.remove(item)
+                done.append(item.task.failed(Verdict.EXPORT_FAIL, type(exc).__name__,
+                                             f"the job could not be sent to a worker: {exc}"))
+                continue
+            queue.remove(item)
+            actor.busy = True
+            ref = actor.handle.run.remote(item.task.key, data)
+            flights[ref] = _Flight(item, actor, time.monotonic() + self.timeout_s + ACTOR_GRACE_S)
+
+    def _landed(self, flight: _Flight, ref: Any, queue: deque[_Item]):
+        """The result of a finished flight; None when the item went back to the queue."""
+        from ray import exceptions as rx
+
+        actor, item = flight.actor, flight.item
+        actor.busy, actor.last_used = False, time.monotonic()
+        try:
+            reply = self._ray.get(ref)
+        except rx.RayTaskError as exc:   # our actor code raised: a bug, not the job's doing
+            return self._stamp(item.task.failed(Verdict.CRASH, "RayTaskError",
+                                                f"the Ray worker on {actor.node.label} failed: {_first_line(exc)}"),
+                               actor.node, None)
+        except rx.RayError as exc:       # the actor is gone: its node died, or its process did
+            return self._lost(flight, exc, queue)
+        if reply[0] == "ok":
+            return self._stamp(pickle.loads(reply[1]), actor.node, None)
+        _, status, error_class, message, pid = reply
+        return self._stamp(item.task.failed(Verdict(status), error_class, message), actor.node, pid)
+
+    def _lost(self, flight: _Flight, exc: BaseException, queue: deque[_Item]):
+        actor, item, node = flight.actor, flight.item, flight.actor.node
+        if actor in self._actors:
+            self._actors.remove(actor)
+        self._kill(actor)
+        self._refresh(force=True)
+        if "node has died" in str(exc) or "node was terminated" in str(exc):
+            node.alive = False   # Ray said so before its node table did
+        what = "died" if not node.alive else "lost its Ray worker"
+        item.lost.append(f"the Ray node {node.label} {what} while running the job ({_first_line(exc)})")
+        item.avoid.add(node.id)
+        if item.attempts == 0:
+            item.attempts = 1
+            queue.appendleft(item)
+            self.notify(f"{item.lost[-1]}; {item.task.key.replace(chr(0), ' ')} is retried elsewhere")
+            return None
+        return self._stamp(item.task.failed(Verdict.CRASH, "NodeDied",
+                                            "; ".join(item.lost) + "; it had been retried once already"),
+                           node, None)
+
+    def _unrunnable(self, item: _Item):
+        why = self._no_node(item.needs)
+        if item.lost:   # it was running when its node went away, and nothing else can take it
+            return item.task.failed(Verdict.CRASH, "NodeDied", "; ".join(item.lost)
+                                    + f"; it could not be retried elsewhere: {why}")
+        return item.task.failed(Verdict.UNAVAILABLE, None, why)
+
+    def _overdue(self, flight: _Flight):
+        actor = flight.actor
+        if actor in self._actors:
+            self._actors.remove(actor)
+        self._kill(actor)
+        waited = self.timeout_s + ACTOR_GRACE_S
+        return self._stamp(flight.item.task.failed(
+            Verdict.TIMEOUT, "Timeout", f"no result from the Ray worker on {actor.node.label} after "
+                                        f"{waited:g} s; it was killed and replaced"), actor.node, None)
+
+    @staticmethod
+    def _stamp(result, node: _Node, pid: int | None):
+        if hasattr(result, "worker_node"):
+            result.worker_node = node.id
+        if pid is not None and hasattr(result, "worker_pid"):
+            result.worker_pid = pid
+        return result
+
+
+def _cache_arg(task: Task) -> str | None:
+    cache = getattr(task, "cache_dir", None)
+    return str(Path(cache).absolute()) if cache is not None else None
+
+
+def _connect(address: str | None, cpus: int):
+    """(the ray module, whether we started the instance and stop it at close)."""
+    if address is None:
+        # A Ray instance of our own listens on loopback only (as Ray does on macOS), and
+        # asks for a token of its own, passed to its workers in the environment (Ray would
+        # otherwise write one to ~/.ray/auth_token, which later clusters pick up).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if "RAY_AUTH_MODE" not in os.environ:
+            os.environ["RAY_AUTH_MODE"] = "token"
+            os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError:
+        raise OpdiffError("--executor ray needs Ray, which is not installed here: pip install "
+                          "'opdiff-snap[ray]' (on every node of the cluster too).") from None
+    if ray.is_initialized():
+        return ray, False   # already connected (an API user's own session): use it, leave it open
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR,
+                               "include_dashboard": False}
+    try:
+        if address is None:
+            ray.init(num_cpus=cpus, **options)
+        else:
+            ray.init(address=address, **options)
+    except Exception as exc:
+        where = f"join the Ray cluster at {address}" if address else "start a Ray instance here"
+        hint = ("Start its head with `ray start --head --port PORT` and give that HOST:PORT, or check "
+                "that this machine reaches it" if address else "Run `ray start --head` and use --executor "
+                "ray://auto, or use the local executor")
+        raise OpdiffError(f"--executor: cannot {where} ({type(exc).__name__}: {_first_line(exc)}). {hint}.") from None
+    return ray, True
