@@ -4,6 +4,7 @@ caller's listener."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from . import history
@@ -12,14 +13,15 @@ from .execution import WorkerPool
 from .results import Listener, Result
 
 
-def make_pool(settings: Settings, in_process: bool) -> WorkerPool:
-    return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process)
+def make_pool(settings: Settings, in_process: bool, python: Path | None = None) -> WorkerPool:
+    """The pool a run's jobs go to; with `python`, its workers run under that interpreter."""
+    return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process, python=python)
 
 
 def settings_json(settings: Settings, in_process: bool, cache: bool, pool: WorkerPool) -> dict[str, Any]:
     return {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
             "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
-            "threads": pool.threads}
+            "threads": pool.threads, **({"python": str(pool.python)} if pool.python else {})}
 
 
 def notice(listener: Listener | None, text: str) -> None:
