@@ -12,8 +12,10 @@ from pathlib import Path
 from .checking import check
 from .recording import record
 from .results import Result, RunReport
+from .upgrading import UpgradeReport, UpgradeUI, upgrade
 
-__all__ = ["Result", "RunReport", "check", "query", "record"]
+__all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "check", "diff_page", "query", "record",
+           "upgrade"]
 
 
 def query(sql: str, store: Path = Path("store")):
@@ -139,3 +141,16 @@ def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: floa
     with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
         done = {r.test_id: r for r in pool.run(tasks)}
     return [done[c.id] for c in cases]
+
+
+def diff_page(out: Path, run_a: str | None = None, run_b: str | None = None, *, by: str | None = None,
+              versions: tuple[str, str] | None = None, store: Path = Path("store"),
+              drift_factor: float = 10.0, latency_threshold: float = 0.25) -> Path:
+    """Runs A and B (or the latest check runs on two versions of library `by`) compared on one
+    self-contained HTML page, with the latency ratio per op family."""
+    from .analytics.diff_html import render_diff_html
+    from .analytics.reports import diff_runs
+
+    diff = diff_runs(store, run_a, run_b, by=by, versions=versions, drift_factor=drift_factor,
+                     latency_threshold=latency_threshold)
+    return render_diff_html(diff, out)
