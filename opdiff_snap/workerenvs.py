@@ -193,8 +193,11 @@ def conflict(output: str) -> str:
     lines = [ln.rstrip() for ln in output.splitlines()]
     said: list[str] = []
     for i, ln in enumerate(lines):
-        if "The conflict is caused by" in ln:
-            said += [x.strip() for x in lines[i + 1:i + 8] if x.strip() and not x.startswith("To fix")]
+        if "The conflict is caused by" in ln:   # pip: the lines up to the next blank one
+            for x in lines[i + 1:i + 12]:
+                if not x.strip():
+                    break
+                said.append(re.sub(r";.*$", "", x.strip()))    # without environment markers
             break
     if not said:
         for i, ln in enumerate(lines):
@@ -276,10 +279,16 @@ def _failure_message(reqs: Requirements, withs: dict[str, tuple[str, str]], inst
                      log: Path) -> str:
     named = ", ".join(f"{n}=={v}" for n, v in withs.values()) or ", ".join(reqs.install[1:])
     why = conflict(output)
-    hint = ("name a version that exists (`pip index versions NAME` lists them)"
-            if re.search(r"(?i)no matching distribution|could not find a version|no version|not found in", output)
-            else "name the other packages it needs too, each with its own --with (an executorch release, "
-                 "say, needs the torch it was built against: --with torch==THAT_VERSION)")
+    needs = sorted(set(re.findall(r"depends on ([A-Za-z0-9._-]+==[^\s;,)]+)", why)))
+    if re.search(r"(?i)no matching distribution|could not find a version|no version|not found in", output):
+        hint = "name a version that exists (`pip index versions NAME` lists them)"
+    elif needs:
+        hint = ("name what it needs too, each with its own --with: "
+                + " ".join(f"--with {n}" for n in needs)
+                + " (an executorch release, say, needs the torch it was built against)")
+    else:
+        hint = ("name the other packages it needs too, each with its own --with (an executorch release, "
+                "say, needs the torch it was built against: --with torch==THAT_VERSION)")
     return (f"cannot build an environment with {named} over this environment's pins: {installer} says: {why}. "
             f"To fix it, {hint}. Nothing was run and the store is unchanged (the installer's full output: "
             f"{log.parent.parent / (log.parent.name + '-failed.log')}).")
