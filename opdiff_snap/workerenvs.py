@@ -160,7 +160,9 @@ def pip_index_options() -> list[str]:
     for option, values in flags.items():
         for v in values:
             out += [f"--{option}", v]
-    return out
+    # pip takes the best version from all its indexes; uv by default only looks at the first
+    # index that has a package at all
+    return out + (["--index-strategy", "unsafe-best-match"] if out else [])
 
 
 def _installer_env() -> dict[str, str]:
