@@ -158,7 +158,7 @@ def test_python_then_upgrade_hold_both_versions_and_diff_runs_matches_the_jsonl(
     # the history holds both versions; diff-runs --by onnxruntime picks the latest run of each
     # and reports what the two files say
     runs = api.query("SELECT onnxruntime, count(*) FROM runs WHERE command = 'check' GROUP BY ALL ORDER BY 1",
-                     project / "store")
+                     Settings(store=project / "store"))
     assert runs.rows == sorted([(version, 2), (here, 1)])
     proc = opdiff(project, "diff-runs", "--by", "onnxruntime", "--format", "json")
     no_traceback(proc)
