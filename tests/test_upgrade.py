@@ -124,6 +124,7 @@ def direct_diff(path_a: Path, path_b: Path, drift_factor=10.0, threshold=0.25, s
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)   # pytest-timeout counts the session fixture's environment build (minutes on a busy box)
 def test_python_then_upgrade_hold_both_versions_and_diff_runs_matches_the_jsonl(project, ort_env):
     version, env = ort_env
     here = metadata.version("onnxruntime")
