@@ -18,10 +18,12 @@ from .checking import check
 from .config import Settings
 from .recording import add_references, record
 from .results import Result, RunReport
+from .upgrading import UpgradeReport, UpgradeUI, upgrade
 
-__all__ = ["Result", "RunReport", "add_references", "check", "diff_runs", "gradcheck", "golden", "goldens",
-           "html_report", "latency", "list_tests", "localize", "presets", "prune", "query", "record", "repro",
-           "runs", "schema", "support", "validate", "verify"]
+__all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "diff_page",
+           "diff_runs", "gradcheck", "golden", "goldens", "html_report", "latency", "list_tests", "localize",
+           "presets", "prune", "query", "record", "repro", "runs", "schema", "support", "upgrade", "validate",
+           "verify", "write_diff_page"]
 
 Warn = Callable[[str], None] | None
 
@@ -111,6 +113,23 @@ def html_report(output: Path, settings: Settings | None = None) -> Path:
     from .analytics.html import render_html
 
     return render_html((settings or Settings()).store, output)
+
+
+def diff_page(output: Path, a_run: str | None = None, b_run: str | None = None, *, by: str | None = None,
+              versions: tuple[str, str] | None = None, drift_factor: float = 10.0,
+              latency_threshold: float = 0.25, settings: Settings | None = None, warn: Warn = None) -> Path:
+    """diff_runs(A, B) (or the latest runs on two versions of `by`) as one self-contained HTML
+    page with the latency ratio per op family; returns its path."""
+    diff = diff_runs(a_run, b_run, by=by, versions=versions, drift_factor=drift_factor,
+                     latency_threshold=latency_threshold, settings=settings, warn=warn)
+    return write_diff_page(diff, output)
+
+
+def write_diff_page(diff, output: Path) -> Path:
+    """An analytics.reports.RunDiff (from diff_runs or upgrade) as one self-contained HTML page."""
+    from .analytics.diff_html import render_diff_html
+
+    return render_diff_html(diff, output)
 
 
 # ---------------------------------------------------------------- goldens
@@ -299,3 +318,4 @@ def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: floa
     with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
         done = {r.test_id: r for r in pool.run(tasks)}
     return [done[c.id] for c in cases]
+

@@ -37,7 +37,6 @@ from .backends.base import Preset
 from .backends.registry import get_preset
 from .compare import Comparison, Rounding, compare, compare_grads, tolerance_for
 from .config import Settings
-from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
 from .execution.cache import cache_unusable
@@ -288,11 +287,14 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
           tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
           trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
-          listener: Listener | None = None) -> RunReport:
+          listener: Listener | None = None, python: str | Path | None = None) -> RunReport:
     """Run each target preset on exactly the stored inputs and weights and compare.
 
     `skips` are (test id or prefix*, preset or glob) pairs reported SKIPPED.
-    A `listener` with a `set_total(n)` method is told how many results to expect."""
+    A `listener` with a `set_total(n)` method is told how many results to expect.
+    With `python`, the workers run under that interpreter (another environment's packages);
+    planning, comparing and the history stay here, and the run's meta line records the
+    workers' environment."""
     check_seeds(seeds, seed_list)
     if not backends:
         raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
@@ -335,22 +337,35 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
     results: list[Result] = []      # this session's
     prior: list[Result] = []
-    pool = make_pool(settings, in_process, listener)
+    pool = make_pool(settings, in_process, listener, python)
+    try:   # a worker interpreter that cannot serve is refused before anything is written
+        env = pool.environment()
+    except BaseException:
+        pool.close()
+        raise
+    if pool.python is not None:
+        notice(listener, f"workers run under {pool.python} (torch {env.get('torch')}, "
+               + ", ".join(f"{k} {env[k]}" for k in ("executorch", "onnxruntime", "coremltools") if env.get(k))
+               + ")")
     run_settings = settings_json(settings, in_process, use_cache, pool)
     if not suite_paths and golden_cases.imported:
         run_settings["trusted_imports"] = list(golden_cases.imported)
     identity = plan_identity(plan, suite_paths, presets, test_ids=test_ids, tags=tags, seeds=seeds,
-                             seed_list=seed_list, skips=skips, tolerance=tolerance, trust_goldens=trust_goldens)
-    if resume:
-        writer, done = history.RunWriter.resume(settings.store, resume,
-                                                accept=lambda run: _same_plan(run, identity))
-        prior = _prior_results(writer.path)
-    else:
-        writer = history.RunWriter.start(
-            settings.store, "check", list(argv), [str(p) for p in suite_paths],
-            {p.name: p.to_json() for p in presets}, run_settings, env=environment(threads=pool.threads),
-            plan=identity)
-        done = set()
+                             seed_list=seed_list, skips=skips, tolerance=tolerance, trust_goldens=trust_goldens,
+                             python=pool.python)
+    try:
+        if resume:
+            writer, done = history.RunWriter.resume(settings.store, resume,
+                                                    accept=lambda run: _same_plan(run, identity))
+            prior = _prior_results(writer.path)
+        else:
+            writer = history.RunWriter.start(
+                settings.store, "check", list(argv), [str(p) for p in suite_paths],
+                {p.name: p.to_json() for p in presets}, run_settings, env=env, plan=identity)
+            done = set()
+    except BaseException:
+        pool.close()
+        raise
     set_total(listener, plan.total(len(presets)) - len(done))
     started = time.perf_counter()
 
@@ -404,11 +419,13 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
 def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset], *,
                   test_ids=None, tags=None, seeds=None, seed_list=None, skips=(), tolerance=None,
-                  trust_goldens: bool = False) -> dict[str, Any]:
+                  trust_goldens: bool = False, python: Path | None = None) -> dict[str, Any]:
     """What a resumed run must reproduce exactly: the suites, the selection, the planned
-    (test, seed, spec hash) items, the presets with their options, the tolerance override.
-    Stored in the run's meta line; JSON only."""
+    (test, seed, spec hash) items, the presets with their options, the tolerance override,
+    and the workers' interpreter when it is not this one. Stored in the run's meta line;
+    JSON only."""
     return json.loads(json.dumps({
+        **({"python": str(python)} if python is not None else {}),
         "suites": [str(p) for p in suite_paths],
         "selection": {"test_ids": list(test_ids or []), "tags": list(tags or []), "seeds": seeds,
                       "seed_list": list(seed_list or []), "skips": [list(x) for x in skips],
@@ -437,7 +454,7 @@ def _same_plan(run: history.RunFile, identity: dict[str, Any]) -> None:
 def plan_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """One phrase per way `now` differs from `before` (plan_identity dicts)."""
     out = []
-    for key in ("suites", "presets", "tolerance"):
+    for key in ("suites", "presets", "tolerance", "python"):
         if before.get(key) != now.get(key):
             out.append(f"{key} {before.get(key)!r} then, {now.get(key)!r} now")
     for key, value in (now.get("selection") or {}).items():

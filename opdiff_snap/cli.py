@@ -387,13 +387,16 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 "
                                 "(default: all but PASS, SKIPPED, UNAVAILABLE).")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
+@click.option("--python", "python", type=click.Path(path_type=Path),
+              help="Run the workers under this interpreter (another venv, conda or uv environment): "
+                   "its packages run the jobs; goldens, tolerances and the store stay these.")
 @_run_options
 @_opdiff_options
 @_executor_option
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
-          fail_on, junit, jobs,
+          fail_on, junit, python, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
@@ -422,7 +425,7 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
         skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
         use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
-        argv=sys.argv[1:], listener=listener), fmt, verbose, fail_on, junit, "check")
+        argv=sys.argv[1:], listener=listener, python=python), fmt, verbose, fail_on, junit, "check")
 
 
 @main.command()
@@ -639,6 +642,30 @@ def report_html(ctx, output) -> None:
         click.echo(f"wrote {api.html_report(output, _settings(ctx))}")
 
 
+@report.command("upgrade")
+@click.argument("run_a", required=False)
+@click.argument("run_b", required=False)
+@click.option("--by", help="Compare the latest runs on two versions of this library instead of run ids.")
+@click.option("--versions", nargs=2, help="With --by: the two versions (default: the two latest).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("upgrade.html"), show_default=True)
+@click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True,
+              help="max_abs growth that counts as drift.")
+@click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
+              help="Relative latency change that counts (never below 3x the repeat spread).")
+@click.pass_context
+@guarded
+def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latency_threshold) -> None:
+    """diff-runs A B (or --by LIB) as one self-contained HTML page, with the latency ratio per op family."""
+    from . import api
+
+    _output_file(output, "-o/--output")
+    with _writing(output, "-o/--output"):
+        path = api.diff_page(output, run_a, run_b, by=by, versions=tuple(versions) if versions else None,
+                             drift_factor=drift_factor, latency_threshold=latency_threshold,
+                             settings=_settings(ctx), warn=_warn)
+    click.echo(f"wrote {path}")
+
+
 @main.command("diff-runs")
 @click.argument("run_a", required=False)
 @click.argument("run_b", required=False)
@@ -662,6 +689,80 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
         _print_table(table, fmt, f"{title} ({len(table)})")
     click.echo(diff.summary())
     sys.exit(1 if len(diff.newly_failing) else 0)
+
+
+class _UpgradeUI:
+    """Shows `opdiff upgrade` as it goes: installer lines, then each check's progress."""
+
+    def __init__(self, console, verbose: bool):
+        self.console, self.verbose = console, verbose
+
+    def installing(self, line: str) -> None:
+        self.console.print(f"  | {line}", highlight=False, markup=False, soft_wrap=True)
+
+    def check(self, label: str):
+        from .output import ProgressDisplay
+
+        self.console.print(f"== {label}", highlight=False, markup=False, soft_wrap=True)
+        return ProgressDisplay(self.console, None, label, self.verbose)
+
+    def reused(self, run_id: str) -> None:
+        self.console.print(f"== check here: reusing run {run_id} (same plan, same versions, newer than every "
+                           "golden; --rerun-current runs it again)", highlight=False, markup=False, soft_wrap=True)
+
+
+@main.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--with", "withs", multiple=True, metavar="PKG==VER",
+              help="A package version for the other environment; repeatable.")
+@click.option("-b", "--backend", "backends", multiple=True, help="Target preset; repeatable.")
+@click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
+@click.option("--rerun-current", is_flag=True, help="Check this environment again even when a fresh run exists.")
+@click.option("--html", type=click.Path(path_type=Path), help="Also write the comparison as one HTML page.")
+@click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True,
+              help="max_abs growth that counts as drift.")
+@click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
+              help="Relative latency change that counts (never below 3x the repeat spread).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1).")
+@click.option("--repeats", type=click.IntRange(min=1), help="Timed calls per job (median reported).")
+@click.option("--warmup", type=click.IntRange(min=0), help="Untimed warm-up calls per job.")
+@click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable.")
+@click.option("--tags", multiple=True, help="Only tests with this tag; repeatable.")
+@click.option("--seed-list", help="Use exactly these seeds, e.g. 0,3,7.")
+@FORMAT_OPTION
+@click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
+@click.pass_context
+@guarded
+def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, drift_factor, latency_threshold,
+            jobs, timeout_s, repeats, warmup, test_ids, tags, seed_list, fmt, verbose) -> None:
+    """Check the goldens in an environment with --with packages replaced, and here; diff the two.
+
+    \b
+    opdiff upgrade --with onnxruntime==1.30.0 -b onnx_cpu_fp32
+    The environment (this one's pins, the named packages replaced) is built with uv or
+    venv + pip under the cache dir and reused by later upgrades with the same requirements.
+    Exit 1 when something passes here and not there."""
+    from . import api
+    from .output import make_console
+
+    _output_file(html, "--html")
+    console = make_console(sys.stderr if fmt in ("csv", "json") else sys.stdout)
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    rep = api.upgrade(list(withs), backends=list(backends), suites=list(suites) or None,
+                      preset_options=_preset_options(preset_options), test_ids=_patterns(test_ids),
+                      tags=_patterns(tags), seed_list=_seed_list(seed_list), settings=settings,
+                      argv=sys.argv[1:], rerun_current=rerun_current, drift_factor=drift_factor,
+                      latency_threshold=latency_threshold, ui=_UpgradeUI(console, verbose))
+    how = "reused" if rep.env.reused else f"built with {rep.env.installer}"
+    click.echo(f"\nenvironment {rep.env.root} ({how} in {rep.env.seconds:.1f} s)", err=fmt in ("csv", "json"))
+    for title, table in rep.diff.sections():
+        _print_table(table, fmt, f"{title} ({len(table)})")
+    click.echo(rep.diff.summary(), err=fmt in ("csv", "json"))
+    if html:
+        with _writing(html, "--html"):
+            click.echo(f"wrote {api.write_diff_page(rep.diff, html)}")
+    sys.exit(1 if len(rep.diff.newly_failing) else 0)
 
 
 # ---------------------------------------------------------------- finding the cause

@@ -119,7 +119,7 @@ def environment(threads: int | None = None) -> dict[str, Any]:
     """Versions, platform, CPU, torch build and (when given) the intra-op threads used."""
     env: dict[str, Any] = {
         "python": platform.python_version(), "os": platform.system(), "machine": platform.machine(),
-        "host": socket.gethostname(), "os_version": os_version(),
+        "host": socket.gethostname(), "os_version": os_version(), "executable": sys.executable,
     }
     env.update(versions())
     env["cpu"] = cpu()

@@ -164,6 +164,7 @@ class RunSummary:
     path: Path
     resumable: bool = False       # what `check --resume` accepts: an interrupted check with its plan
     note: str = ""                # why an interrupted run is not resumable, and what to do
+    meta: dict[str, Any] = field(default_factory=dict)   # its meta line
 
 
 def resumability(meta: Mapping[str, Any]) -> tuple[bool, str]:
@@ -218,8 +219,9 @@ def list_runs(store_dir: Path) -> list[RunSummary]:
             run = read_run(path)
             meta, counts = run.meta or {}, _tally(run.items)
         resumable, note = (False, "") if end is not None else resumability(meta)
+        meta = meta if isinstance(meta, dict) else {}
         out.append(RunSummary(path.stem, meta.get("command"), meta.get("started"), end is not None,
-                              counts, path, resumable, note))
+                              counts, path, resumable, note, meta))
     return out
 
 

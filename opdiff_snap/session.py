@@ -5,6 +5,7 @@ caller's listener."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 from . import history
@@ -14,16 +15,18 @@ from .execution import WorkerPool
 from .results import Listener, Result
 
 
-def make_pool(settings: Settings, in_process: bool, listener: Listener | None = None):
-    """The pool the run's jobs go to: worker processes here (or this process), or a Ray
-    cluster (`settings.executor`, execution/ray_pool.py), which tells the listener of
-    nodes lost on the way. Either one runs tasks with the same contract."""
+def make_pool(settings: Settings, in_process: bool, listener: Listener | None = None,
+              python: Path | None = None):
+    """The pool the run's jobs go to: worker processes here (under this interpreter, or
+    `python`), this process, or a Ray cluster (`settings.executor`, execution/ray_pool.py),
+    which tells the listener of nodes lost on the way. Each runs tasks with the same contract."""
     kind, address = parse_executor(settings.executor)
     if kind == "local":
-        return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process)
-    if in_process:
-        raise OpdiffError(f"--in-process runs jobs in this process, --executor {settings.executor} on a "
-                          "Ray cluster; give one of them.")
+        return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process, python=python)
+    if in_process or python is not None:
+        flag = "--in-process runs jobs in this process" if in_process else "--python runs workers here"
+        raise OpdiffError(f"{flag}, --executor {settings.executor} on a Ray cluster's own interpreters; "
+                          "give one of them.")
     from .execution.ray_pool import RayPool
 
     return RayPool(address, jobs=settings.jobs, timeout_s=settings.timeout_s,
@@ -34,6 +37,8 @@ def settings_json(settings: Settings, in_process: bool, cache: bool, pool) -> di
     out = {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
            "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
            "threads": pool.threads}
+    if pool.python:
+        out["python"] = str(pool.python)
     describe = getattr(pool, "describe", None)   # where a Ray run ran: its executor and nodes
     if callable(describe):
         out.update(describe())

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+import sys
 
 import pytest
 from test_analytics_reports import build_history
@@ -16,6 +17,7 @@ from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.html import render_html
 from opdiff_snap.analytics.plots import family, latency_cdf, latency_trend_plot, support_heatmap
 from opdiff_snap.analytics.reports import latency_report, support_matrix
+from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.analytics.table import Table
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -92,3 +94,53 @@ def test_html_report_renders_in_chromium(tmp_path):
     assert pixels[(0xD7, 0xF0, 0xD9)] > 2000, "no green table cells were painted"
     assert pixels[(0xFB, 0xE3, 0xBF)] > 500, "no mismatch table cells were painted"
     assert pixels[(0x3A, 0x9D, 0x4A)] > 5000, "the support heatmap image was not drawn"
+
+
+def _upgrade_history(store):
+    """Two check runs on onnxruntime 1.30.0 and 1.31.1: conv twice as slow, add twice as fast,
+    relu the same; mul stops passing."""
+    O = "onnx_cpu_fp32"
+    a = [Res("conv2d_1", O, infer_ms=1.0, infer_ms_all=[1.0] * 3), Res("conv2d_2", O, infer_ms=2.0, infer_ms_all=[2.0] * 3),
+         Res("add__x", O, infer_ms=2.0, infer_ms_all=[2.0] * 3), Res("relu", O, infer_ms=1.0, infer_ms_all=[1.0] * 3),
+         Res("mul", O, infer_ms=1.0)]
+    b = [Res("conv2d_1", O, infer_ms=2.0, infer_ms_all=[2.0] * 3), Res("conv2d_2", O, infer_ms=4.0, infer_ms_all=[4.0] * 3),
+         Res("add__x", O, infer_ms=1.0, infer_ms_all=[1.0] * 3), Res("relu", O, infer_ms=1.0, infer_ms_all=[1.0] * 3),
+         Res("mul", O, status="MISMATCH", infer_ms=1.0, max_abs=0.5)]
+    write_run(store, Run("old", "2026-01-01T00:00:00Z", a, env={"onnxruntime": "1.30.0"}))
+    write_run(store, Run("new", "2026-01-02T00:00:00Z", b))
+
+
+@pytest.mark.slow
+def test_upgrade_page_is_self_contained_and_renders_in_chromium(tmp_path):
+    _upgrade_history(tmp_path / "store")
+    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(tmp_path / "store"), "report",
+                           "upgrade", "--by", "onnxruntime", "-o", str(tmp_path / "up.html")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "up.html"
+    text = out.read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', text)) == 1
+    assert not re.search(r'(src|href)="(http|file|/)', text)
+    # A = 1.30.0, B = 1.31.1; the family rows as computed by hand
+    assert "<tr><td>onnxruntime</td><td>1.30.0</td><td>1.31.1</td></tr>" in text
+    assert "<tr><td>conv2d</td><td>2</td><td>2</td><td>2</td><td>2</td><td>0</td></tr>" in text
+    assert "<tr><td>add</td><td>1</td><td>0.5</td><td>0.5</td><td>0</td><td>1</td></tr>" in text
+    assert "1 newly failing, 0 newly passing" in text and '<td class="compare">MISMATCH</td>' in text
+    assert 'class="fail"' not in text       # only verdict cells are coloured
+    if CHROMIUM is None:
+        if BROWSER_REQUIRED:
+            pytest.fail("chromium is not installed, and this run requires it (OPDIFF_REQUIRE_BROWSER=1)")
+        pytest.skip("chromium is not installed (apt-get install chromium); CI installs it")
+    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", out.resolve().as_uri()],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    assert dom.count('src="data:image/png;base64,') == 1 and "<td>conv2d</td>" in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--screenshot={shot}", "--window-size=1100,1600", out.resolve().as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    from PIL import Image
+
+    pixels = Counter(Image.open(shot).convert("RGB").get_flattened_data())
+    # the plot was decoded and drawn: conv2d's median bar is red (slower), add's green (faster)
+    assert pixels[(0xD0, 0x3A, 0x30)] > 30, "no slower-family bar was drawn"
+    assert pixels[(0x3A, 0x9D, 0x4A)] > 30, "no faster-family bar was drawn"
+    assert pixels[(0xFB, 0xE3, 0xBF)] > 200, "the newly failing MISMATCH cell was not painted"

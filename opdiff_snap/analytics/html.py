@@ -31,13 +31,16 @@ def _img(png: Path, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def html_table(t: Table, verdicts: bool = False, max_rows: int = 400) -> str:
-    """A Table as an HTML table; with `verdicts`, cells colored by verdict class."""
+def html_table(t: Table, verdicts: bool = False, max_rows: int = 400,
+               verdict_columns: set[str] | None = None) -> str:
+    """A Table as an HTML table; with `verdicts`, cells colored by verdict class (only those
+    of `verdict_columns` when given)."""
     out = ["<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr>"]
+    colour = [verdicts and (verdict_columns is None or c in verdict_columns) for c in t.columns]
     for r in t.rows[:max_rows]:
         tds = []
-        for v in r:
-            cls = _CLASS.get(plots.verdict_class(v)) if verdicts and isinstance(v, str) else None
+        for v, want in zip(r, colour):
+            cls = _CLASS.get(plots.verdict_class(v)) if want and isinstance(v, str) else None
             attr = f' class="{cls}"' if cls and v != r[0] else ""
             tds.append(f"<td{attr}>{html.escape(cell(v))}</td>")
         out.append("<tr>" + "".join(tds) + "</tr>")

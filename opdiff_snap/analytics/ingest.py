@@ -60,7 +60,7 @@ ITEM = {"type": "VARCHAR", "run_id": "VARCHAR", "ts": "VARCHAR", "backends": "JS
         "baseline": "JSON"}          # a preset name in ours, an object in opdiff's files
 LIBS = ("python", "torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy",
         "opdiff_snap")
-MACHINE = {"os_version": "VARCHAR",
+MACHINE = {"os_version": "VARCHAR", "executable": "VARCHAR",
            "cpu": {"model": "VARCHAR", "isa": ["VARCHAR"], "torch_capability": "VARCHAR"},
            "torch_build": {"blas": "VARCHAR", "onednn": "VARCHAR"},
            "threads": {"intra_op": "BIGINT"}}
@@ -150,6 +150,7 @@ INSERT INTO _runs
     any_value(m.env.threads.intra_op ORDER BY line) AS threads,
     any_value(m.env.torch_build.blas ORDER BY line) AS blas,
     any_value(m.env.torch_build.onednn ORDER BY line) AS onednn,
+    any_value(m.env.executable ORDER BY line) AS executable,
     any_value(CASE json_type(m.suites) WHEN 'ARRAY' THEN from_json(m.suites, '["VARCHAR"]')
                   WHEN 'VARCHAR' THEN [m.suites ->> '$'] END ORDER BY line) AS suites,
     any_value(CASE json_type(m.presets) WHEN 'OBJECT' THEN json_keys(m.presets)
@@ -271,7 +272,8 @@ RUNS_DDL = f"""
 CREATE TABLE IF NOT EXISTS _runs (run_id VARCHAR, command VARCHAR, started TIMESTAMP,
   finished TIMESTAMP, complete BOOLEAN, wall_s DOUBLE, host VARCHAR, os VARCHAR, machine VARCHAR,
   {', '.join(f'{k} VARCHAR' for k in LIBS)}, os_version VARCHAR, cpu_model VARCHAR, cpu_isa VARCHAR[],
-  cpu_capability VARCHAR, threads BIGINT, blas VARCHAR, onednn VARCHAR, suites VARCHAR[], presets VARCHAR[],
+  cpu_capability VARCHAR, threads BIGINT, blas VARCHAR, onednn VARCHAR, executable VARCHAR, suites VARCHAR[],
+  presets VARCHAR[],
   baseline_preset VARCHAR, file VARCHAR);
 """
 _COLUMNS = {"run_id": "VARCHAR", "test_id": "VARCHAR", "seed": "BIGINT", "test_type": "VARCHAR",

@@ -154,3 +154,54 @@ def latency_trend_plot(trend: Table, path: str | Path) -> Path:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return Path(path)
+
+
+def family_ratios(ratios: Table) -> dict[str, list[float]]:
+    """op family -> latency ratios (b / a) of its tests, from RunDiff.ratios."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for r in ratios.dicts():
+        if r["ratio"] and r["ratio"] > 0:
+            out[family(r["test_id"])].append(float(r["ratio"]))
+    return dict(out)
+
+
+def latency_by_family(ratios: Table, path: str | Path, label_a: str = "A", label_b: str = "B") -> Path:
+    """One row per op family: its tests' latency ratios B / A (dots), their median (bar),
+    log x; the families furthest from 1 first when there are more than MAX_ROWS."""
+    import math
+    import statistics
+
+    plt = _plt()
+    fam = family_ratios(ratios)
+    med = {f: statistics.median(xs) for f, xs in fam.items()}
+    order = sorted(fam, key=lambda f: -abs(math.log(med[f])))[:MAX_ROWS]
+    order.sort(key=lambda f: med[f])
+    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.24 * max(len(order), 3)))
+    for i, f in enumerate(order):
+        xs = fam[f]
+        ax.scatter(xs, [i] * len(xs), s=9, alpha=0.55, color="#4a7fb0", linewidths=0)
+        colour = "#d03a30" if med[f] > 1 else "#3a9d4a" if med[f] < 1 else "#666666"
+        ax.plot([med[f]] * 2, [i - 0.38, i + 0.38], color=colour, linewidth=3, zorder=3)
+    ax.axvline(1.0, color="#666", linestyle="--", linewidth=0.8)
+    if order:
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_xscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.xaxis.set_major_formatter(plain)
+        everything = [x for f in order for x in fam[f]]
+        if max(everything) / min(everything) < 10:   # within a decade: label the minor ticks too
+            ax.xaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="x", which="both", labelsize=7)
+        ax.set_yticks(range(len(order)), [f"{f} ({len(fam[f])})" for f in order], fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no test was timed in both runs", ha="center", transform=ax.transAxes)
+        ax.set_yticks([])
+    shown = f" (the {len(order)} of {len(fam)} families furthest from 1)" if len(fam) > len(order) else ""
+    ax.set_xlabel(f"infer_ms ratio  {label_b} / {label_a}  (<1 faster, >1 slower; bar: median)", fontsize=8)
+    ax.set_title(f"Latency ratio per op family{shown}", fontsize=10)
+    ax.grid(True, axis="x", linewidth=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return Path(path)

@@ -163,6 +163,9 @@ class RunDiff:
     only_a: int = 0
     only_b: int = 0
     environment: Table = field(default_factory=lambda: Table(["field", "a", "b"], []))
+    # every (test, seed, preset) timed in both runs: median_a, median_b, ratio (b / a)
+    ratios: Table = field(default_factory=lambda: Table(["test_id", "seed", "preset", "median_a",
+                                                         "median_b", "ratio"], []))
 
     def sections(self) -> list[tuple[str, Table]]:
         return [("environment differences", self.environment),
@@ -269,15 +272,17 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
                              WHERE med_a > 0 AND med_b > 0
                                    AND abs(med_b - med_a) > greatest($1 * med_a, $2 * greatest(iqr_a, iqr_b))
                              ORDER BY ratio DESC, {key}""", [latency_threshold, spread_k])
+        ratios = an.sql(f"""SELECT {key}, med_a AS median_a, med_b AS median_b, med_b / med_a AS ratio
+                            FROM _pair WHERE med_a > 0 AND med_b > 0 ORDER BY {key}""")
         only = an.sql("SELECT count(*) FILTER (WHERE NOT in_b), count(*) FILTER (WHERE NOT in_a) "
                       "FROM _pair").rows[0]
         an.sql("DROP TABLE _pair")
         env = environment_differences(an, a, b)
-    return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1], env)
+    return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1], env, ratios)
 
 
 ENVIRONMENT_COLUMNS = ("host", "os", "os_version", "machine", "cpu_model", "cpu_isa", "cpu_capability",
-                       "threads", "blas", "onednn", *LIBS)
+                       "threads", "blas", "onednn", "executable", *LIBS)
 
 
 def environment_differences(a: Analytics, run_a: str, run_b: str) -> Table:

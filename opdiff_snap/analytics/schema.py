@@ -18,6 +18,7 @@ MEANINGS: dict[str, dict[str, str]] = {
         "cpu_capability": "SIMD level torch dispatches to (torch.backends.cpu.get_cpu_capability())",
         "threads": "intra-op threads each worker ran with",
         "blas": "BLAS torch was built with", "onednn": "oneDNN version torch was built with",
+        "executable": "the Python interpreter the workers ran under (check --python, upgrade)",
         "suites": "suite files the run read",
         "presets": "presets the run exercised",
         "baseline_preset": "the preset the goldens were recorded with",

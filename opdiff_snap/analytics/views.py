@@ -25,7 +25,7 @@ from .sandbox import check_query, lock, refusal
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 
 
 class HistoryWarning(UserWarning):

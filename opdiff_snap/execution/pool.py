@@ -13,10 +13,16 @@ them), and waits on all worker connections at once:
 Every submitted task yields exactly one result, in completion order: its own, or the one
 its `failed` builds (see job.Task). Messages are pickled once with the standard pickler
 (tensors by value, no shared-memory handles that a killed worker could leave dangling).
+
+A worker's first message is its hello: `b"hello " + JSON` with the worker protocol version
+and its environment (environment.environment(): the versions it runs with). Workers may run
+under another interpreter (`python=`, see interpreter.py); the parent plans, compares and
+writes history as always, and the run's meta line takes the workers' environment.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import pickle
@@ -33,16 +39,28 @@ from typing import Iterable, Iterator
 
 from ..errors import error_text
 from ..verdicts import STAGE_FAILURES, Verdict
+from .interpreter import (HELLO, WORKER_PROTOCOL, WorkerEnvironmentError, died_before_hello, hello_refusal,
+                          launch, resolve)
 from .job import Task, WorkerContext
 
-_READY = b"ready"
 _STOP = b"stop"
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
 
 
-def _worker_main(conn: Connection, threads: int, log_path: str | None = None,
-                 cache_dir: str | None = None) -> None:
+def hello_message(threads: int) -> bytes:
+    """What a worker says before its first job: protocol version, opdiff-snap, environment."""
+    import opdiff_snap
+    from ..environment import environment
+
+    return HELLO + json.dumps({
+        "protocol": WORKER_PROTOCOL, "opdiff_snap": opdiff_snap.__version__,
+        "location": str(Path(opdiff_snap.__file__).resolve().parent), "executable": sys.executable,
+        "env": environment(threads=threads)}, default=str).encode("utf-8")
+
+
+def serve(conn: Connection, threads: int, log_path: str | None = None,
+          cache_dir: str | None = None) -> None:
     """Entry point of a worker process. Its stdout and stderr (exporter chatter, library
     warnings, a native crash's last words) go to `log_path`, never into the run's output;
     the parent quotes the tail of that log when the worker dies."""
@@ -65,7 +83,7 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None,
     except ImportError:
         pass
     context = WorkerContext(threads=threads, cache_dir=Path(cache_dir) if cache_dir else None)
-    conn.send_bytes(_READY)
+    conn.send_bytes(hello_message(threads))
     while True:
         try:
             msg = conn.recv_bytes()
@@ -117,6 +135,7 @@ class _Worker:
     sent_at: float = 0.0
     served: int = 0
     log: Path | None = None
+    hello: dict | None = None     # what it said when it became ready
 
 
 
@@ -163,14 +182,22 @@ class WorkerPool:
     `threads`: intra-op threads per worker (default: the cores shared out among them).
     `cache_dir`: where this machine keeps the artifact cache, for jobs that use one
     (default: where each job says). `raw`: yield each worker's result as the pickled
-    bytes it sent, undecoded (a pool that only forwards results, execution/ray_pool.py)."""
+    bytes it sent, undecoded (a pool that only forwards results, execution/ray_pool.py).
+    `python`: run the workers under another interpreter (None: this one)."""
 
     def __init__(self, jobs: int | None = None, timeout_s: float = 300, in_process: bool = False,
-                 threads: int | None = None, cache_dir: Path | None = None, raw: bool = False):
+                 threads: int | None = None, cache_dir: Path | None = None, raw: bool = False,
+                 python: str | os.PathLike | None = None):
         self.n = max(1, int(jobs or os.cpu_count() or 1))
         self.timeout_s = float(timeout_s)
         self.in_process = in_process
         self.cache_dir, self.raw = cache_dir, raw
+        if python is not None and in_process:
+            raise WorkerEnvironmentError("--in-process runs jobs in this interpreter, --python in another "
+                                         "one; give one of them.")
+        # workers under another interpreter (None: this one, through multiprocessing's spawn)
+        self.python: Path | None = resolve(python) if python is not None else None
+        self.refusal: dict | None = None   # the last hello that refused to serve (foreign workers)
         if in_process:
             import torch
             self.threads = torch.get_num_threads()   # intra-op threads the jobs run with
@@ -193,10 +220,13 @@ class WorkerPool:
             self._logs = tempfile.TemporaryDirectory(prefix="opdiff-workers-")
         log = Path(self._logs.name) / f"worker-{self.started_workers}.log"
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main,
-                                 args=(child, self.threads, str(log), str(self.cache_dir or "") or None),
-                                 name="opdiff-worker", daemon=True)
-        proc.start()
+        if self.python is not None:
+            proc = launch(self.python, child, self.threads, log)
+        else:
+            proc = self._ctx.Process(target=serve,
+                                     args=(child, self.threads, str(log), str(self.cache_dir or "") or None),
+                                     name="opdiff-worker", daemon=True)
+            proc.start()
         child.close()  # so that the parent sees EOF when the worker dies
         self.started_workers += 1
         w = _Worker(proc, parent, time.monotonic(), log=log)
@@ -244,6 +274,52 @@ class WorkerPool:
         if self._logs is not None:
             self._logs.cleanup()
             self._logs = None
+
+    # ------------------------------------------------------------ the workers' environment
+    def environment(self) -> dict:
+        """The environment jobs run in, for the run's meta line: this process's, or, for
+        workers under another interpreter, what the first worker said in its hello (that
+        worker is started now and then serves jobs). Raises WorkerEnvironmentError, naming the
+        interpreter and what to install, when no worker can start there."""
+        if self.python is None:
+            from ..environment import environment
+
+            return environment(threads=self.threads)
+        ready = [w for w in self._workers if w.ready]
+        if ready:
+            return ready[0].hello["env"]
+        w = self._workers[0] if self._workers else self._spawn()
+        deadline = w.started + STARTUP_TIMEOUT_S
+        while not w.ready:
+            left = deadline - time.monotonic()
+            if left <= 0 or not w.conn.poll(left):
+                self._discard(w, kill=True)
+                raise WorkerEnvironmentError(
+                    f"the worker under {self.python} did not start within {STARTUP_TIMEOUT_S:g} s"
+                    + _quoted(log_tail(w.log)) + "; nothing was run.")
+            try:
+                self._greet(w, w.conn.recv_bytes())
+            except (EOFError, OSError):
+                self._discard(w, kill=True)
+                raise died_before_hello(self.python, w.proc.exitcode, log_tail(w.log)) from None
+            if not w.ready:
+                self._discard(w, kill=True)
+                raise hello_refusal(self.python, self.refusal or {})
+        return w.hello["env"]
+
+    def _greet(self, w: _Worker, msg: bytes) -> None:
+        """A worker's first message: ready when its hello speaks our protocol; otherwise keep
+        the refusal (environment() raises it, the run loop counts a failed start)."""
+        hello: dict = {}
+        if msg.startswith(HELLO):
+            try:
+                hello = json.loads(msg[len(HELLO):].decode("utf-8"))
+            except ValueError:
+                hello = {}
+        if hello.get("protocol") == WORKER_PROTOCOL and not hello.get("error"):
+            w.ready, w.hello = True, hello
+        else:
+            self.refusal = hello or {"error": "garbled", "message": repr(msg[:80])}
 
     # ------------------------------------------------------------ running
     def run(self, jobs: Iterable[Task]) -> Iterator:
@@ -308,8 +384,13 @@ class WorkerPool:
                         if outcome is not None:
                             yield outcome
                         continue
-                    if msg == _READY:
-                        w.ready, start_failures = True, 0
+                    if not w.ready:
+                        self._greet(w, msg)
+                        if w.ready:
+                            start_failures = 0
+                        else:
+                            start_failures += 1
+                            self._discard(w, kill=True)
                         continue
                     outcome = msg if self.raw else pickle.loads(msg)
                     w.job, w.served = None, w.served + 1
@@ -364,11 +445,16 @@ class WorkerPool:
                                  + (f". Its last output:\n{last}" if last else "")), w.proc.pid)
 
     def _give_up(self, queue: deque[Task], source: Iterator[Task]) -> Iterator:
-        msg = (f"{MAX_START_FAILURES} worker processes in a row died before they were ready "
-               "; run with --in-process to see the error")
+        msg = (f"{MAX_START_FAILURES} worker processes in a row died before they were ready"
+               + (f" ({hello_refusal(self.python, self.refusal)})" if self.python and self.refusal else "")
+               + "; run with --in-process to see the error")
         for job in [*queue, *source]:
             yield job.failed(Verdict.CRASH, "WorkerStartFailed", msg)
         queue.clear()
+
+
+def _quoted(text: str) -> str:
+    return f"; its last output:\n{text}\n" if text else ""
 
 
 def run_one(task: Task, timeout_s: float = 300.0, in_process: bool = False):

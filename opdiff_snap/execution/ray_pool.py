@@ -197,6 +197,7 @@ class RayPool:
         self.timeout_s = float(timeout_s)
         self.notify = notify or (lambda text: None)
         self.in_process = False
+        self.python = None                # the nodes' own interpreters (describe() names them)
         self.threads = max(1, (os.cpu_count() or 1) // self.n) if address is None else None
         self.started_workers = 0          # actors created (replacements included)
         self._ray, self._owned = _connect(address, self.n)
@@ -207,6 +208,13 @@ class RayPool:
         self._refresh(force=True)
 
     @property
+    def environment(self) -> dict:
+        """The environment of the process that coordinates the run (for the meta line);
+        the nodes' library versions are in `describe()`."""
+        from ..environment import environment
+
+        return environment(threads=self.threads or 0)
+
     def where(self) -> str:
         return f"the Ray cluster at {self.address}" if self.address else "the Ray instance started here"
 

@@ -1,0 +1,153 @@
+"""`opdiff upgrade`: what breaks if we move to torch X / executorch Y / onnxruntime Z.
+
+    --with PKG==VER --> workerenvs: this environment's pins with PKG replaced (cached)
+        --> check with the workers under that environment     (run B)
+        --> check here, unless a fresh run of the same plan exists (run A)
+        --> diff_runs(A, B): environment difference, newly failing / passing, drift, latency
+
+Both checks run the same plan on the same goldens and store; only the workers' packages
+differ. "Fresh" means: a complete check of exactly the same plan (suites, selection, items
+with their spec hashes, presets with options, tolerance) and settings (repeats, warmup), run
+under this very interpreter with the versions installed now, after the newest golden was
+written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ContextManager, Sequence
+
+from . import history
+from .analytics.reports import RunDiff, diff_runs
+from .backends.registry import get_preset
+from .checking import check
+from .config import Settings
+from .environment import versions
+from .errors import OpdiffError
+from .goldens import GoldenStore
+from .results import Listener, RunReport
+from .workerenvs import WorkerEnv, ensure_environment, parse_with, requirements_for
+
+
+class UpgradeUI:
+    """What upgrade tells its caller as it goes; the CLI shows it, the API default is silent."""
+
+    def installing(self, line: str) -> None:
+        """A line of the environment build (installer progress)."""
+
+    def check(self, label: str) -> ContextManager[Listener | None]:
+        """The listener for one of the two checks."""
+        return contextlib.nullcontext(None)
+
+    def reused(self, run_id: str) -> None:
+        """The current environment's check was not run again: this fresh run was taken."""
+
+
+@dataclass
+class UpgradeReport:
+    env: WorkerEnv
+    changed: list[tuple[str, str | None, str | None]]   # (package, here, there)
+    before_run: str                 # run A: this environment
+    before_reused: bool             # A was a fresh run already in the store
+    before: RunReport | None        # None when reused
+    after: RunReport                # run B: the upgraded environment
+    diff: RunDiff
+
+
+def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[Path] | None = None,
+            preset_options: dict[str, Any] | None = None, test_ids=None, tags=None, seeds: int | None = None,
+            seed_list: Sequence[int] | None = None, settings: Settings = Settings(), argv: Sequence[str] = (),
+            rerun_current: bool = False, drift_factor: float = 10.0, latency_threshold: float = 0.25,
+            ui: UpgradeUI | None = None) -> UpgradeReport:
+    """Check the goldens in an environment with `withs` (NAME==VERSION) replaced, and here,
+    and diff the two runs (A: here, B: there)."""
+    ui = ui or UpgradeUI()
+    named = parse_with(withs)
+    if not backends:
+        raise OpdiffError("upgrade needs at least one -b PRESET to check in both environments.")
+    options = preset_options or {}
+    presets = [get_preset(name, options.get(name)) for name in backends]   # bad names fail before the build
+    if not GoldenStore(settings.goldens).exists():
+        raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline torch_cpu_fp32` "
+                          "first, or point --goldens at an existing store; nothing was built or run.")
+    history.check_store_dir(settings.store)
+    env = ensure_environment(requirements_for(named, [p.family for p in presets]), settings.cache,
+                             ui.installing, named)
+    common = dict(backends=list(backends), preset_options=options, seeds=seeds, seed_list=seed_list,
+                  test_ids=test_ids, tags=tags, settings=settings, argv=list(argv))
+    with ui.check(f"check under {env.python}") as listener:
+        after = check(suites, python=env.python, listener=listener, **common)
+    before_run = None if rerun_current else fresh_run_here(settings, after.run_id)
+    before = None
+    if before_run is not None:
+        ui.reused(before_run)
+    else:
+        with ui.check("check here") as listener:
+            before = check(suites, listener=listener, **common)
+        before_run = before.run_id
+    diff = diff_runs(settings.store, before_run, after.run_id, drift_factor=drift_factor,
+                     latency_threshold=latency_threshold)
+    changed = changed_packages(settings.store, before_run, after.run_id, env)
+    text = ", ".join(f"{name} {here}" for name, here, _ in changed) or "this environment"
+    diff.label_a = f"{text} (here, {before_run})"
+    diff.label_b = (", ".join(f"{name} {there}" for name, _, there in changed) or "the upgrade environment") \
+        + f" ({after.run_id})"
+    return UpgradeReport(env, changed, before_run, before is None, before, after, diff)
+
+
+def _meta(store: Path, run_id: str) -> dict[str, Any]:
+    return next((r.meta for r in history.list_runs(store) if r.run_id == run_id), {})
+
+
+def changed_packages(store: Path, run_a: str, run_b: str, env: WorkerEnv) -> list[tuple[str, Any, Any]]:
+    """(package, version in A, version in B): the named packages and every library whose
+    version the two runs' environments record differently."""
+    ea, eb = _meta(store, run_a).get("env") or {}, _meta(store, run_b).get("env") or {}
+    out = {}
+    for name, version in env.versions.items():   # named, possibly outside what environment() reports
+        key = name.replace("-", "_").lower()
+        out[key] = (name, ea.get(key, versions_here().get(key)), eb.get(key, version))
+    for key in sorted(set(ea) & set(eb)):   # a library installed in only one of them is no change
+        if key in ("python", "torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy", "zarr",
+                   "duckdb") and ea[key] and eb[key] and ea[key] != eb[key] and key not in out:
+            out[key] = (key, ea[key], eb[key])
+    return list(out.values())
+
+
+def versions_here() -> dict[str, Any]:
+    from importlib import metadata
+
+    out: dict[str, Any] = dict(versions())
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").replace("-", "_").lower()
+        out.setdefault(name, dist.version)
+    return out
+
+
+def fresh_run_here(settings: Settings, planned_like: str) -> str | None:
+    """The latest complete check run that planned what run `planned_like` planned, ran here
+    (this interpreter, these versions) with the same repeats and warmup, after the newest
+    golden was written; None when there is none."""
+    runs = history.list_runs(settings.store)
+    target = next((r.meta for r in runs if r.run_id == planned_like), None)
+    if not target or not isinstance(target.get("plan"), dict):
+        return None
+    plan = {k: v for k, v in target["plan"].items() if k != "python"}
+    timing = {k: (target.get("settings") or {}).get(k) for k in ("repeats", "warmup")}
+    now = versions()
+    newest = max((info.created for info in GoldenStore(settings.goldens).index() if info.created), default="")
+    for r in reversed(runs):
+        meta = r.meta
+        env = meta.get("env") or {}
+        if (r.run_id == planned_like or not r.complete or meta.get("command") != "check"
+                or not isinstance(meta.get("plan"), dict) or "python" in meta["plan"]):
+            continue
+        if (meta["plan"] == plan and env.get("executable") == sys.executable
+                and all(env.get(k) == v for k, v in now.items())
+                and {k: (meta.get("settings") or {}).get(k) for k in timing} == timing
+                and str(meta.get("started") or "") > newest):
+            return r.run_id
+    return None
