@@ -319,3 +319,21 @@ def test_fixture_segfault_fails_one_test_only(pytester, env):
     assert "BASELINE_FAIL on torch_cpu_fp32" in text and "SIGSEGV" in text
     assert "test_local_class_cannot_travel.<locals>.Local is defined inside a function" in text
     assert "FAILED test_crash.py::test_segfault" in text
+
+
+def test_call_spec_says_what_changed():
+    import torch
+
+    from opdiff_snap.pytest_plugin.golden_fixture import CallSpec
+
+    torch.manual_seed(0)
+    lin, inp = torch.nn.Linear(3, 2), torch.randn(4, 3)
+    spec = CallSpec.of(lin, [inp], {})
+    stored = {"hashes": spec.hashes}
+    assert CallSpec.of(lin, [inp.clone()], {}).spec_hash == spec.spec_hash       # values, not identity
+    assert CallSpec.of(lin, [inp + 1], {}).changed(stored) == "the inputs"
+    assert CallSpec.of(lin, [inp], {"scale": 2}).changed(stored) == "the inputs"
+    other = torch.nn.Linear(3, 2)
+    assert CallSpec.of(other, [inp], {}).changed(stored).startswith("the weights (seed")
+    changed = CallSpec.of(torch.nn.Linear(3, 2, bias=False), [inp], {}).changed(stored)
+    assert "configuration" in changed and "weights" in changed and "source" not in changed
