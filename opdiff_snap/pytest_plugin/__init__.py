@@ -49,9 +49,8 @@ class Options:
         for value in config.getoption("opdiff_preset_options") or []:
             name, sep, body = value.partition("=")
             if not sep or not name or not body:
-                raise pytest.UsageError(
-                    f"--opdiff-preset-options '{value}': write PRESET=JSON or PRESET=path/to/options.json, "
-                    "e.g. onnx_cpu_fp32='{\"opset\": 18}'.")
+                pytest.exit(f"opdiff: error: --opdiff-preset-options '{value}': write PRESET=JSON or "
+                            "PRESET=path/to/options.json, e.g. onnx_cpu_fp32='{\"opset\": 18}'.", returncode=2)
             options[name] = body
         return cls(enabled=bool(config.getoption("opdiff") or config.getini("opdiff")),
                    backends=list(dict.fromkeys(backends)), preset_options=options,
@@ -66,6 +65,8 @@ class Plugin:
         self.config, self.options = config, options
         self._run: SessionRun | None = None
         self.summary: dict[str, list[str]] = {}     # merged from xdist workers (controller)
+        # the session's group id; an xdist worker takes its controller's
+        self.group: str = getattr(config, "workerinput", {}).get(GROUP_KEY) or secrets.token_hex(4)
 
     @property
     def started(self) -> bool:
@@ -75,7 +76,7 @@ class Plugin:
         if self._run is None:
             from .run import SessionRun
 
-            self._run = SessionRun(self.config, self.options)
+            self._run = SessionRun(self.config, self.options, self.group)
         return self._run
 
 
@@ -144,9 +145,7 @@ def _opdiff_error() -> type[Exception]:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist controller: give every worker the same group id."""
-    plugin = plugin_of(node.config)
-    group = plugin.summary.setdefault("_group", [secrets.token_hex(4)])[0]
-    node.workerinput[GROUP_KEY] = group
+    node.workerinput[GROUP_KEY] = plugin_of(node.config).group
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -227,7 +226,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     plugin = plugin_of(session.config)
     if not plugin.started:
         return
-    lines = plugin.run().finish(session)
+    lines = plugin.run().finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["opdiff_summary"] = lines
@@ -238,7 +237,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     plugin = plugin_of(config)
-    shown = {k: v for k, v in plugin.summary.items() if not k.startswith("_") and v}
+    shown = {k: v for k, v in plugin.summary.items() if v}
     if not shown:
         return
     terminalreporter.section("opdiff")

@@ -17,7 +17,6 @@ created with the first result, so a session that checks nothing writes nothing.
 from __future__ import annotations
 
 import os
-import secrets
 import time
 import warnings
 from pathlib import Path
@@ -38,7 +37,7 @@ from ..execution.job import Task
 from ..goldens import GoldenStore
 from ..results import Result, RunReport
 from ..session import emit, make_pool, settings_json
-from . import GROUP_KEY, Options
+from . import Options
 
 PATH_SETTINGS = ("suites", "goldens", "store", "cache")
 
@@ -70,12 +69,11 @@ def session_settings(config: pytest.Config, options: Options) -> Settings:
 
 
 class SessionRun:
-    def __init__(self, config: pytest.Config, options: Options):
-        self.config, self.options = config, options
+    def __init__(self, config: pytest.Config, options: Options, group: str):
+        self.config, self.options, self.group = config, options, group
         self.settings = session_settings(config, options)
         workerinput = getattr(config, "workerinput", None)
         self.worker_id: str | None = workerinput.get("workerid") if workerinput else None
-        self.group: str = (workerinput or {}).get(GROUP_KEY) or secrets.token_hex(4)
         self.next_item: pytest.Item | None = None
         self.passed: set[str] = set()             # node ids whose call phase passed
         self.collected_ids: set[str] = set()
@@ -209,9 +207,10 @@ class SessionRun:
         """The Result of one suite item (suite_items.OpdiffItem): queued with the others
         when the first one runs, judged here."""
         key = item.key
-        if key in self._taken:
-            raise RuntimeError(f"{item.nodeid} ran twice in one session")
-        if not self.dispatcher.queued(key):
+        if key in self._taken:      # run again (a rerun plugin): on its own
+            self._taken.discard(key)
+            self.dispatcher.submit(key, self._maker(item))
+        elif not self.dispatcher.queued(key):
             self._queue_items(item)
         value = self.dispatcher.wait(key)
         self._taken.add(key)
@@ -275,8 +274,9 @@ class SessionRun:
         if line not in lines:
             lines.append(line)
 
-    def finish(self, session: pytest.Session) -> dict[str, list[str]]:
-        """Close the pool, sweep the fixture's goldens, write the end line; the summary."""
+    def finish(self, interrupted: bool = False) -> dict[str, list[str]]:
+        """Close the pool, sweep the fixture's goldens, write the end line (not after an
+        interrupt: the run then reads as interrupted); the summary."""
         if self._dispatcher is not None:
             self._dispatcher.close()
         from .golden_fixture import sweep
@@ -285,7 +285,10 @@ class SessionRun:
             sweep(self)
         except OpdiffError as exc:
             self.summary.setdefault("errors", []).append(str(exc))
-        if self._writer is not None:
+        if self._writer is not None and interrupted:
+            self._writer.close()
+            self.note("history", f"{self._writer.path} (interrupted: {len(self.results)} results, no end line)")
+        elif self._writer is not None:
             wall = time.perf_counter() - self._started
             report = RunReport(self._writer.run_id, self._writer.path, "check", self.results, wall)
             counts = report.counts()
