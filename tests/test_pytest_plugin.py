@@ -86,6 +86,7 @@ def outcomes(result, root: Path) -> dict[str, tuple[str, str]]:
 
 # ---------------------------------------------------------------- dormant
 
+@pytest.mark.slow
 def test_dormant_without_the_flag(pytester, verdicts, env):
     """Installed (entry point) but not asked: the session is the one pytest would run
     without the plugin; nothing heavy is imported, nothing is written."""
@@ -112,6 +113,7 @@ def test_dormant_without_the_flag(pytester, verdicts, env):
 
 # ---------------------------------------------------------------- collection
 
+@pytest.mark.slow
 def test_collection_ids_markers_and_where_items_come_from(pytester, verdicts):
     result = pytester.runpytest_subprocess("--opdiff", "-b", "perturb_cpu_fp32", "-b", "stages_fine_fp32",
                                            "--collect-only", "-q", "-p", "no:cacheprovider")
@@ -144,6 +146,7 @@ def test_collection_ids_markers_and_where_items_come_from(pytester, verdicts):
     assert {line for line in named.outlines if "::" in line} == {"tests/test_plain.py::test_ok"}
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_paragraph_and_exit_code_2(pytester, verdicts):
     result = pytester.runpytest_subprocess("--opdiff", "-b", "perturb_cpu_fp32x", "-p", "no:cacheprovider")
     assert result.ret == 2

@@ -73,10 +73,16 @@ class Plugin:
         return self._run is not None
 
     def run(self) -> "SessionRun":
+        """The session run, made on first use; a project setting it cannot use (a bad
+        [tool.opdiff] table) stops the session with one paragraph, exit code 2."""
         if self._run is None:
+            from ..errors import OpdiffError
             from .run import SessionRun
 
-            self._run = SessionRun(self.config, self.options, self.group)
+            try:
+                self._run = SessionRun(self.config, self.options, self.group)
+            except OpdiffError as exc:
+                pytest.exit(f"opdiff: error: {exc}", returncode=2)
         return self._run
 
 
@@ -130,16 +136,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if not options.enabled:
         return
     config.addinivalue_line("markers", "opdiff: an item checking a golden of the project's suites")
-    try:
-        plugin.run().validate()
-    except _opdiff_error() as exc:
-        pytest.exit(f"opdiff: error: {exc}", returncode=2)
-
-
-def _opdiff_error() -> type[Exception]:
     from ..errors import OpdiffError
 
-    return OpdiffError
+    try:
+        plugin.run().validate()
+    except OpdiffError as exc:
+        pytest.exit(f"opdiff: error: {exc}", returncode=2)
 
 
 @pytest.hookimpl(optionalhook=True)
