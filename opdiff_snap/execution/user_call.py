@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Preset
+from ..errors import error_text
 from ..suite.model import Invocation, TestCase
 from ..verdicts import Verdict
-from .job import Job, Outcome, WorkerContext
+from .job import Outcome, WorkerContext
 
 
 class NotShippable(Exception):
@@ -157,7 +158,7 @@ class UserCallJob:
 
     def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
         from .prepare import prepare_call
-        from .runner import error_text, run_job
+        from .runner import Job, run_job
 
         try:
             fn = unship(self.callable)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +35,7 @@ from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
 from ..results import Result, RunReport
-from ..session import emit, make_pool, settings_json
+from ..session import emit, make_pool, settings_json, warn
 from . import Options
 
 PATH_SETTINGS = ("suites", "goldens", "store", "cache")
@@ -116,7 +115,7 @@ class SessionRun:
         if self._use_cache is None:
             why = cache_unusable(self.settings.cache)
             if why:
-                warnings.warn(cache_fallback_message(self.settings.cache, why), RuntimeWarning, stacklevel=2)
+                warn(None, cache_fallback_message(self.settings.cache, why))
             self._use_cache = not why
         return self._use_cache
 
