@@ -40,7 +40,7 @@ PYPROJECT = """\
 [tool.opdiff]
 repeats = 1
 warmup = 0
-timeout_s = 15.0
+timeout_s = 30.0
 """
 
 
