@@ -281,9 +281,7 @@ def test_fixture_records_passes_goes_stale_and_update_fixes_it(pytester, env):
     assert section(updated, "unused goldens pruned") == ["tests/test_wrong.py::test_wrong_tanh (its test is gone)"]
 
     (tests / "test_blocks.py").write_text(BLOCKS.replace("def test_block(", "def test_block_renamed("))
-    renamed = pytester.runpytest_subprocess(*run)
-    renamed.assert_outcomes(passed=1)
-    assert section(renamed, "unused goldens") == ["tests/test_blocks.py::test_block (its test is gone)"]
+    # keyed by node id: a renamed test records anew, and its old golden is pruned as unused
     pruned = pytester.runpytest_subprocess(*run, "--opdiff-update")
     pruned.assert_outcomes(passed=1)
     assert section(pruned, "unused goldens pruned") == ["tests/test_blocks.py::test_block (its test is gone)"]
