@@ -69,7 +69,10 @@ class Planned:
 
 
 @dataclass
-class _Pending:
+class Pending:
+    """What judging one job's outcome needs: the planned item, its golden, the preset and
+    the tolerance it is judged with."""
+
     item: Planned
     golden: Golden
     preset: Preset
@@ -200,7 +203,7 @@ def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
 
 # ---------------------------------------------------------------- verdicts of one outcome
 
-def judge(pending: _Pending, outcome: Outcome) -> Result:
+def judge(pending: Pending, outcome: Outcome) -> Result:
     """The Result of one finished job: the backend's failure, or the comparison with the
     golden (each side of a pair with its own golden side)."""
     item, golden, preset, tol = pending.item, pending.golden, pending.preset, pending.tol
@@ -242,7 +245,7 @@ def _judge_pair(result: Result, case: TestCase, golden: Golden, actual: Any, tol
         result.message = "; ".join(notes) + ": " + result.message
 
 
-def _check_grads(result: Result, pending: _Pending, outcome: Outcome) -> None:
+def _check_grads(result: Result, pending: Pending, outcome: Outcome) -> None:
     """Gradient parity: the worker recomputed the recorded vector-Jacobian product on the
     target (see _grad_request); compare it with the golden's."""
     if outcome.grads_error is not None:
@@ -370,42 +373,18 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     started = time.perf_counter()
 
     with writer:
-        pending: dict[str, _Pending] = {}
-
-        def out(item: Planned, preset: Preset, verdict: Verdict, message: str, **kw: Any) -> None:
-            emit(writer, Result.of(item.case, item.test_id, item.seed, preset.name, verdict, message,
-                                   baseline=item.baseline, **kw), results, listener)
+        pending: dict[str, Pending] = {}
 
         def jobs() -> Iterator[Job]:
             for item in plan.items:
                 todo = [p for p in presets if (item.test_id, item.seed, p.name) not in done]
-                runnable = []
-                for preset in todo:
-                    reason = skip_reason(item.case, preset.name, skips, item.test_id)
-                    if reason:
-                        out(item, preset, Verdict.SKIPPED, reason)
-                    elif item.verdict is not None:
-                        out(item, preset, item.verdict, item.message)
-                    else:
-                        runnable.append(preset)
-                if not runnable:
-                    continue
-                try:
-                    golden = store.read(item.test_id, item.seed)
-                    _check_definition(golden, store)
-                except (CorruptGolden, MissingGolden) as exc:
-                    verdict = Verdict.CORRUPT if isinstance(exc, CorruptGolden) else Verdict.NO_GOLDEN
-                    for preset in runnable:
-                        out(item, preset, verdict, str(exc))
-                    continue
-                for preset in runnable:
-                    key = f"{item.test_id}\0{item.seed}\0{preset.name}"
-                    tol = tolerance_for(item.case.tolerance, preset, tolerance)
-                    pending[key] = _Pending(item, golden, preset, tol)
-                    yield Job(case=item.case, seed=item.seed, invocation=golden.invocation, preset=preset,
-                              repeats=settings.repeats, warmup=settings.warmup,
-                              cache_dir=settings.cache if use_cache else None, key=key,
-                              grads=_grad_request(item.case, golden, preset))
+                decided, runs = item_work(item, todo, store, skips=skips, tolerance=tolerance,
+                                          settings=settings, use_cache=use_cache)
+                for result in decided:
+                    emit(writer, result, results, listener)
+                for p, job in runs:
+                    pending[job.key] = p
+                    yield job
 
         with pool:
             for outcome in pool.run(jobs()):
@@ -415,6 +394,55 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         _all_present(writer, {(i.test_id, i.seed, p.name) for i in plan.items for p in presets})
         writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + results, wall)
+
+
+def job_key(test_id: str, seed: int, preset: str) -> str:
+    """The handle of one check job, echoed back in its Outcome."""
+    return f"{test_id}\0{seed}\0{preset}"
+
+
+def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
+              skips: Sequence[tuple[str, str]] = (), tolerance: Tolerance | None = None,
+              settings: Settings = Settings(), use_cache: bool = True
+              ) -> tuple[list[Result], list[tuple[Pending, Job]]]:
+    """What checking one planned (test, seed) on `presets` takes: the results decided
+    without running (a skip, the planned verdict, a golden found corrupt or missing when
+    read), and a job with what judging its outcome needs for every other preset."""
+    decided: list[Result] = []
+
+    def out(preset: Preset, verdict: Verdict, message: str) -> None:
+        decided.append(Result.of(item.case, item.test_id, item.seed, preset.name, verdict, message,
+                                 baseline=item.baseline))
+
+    runnable = []
+    for preset in presets:
+        reason = skip_reason(item.case, preset.name, skips, item.test_id)
+        if reason:
+            out(preset, Verdict.SKIPPED, reason)
+        elif item.verdict is not None:
+            out(preset, item.verdict, item.message)
+        else:
+            runnable.append(preset)
+    if not runnable:
+        return decided, []
+    try:
+        golden = store.read(item.test_id, item.seed)
+        _check_definition(golden, store)
+    except (CorruptGolden, MissingGolden) as exc:
+        verdict = Verdict.CORRUPT if isinstance(exc, CorruptGolden) else Verdict.NO_GOLDEN
+        for preset in runnable:
+            out(preset, verdict, str(exc))
+        return decided, []
+    runs = []
+    for preset in runnable:
+        tol = tolerance_for(item.case.tolerance, preset, tolerance)
+        job = Job(case=item.case, seed=item.seed, invocation=golden.invocation, preset=preset,
+                  repeats=settings.repeats, warmup=settings.warmup,
+                  cache_dir=settings.cache if use_cache else None,
+                  key=job_key(item.test_id, item.seed, preset.name),
+                  grads=_grad_request(item.case, golden, preset))
+        runs.append((Pending(item, golden, preset, tol), job))
+    return decided, runs
 
 
 def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset], *,

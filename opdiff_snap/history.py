@@ -172,6 +172,8 @@ def resumability(meta: Mapping[str, Any]) -> tuple[bool, str]:
     not, what to do instead."""
     if meta.get("command") == "record":
         return False, "re-run `opdiff record`: it writes only the goldens still missing"
+    if meta.get("runner") == "pytest":
+        return False, "a pytest session (`pytest --opdiff`): run pytest again"
     if meta.get("command") != "check":
         return False, "not a run of opdiff check"
     if not isinstance(meta.get("plan"), dict):
@@ -267,9 +269,10 @@ class RunWriter:
     def start(cls, store_dir: Path, command: str, argv: list[str], suites: list[str],
               presets: dict[str, dict], settings: dict, baseline_preset: str | None = None,
               *, fsync: bool = False, env: dict[str, Any] | None = None,
-              plan: dict[str, Any] | None = None) -> "RunWriter":
+              plan: dict[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> "RunWriter":
         """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line.
-        `plan` is what a resume must reproduce exactly (selection, items, presets)."""
+        `plan` is what a resume must reproduce exactly (selection, items, presets); `extra`
+        adds keys of the caller's own (the pytest plugin's `runner` and `group`)."""
         check_store_dir(store_dir)
         runs = Path(store_dir) / RUNS_DIR
         try:
@@ -298,6 +301,8 @@ class RunWriter:
                 "settings": settings, "resumes": None}
         if plan is not None:
             meta["plan"] = plan
+        for key, value in (extra or {}).items():
+            meta.setdefault(key, value)
         writer = cls(path, run_id, meta, fsync=fsync)
         writer._write(meta)
         return writer

@@ -1,0 +1,74 @@
+"""Verdicts as pytest outcomes, and the text a failure shows.
+
+| verdict | pytest outcome |
+| --- | --- |
+| PASS (RECORDED, KEPT) | passed |
+| SKIPPED, UNAVAILABLE | skipped, with the reason |
+| NO_GOLDEN, STALE, CORRUPT | failed, with the command that fixes it |
+| MISMATCH and the other comparison verdicts, the stage failures, CRASH, TIMEOUT, BASELINE_FAIL | failed, with our message and metrics |
+
+The groups come from verdicts.py; nothing here decides a verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pytest
+
+from ..results import Result
+from ..verdicts import PASSING, QUIET, Verdict
+
+# metrics shown in a failure, in this order (the history has them all)
+SHOWN_METRICS = ("max_abs", "max_rel", "mean_abs", "cosine", "mismatched", "numel", "worst_index",
+                 "worst_output", "worst_expected", "worst_actual", "min_atol", "baseline_error",
+                 "error_bound")
+
+
+class VerdictFailed(AssertionError):
+    """A check that did not pass; its text is the whole report."""
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()) -> str:
+    """`VERDICT on PRESET: message`, a line of metrics, and how to fix it. `presets`:
+    every preset this same text stands for (default: the result's own)."""
+    on = ", ".join(presets) if presets else result.preset
+    lines = [f"{result.verdict.value} on {on} (test '{result.test_id}' seed {result.seed})"
+             + (f": {result.message}" if result.message else "")]
+    metrics = result.metrics or {}
+    shown = [f"{k}={_fmt(metrics[k])}" for k in SHOWN_METRICS if metrics.get(k) is not None]
+    if shown:
+        lines.append("metrics: " + " ".join(shown))
+    grad = metrics.get("grad") if isinstance(metrics.get("grad"), dict) else None
+    if grad and grad.get("verdict") not in (None, "PASS"):
+        lines.append("gradient metrics: " + " ".join(f"{k}={_fmt(grad[k])}" for k in SHOWN_METRICS
+                                                   if grad.get(k) is not None))
+    if result.tolerance is not None and result.verdict is not Verdict.PASS and shown:
+        tol = result.tolerance
+        lines.append(f"tolerance: atol={_fmt(tol.atol)} rtol={_fmt(tol.rtol)} "
+                     f"baseline_factor={_fmt(tol.baseline_factor)}")
+    if fix:
+        lines.append(f"fix: {fix}")
+    return "\n".join(lines)
+
+
+def settle(results: Sequence[Result], fixes: dict[Verdict, str] | None = None) -> None:
+    """Turn results into the test's outcome: return when every one passed (or nothing
+    ran for a stated reason and at least one passed), skip when none ran, raise
+    VerdictFailed naming every failing one (presets failing alike are named together)."""
+    __tracebackhide__ = True
+    fixes = fixes or {}
+    failing = [r for r in results if r.verdict not in PASSING | QUIET]
+    if failing:
+        alike: dict[tuple, list[Result]] = {}
+        for r in failing:
+            alike.setdefault((r.verdict, r.message, repr(r.metrics)), []).append(r)
+        raise VerdictFailed("\n\n".join(describe(group[0], fixes.get(group[0].verdict), [r.preset for r in group])
+                                         for group in alike.values()))
+    if results and all(r.verdict in QUIET for r in results):
+        pytest.skip("; ".join(f"{r.verdict.value} on {r.preset}: {r.message or 'no reason given'}"
+                              for r in results))

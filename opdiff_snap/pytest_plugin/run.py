@@ -1,0 +1,307 @@
+"""One pytest session's opdiff run: settings, presets, the worker pool, the history.
+
+Made when a session is active (`--opdiff`) or the opdiff_golden fixture is first used,
+and finished at session end. Everything that runs user code or a backend goes through
+one Dispatcher over one WorkerPool, made at the first job and closed at session end.
+
+Suite items are queued all at once at the first item that runs (xdist: the item and
+the next one it was handed), so the pool's workers stay busy while pytest walks the
+items one by one; each item then waits for its own result.
+
+History: one run file per session, or per xdist worker, written as `opdiff check`
+writes them (results.Result lines, session.emit) with `runner: "pytest"` and a `group`
+id in the meta line that the xdist workers of one session share. The run file is
+created with the first result, so a session that checks nothing writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from .. import history
+from ..backends.base import Preset
+from ..backends.registry import get_preset
+from ..checking import Pending, cache_fallback_message, item_work, judge
+from ..config import Settings, load_settings
+from ..environment import environment
+from ..errors import OpdiffError
+from ..execution.cache import cache_unusable
+from ..execution.dispatch import Dispatcher, Ready
+from ..execution.job import Task
+from ..goldens import GoldenStore
+from ..results import Result, RunReport
+from ..session import emit, make_pool, settings_json, warn
+from .options import Options
+
+PATH_SETTINGS = ("suites", "goldens", "store", "cache")
+
+
+def _display(path: Path) -> Path:
+    """`path` relative to the working directory when it lies below it (as the CLI's
+    defaults are), so history written from pytest names suites as `opdiff check` does."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def session_settings(config: pytest.Config, options: Options) -> Settings:
+    """[tool.opdiff] of the rootdir's pyproject.toml over the defaults, relative paths
+    taken from the rootdir, --opdiff-jobs over both; under xdist the default worker count
+    is the cores shared among xdist's workers."""
+    root = Path(config.rootpath)
+    settings = load_settings(root)
+    paths = {}
+    for name in PATH_SETTINGS:
+        value = Path(getattr(settings, name))
+        paths[name] = _display(value if value.is_absolute() else root / value)
+    jobs = options.jobs
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if jobs is None and workers and settings.jobs == Settings().jobs:
+        jobs = max(1, (os.cpu_count() or 1) // int(workers))
+    return settings.with_overrides(jobs=jobs, **paths)
+
+
+class SessionRun:
+    def __init__(self, config: pytest.Config, options: Options, group: str):
+        self.config, self.options, self.group = config, options, group
+        self.settings = session_settings(config, options)
+        workerinput = getattr(config, "workerinput", None)
+        self.worker_id: str | None = workerinput.get("workerid") if workerinput else None
+        self.next_item: pytest.Item | None = None
+        self.passed: set[str] = set()             # node ids whose call phase passed
+        self.collected_ids: set[str] = set()
+        self.collected_files: set[Path] = set()
+        self.results: list[Result] = []
+        self.summary: dict[str, list[str]] = {}   # section -> lines, shown at session end
+        self.used: set[tuple[Path, str]] = set()  # (fixture golden store, test id) checked
+        self._presets: dict[str, Preset] = {}
+        self._plan: Any = None
+        self._plan_error: Exception | None = None
+        self._collected_paths: set[Path] = set()
+        self._dispatcher: Dispatcher | None = None
+        self._writer: history.RunWriter | None = None
+        self._pending: dict[str, Pending] = {}
+        self._taken: set[str] = set()
+        self._use_cache: bool | None = None
+        self._started = time.perf_counter()
+
+    # ------------------------------------------------------------ setup
+    def validate(self) -> None:
+        """Resolve the presets and check the store paths, before anything is collected."""
+        for name in self.options.preset_options:
+            self.preset(name)
+        _ = self.presets   # resolving them is the check
+        history.check_store_dir(self.settings.store)
+        GoldenStore(self.settings.goldens)
+
+    def preset(self, name: str) -> Preset:
+        if name not in self._presets:
+            self._presets[name] = get_preset(name, self.options.preset_options.get(name))
+        return self._presets[name]
+
+    @property
+    def presets(self) -> list[Preset]:
+        """The presets of --opdiff items (-b, or the ini's opdiff_backends)."""
+        return [self.preset(name) for name in self.options.backends]
+
+    @property
+    def use_cache(self) -> bool:
+        if self._use_cache is None:
+            why = cache_unusable(self.settings.cache)
+            if why:
+                warn(None, cache_fallback_message(self.settings.cache, why))
+            self._use_cache = not why
+        return self._use_cache
+
+    def header(self) -> list[str]:
+        s = self.settings
+        where = f"; xdist group {self.group}" if self.worker_id else ""
+        backends = ", ".join(self.options.backends) or "(none: give -b PRESET to collect suites)"
+        return [f"opdiff: backends {backends}; suites {s.suites}, goldens {s.goldens}, history {s.store}; "
+                f"{s.jobs} worker process(es){where}"]
+
+    # ------------------------------------------------------------ collection
+    def claims_suite(self, path: Path) -> bool:
+        """A YAML file under the suites folder is collected as a suite."""
+        try:
+            Path(path).resolve().relative_to(Path(self.settings.suites).resolve())
+        except ValueError:
+            return False
+        return bool(self.options.backends)
+
+    def claims_goldens(self, path: Path) -> bool:
+        return bool(self.options.backends) and Path(path).resolve() == Path(self.settings.goldens).resolve()
+
+    def collected(self, collector: pytest.Collector) -> "SessionRun":
+        """Note that `collector` is collecting (pytest makes collectors for every entry of
+        a folder it walks, and collects only those its arguments lead to)."""
+        self._collected_paths.add(Path(collector.path).resolve())
+        return self
+
+    def plan(self):
+        """The session's check plan (suite_items.SuitePlan), made once. When it cannot be
+        made, the first collector that asks gets the error and the others an empty plan,
+        so the problem is reported once."""
+        plan = self._make_plan()
+        if self._plan_error is not None:
+            error, self._plan_error = self._plan_error, None
+            raise error
+        return plan
+
+    def _make_plan(self):
+        from .suite_items import SuitePlan
+
+        if self._plan is None:
+            try:
+                self._plan = SuitePlan(self)
+            except Exception as exc:
+                self._plan, self._plan_error = SuitePlan.empty(), exc
+        return self._plan
+
+    def add_uncollected(self, session: pytest.Session, items: list) -> None:
+        """A bare `pytest --opdiff` collects the suites and the goldens even where its
+        testpaths do not reach; named paths collect what they name."""
+        if not self.options.backends or self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            return
+        from .suite_items import GoldensDir, SuiteFile, collect_node
+
+        plan = self._make_plan()
+        files = plan.files()
+        goldens = Path(self.settings.goldens)
+        if self._plan_error is not None:   # a collector that reports it
+            files = _suite_files(self.settings.suites)[:1]
+        for path in files:
+            if path.resolve() not in self._collected_paths:
+                items.extend(collect_node(SuiteFile.from_parent(session, path=_absolute(path))))
+        if (plan.loose or self._plan_error is not None) and goldens.resolve() not in self._collected_paths:
+            items.extend(collect_node(GoldensDir.from_parent(session, path=_absolute(goldens))))
+
+    def note_collected(self, items: list) -> None:
+        for item in items:
+            self.collected_ids.add(item.nodeid)
+            path = getattr(item, "path", None)
+            if path is not None and Path(path).suffix == ".py":
+                self.collected_files.add(Path(path).resolve())
+
+    # ------------------------------------------------------------ running
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            self._dispatcher = Dispatcher(make_pool(self.settings, in_process=False))
+        return self._dispatcher
+
+    def submit(self, key: str, make: Callable[[], Task | Ready]) -> None:
+        self.dispatcher.submit(key, make)
+
+    def wait(self, key: str) -> Any:
+        return self.dispatcher.wait(key)
+
+    def result_for(self, item: Any) -> Result:
+        """The Result of one suite item (suite_items.OpdiffItem): queued with the others
+        when the first one runs, judged here."""
+        key = item.key
+        if key in self._taken:      # run again (a rerun plugin): on its own
+            self._taken.discard(key)
+            self.dispatcher.submit(key, self._maker(item))
+        elif not self.dispatcher.queued(key):
+            self._queue_items(item)
+        value = self.dispatcher.wait(key)
+        self._taken.add(key)
+        result = value if isinstance(value, Result) else judge(self._pending.pop(key), value)
+        self.emit(result)
+        return result
+
+    def _queue_items(self, item: Any) -> None:
+        from .suite_items import OpdiffItem
+
+        if self.worker_id is not None:   # xdist hands items over one by one: this and the next
+            todo = [item] + ([self.next_item] if isinstance(self.next_item, OpdiffItem) else [])
+        else:
+            todo = [i for i in item.session.items if isinstance(i, OpdiffItem)]
+            if item not in todo:
+                todo.insert(0, item)
+        for it in todo:
+            if it.key not in self._taken and not self.dispatcher.queued(it.key):
+                self.dispatcher.submit(it.key, self._maker(it))
+
+    def _maker(self, item: Any) -> Callable[[], Task | Ready]:
+        def make() -> Task | Ready:
+            decided, runs = item_work(item.planned, [item.preset], GoldenStore(self.settings.goldens),
+                                      settings=self.settings, use_cache=self.use_cache)
+            if decided:
+                return Ready(decided[0])
+            pending, job = runs[0]
+            self._pending[job.key] = pending
+            return job
+
+        return make
+
+    def emit(self, result: Result) -> None:
+        """Write one result to this session's history run (started with the first)."""
+        if self._writer is None:
+            self._writer = self._start_writer()
+        try:
+            emit(self._writer, result, self.results, None)
+        except OpdiffError as exc:
+            pytest.exit(f"opdiff: error: {exc}", returncode=2)
+
+    def _start_writer(self) -> history.RunWriter:
+        pool = self.dispatcher.pool
+        suites = [str(p) for p in self._plan.suite_paths] if self._plan is not None else []
+        presets = {p.name: p.to_json() for p in self._presets.values()}
+        extra = {"runner": "pytest", "group": self.group}
+        if self.worker_id is not None:
+            extra["xdist_worker"] = self.worker_id
+        try:
+            return history.RunWriter.start(
+                self.settings.store, "check", list(self.config.invocation_params.args), suites, presets,
+                settings_json(self.settings, False, self.use_cache, pool), env=environment(threads=pool.threads),
+                extra=extra)
+        except OpdiffError as exc:
+            pytest.exit(f"opdiff: error: {exc}", returncode=2)
+
+    # ------------------------------------------------------------ end
+    def note(self, section: str, line: str) -> None:
+        """A line for the session's summary."""
+        lines = self.summary.setdefault(section, [])
+        if line not in lines:
+            lines.append(line)
+
+    def finish(self, interrupted: bool = False) -> dict[str, list[str]]:
+        """Close the pool, sweep the fixture's goldens, write the end line (not after an
+        interrupt: the run then reads as interrupted); the summary."""
+        if self._dispatcher is not None:
+            self._dispatcher.close()
+        from .golden_fixture import sweep
+
+        try:
+            sweep(self)
+        except OpdiffError as exc:
+            self.summary.setdefault("errors", []).append(str(exc))
+        if self._writer is not None and interrupted:
+            self._writer.close()
+            self.note("history", f"{self._writer.path} (interrupted: {len(self.results)} results, no end line)")
+        elif self._writer is not None:
+            wall = time.perf_counter() - self._started
+            report = RunReport(self._writer.run_id, self._writer.path, "check", self.results, wall)
+            counts = report.counts()
+            self._writer.end(counts, wall)
+            tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+            self.summary.setdefault("history", []).append(
+                f"{self._writer.path} ({len(self.results)} results: {tally}; group {self.group})")
+        return self.summary
+
+
+def _suite_files(root: Path) -> list[Path]:
+    root = Path(root)
+    return sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml")) if root.is_dir() else []
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.abspath(path))
