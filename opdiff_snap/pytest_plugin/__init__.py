@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .options import Options
+from .options import PLUGIN_KEY, Options, plugin_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from .run import SessionRun
@@ -60,11 +60,6 @@ class Plugin:
         return self._run
 
 
-PLUGIN_KEY = pytest.StashKey[Plugin]()
-
-
-def plugin_of(config: pytest.Config) -> Plugin:
-    return config.stash[PLUGIN_KEY]
 
 
 def _jobs(text: str) -> int:

@@ -1,8 +1,10 @@
-"""What the command line and the ini file ask of the plugin."""
+"""What the command line and the ini file ask of the plugin, and where a config keeps the
+plugin's state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -32,3 +34,10 @@ class Options:
                    backends=list(dict.fromkeys(backends)), preset_options=options,
                    update=bool(config.getoption("opdiff_update")), jobs=config.getoption("opdiff_jobs"),
                    baseline=str(config.getini("opdiff_baseline") or "torch_cpu_fp32"))
+
+
+PLUGIN_KEY = pytest.StashKey[Any]()   # the config's Plugin (pytest_plugin/__init__.py)
+
+
+def plugin_of(config: pytest.Config) -> Any:
+    return config.stash[PLUGIN_KEY]

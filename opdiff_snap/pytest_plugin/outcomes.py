@@ -5,7 +5,7 @@
 | PASS (RECORDED, KEPT) | passed |
 | SKIPPED, UNAVAILABLE | skipped, with the reason |
 | NO_GOLDEN, STALE, CORRUPT | failed, with the command that fixes it |
-| MISMATCH and the other comparison verdicts, the stage failures, CRASH, TIMEOUT, BASELINE_FAIL | failed, with our message and metrics |
+| comparison verdicts, stage failures, CRASH, TIMEOUT, BASELINE_FAIL | failed, with message and metrics |
 
 The groups come from verdicts.py; nothing here decides a verdict.
 """

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import pytest
 
 from ..errors import OpdiffError
+from .options import plugin_of
 from .outcomes import VerdictFailed, describe, settle
 
 
@@ -61,8 +62,6 @@ class SuitePlan:
 
 
 def _run(node: pytest.Node):
-    from . import plugin_of
-
     return plugin_of(node.config).run()
 
 
