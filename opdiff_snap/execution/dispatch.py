@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 from .job import Task
 from .pool import WorkerPool
@@ -43,7 +43,7 @@ class Dispatcher:
         self._queue: deque[tuple[str, Callable[[], Task | Ready]]] = deque()
         self._keys: set[str] = set()      # queued or running, result not yet taken
         self._done: dict[str, Any] = {}
-        self._run: Iterator[Any] | None = None
+        self._run: Generator[Any, None, None] | None = None
 
     def submit(self, key: str, make: Callable[[], Task | Ready]) -> None:
         """Queue one piece of work under `key` (the key its task echoes back)."""

@@ -282,6 +282,8 @@ def gradcheck(case: TestCase, invocation: Invocation, eps: float = 1e-6, max_ent
             max_err = max(max_err, err)
             if worst is None or excess > worst[0]:
                 worst = (excess, i, a, fd)
+        if worst is None:   # nothing sampled (an empty tensor): no row
+            continue
         worst_index = tuple(int(v) for v in torch.unravel_index(torch.tensor(worst[1]), x.shape)) \
             if x.dim() else ()
         report.rows.append(GradcheckRow(name, kind, n, len(idx), max_err, worst_index, worst[2], worst[3],

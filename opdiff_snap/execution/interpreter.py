@@ -143,7 +143,7 @@ def source_checkout() -> Path | None:
     return root if 'name = "opdiff-snap"' in text else None
 
 
-def install_command(python: Path, extras: str = "") -> str:
+def install_command(python: Path | None, extras: str = "") -> str:
     """The command that installs this very opdiff-snap under `python`."""
     from .. import __version__
 

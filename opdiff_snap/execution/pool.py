@@ -35,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Generator, Iterable, Iterator
 
 from ..errors import error_text
 from ..verdicts import STAGE_FAILURES, Verdict
@@ -126,8 +126,8 @@ class UnsendableJob(Exception):
 
 @dataclass
 class _Worker:
-    proc: mp.process.BaseProcess
-    conn: Connection
+    proc: Any   # a multiprocessing Process, or a ForeignProcess under another interpreter
+    conn: Any      # the parent's end of the worker's pipe
     started: float
     ready: bool = False
     job: Task | None = None
@@ -220,6 +220,7 @@ class WorkerPool:
             self._logs = tempfile.TemporaryDirectory(prefix="opdiff-workers-")
         log = Path(self._logs.name) / f"worker-{self.started_workers}.log"
         parent, child = self._ctx.Pipe(duplex=True)
+        proc: Any
         if self.python is not None:
             proc = launch(self.python, child, self.threads, log)
         else:
@@ -285,9 +286,9 @@ class WorkerPool:
             from ..environment import environment
 
             return environment(threads=self.threads)
-        ready = [w for w in self._workers if w.ready]
+        ready = [w for w in self._workers if w.ready and w.hello]
         if ready:
-            return ready[0].hello["env"]
+            return (ready[0].hello or {})["env"]
         w = self._workers[0] if self._workers else self._spawn()
         deadline = w.started + STARTUP_TIMEOUT_S
         while not w.ready:
@@ -305,7 +306,7 @@ class WorkerPool:
             if not w.ready:
                 self._discard(w, kill=True)
                 raise hello_refusal(self.python, self.refusal or {})
-        return w.hello["env"]
+        return (w.hello or {})["env"]
 
     def _greet(self, w: _Worker, msg: bytes) -> None:
         """A worker's first message: ready when its hello speaks our protocol; otherwise keep
@@ -322,7 +323,7 @@ class WorkerPool:
             self.refusal = hello or {"error": "garbled", "message": repr(msg[:80])}
 
     # ------------------------------------------------------------ running
-    def run(self, jobs: Iterable[Task]) -> Iterator:
+    def run(self, jobs: Iterable[Task]) -> Generator[Any, None, None]:
         """Each task's result (see job.Task), in completion order."""
         if self.in_process:
             yield from self._run_in_process(jobs)
@@ -376,7 +377,7 @@ class WorkerPool:
                 for conn in wait([w.conn for w in self._workers], timeout):
                     w = next(x for x in self._workers if x.conn is conn)
                     try:
-                        msg = conn.recv_bytes()
+                        msg = w.conn.recv_bytes()
                     except (EOFError, OSError):
                         if not w.ready:
                             start_failures += 1

@@ -35,7 +35,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator
 
 from ..errors import OpdiffError
 from ..verdicts import Verdict
@@ -98,7 +98,7 @@ class NodeWorker:
 
     def run(self, key: str, data: bytes) -> tuple:
         """("ok", the worker's pickled result) or ("failed", status, error class, message, pid)."""
-        (result,) = list(self.pool.run([_Opaque(key, data)]))
+        (result,) = list(self.pool.run([_Opaque(key, data)]))  # type: ignore[list-item]  # forwarded as is
         if isinstance(result, _Failed):
             return ("failed", result.status, result.error_class, result.message, result.worker_pid)
         return ("ok", result)
@@ -329,7 +329,7 @@ class RayPool:
             pass   # already gone with its node
 
     # ------------------------------------------------------------ running
-    def run(self, tasks: Iterable[Task]) -> Iterator:
+    def run(self, tasks: Iterable[Task]) -> Generator[Any, None, None]:
         """Each task's result (see job.Task), in completion order."""
         ray = self._ray
         source = iter(tasks)

@@ -109,7 +109,11 @@ def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
     if not avail.can_export:
         return _fail(job, Verdict.UNAVAILABLE, avail.reason or f"preset {job.preset.name} cannot run here")
     try:
-        prepared = job.prepared if job.prepared is not None else flat_module(job.case, job.invocation)
+        if job.prepared is not None:
+            prepared = job.prepared
+        else:
+            assert job.invocation is not None, "a job without a prepared call carries its invocation"
+            prepared = flat_module(job.case, job.invocation)
     except Exception as exc:
         out = _fail(job, Verdict.EXPORT_FAIL, exc)
         out.error_message = f"preparing the test failed before export: {out.error_message}"
@@ -145,10 +149,11 @@ def _gradients(job: Job, outcome: Outcome) -> None:
     from .gradients import compute_grads, pack_grads, record_grads
 
     try:
+        assert job.invocation is not None, "gradients need the job's invocation"
         if job.grads == "record":
             outcome.grads = pack_grads(*record_grads(job.case, job.invocation, job.seed))
         else:
-            outcome.grads = compute_grads(job.case, job.invocation, list(job.grads), job.preset)
+            outcome.grads = compute_grads(job.case, job.invocation, list(job.grads or ()), job.preset)
     except Exception as exc:
         outcome.grads_error = error_text(exc)
 
@@ -156,7 +161,7 @@ def _gradients(job: Job, outcome: Outcome) -> None:
 def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Availability, threads: int,
                     tmp: Path | None) -> Outcome:
     use_cache = job.cache_dir is not None and getattr(backend, "serializes", False)
-    cache = ArtifactCache(job.cache_dir) if use_cache else None
+    cache = ArtifactCache(job.cache_dir) if job.cache_dir is not None and use_cache else None
     key = cache_key(job) if cache is not None else ""
     for attempt in (0, 1):  # a cached artifact that fails to load is evicted and rebuilt once
         cache_hit = False
@@ -188,7 +193,7 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
             runnable = backend.load(artifact, job.preset, threads=threads)
             load_ms = (time.perf_counter() - t0) * 1e3
         except Exception as exc:
-            if cache_hit and attempt == 0:
+            if cache is not None and cache_hit and attempt == 0:
                 cache.evict(key)
                 continue
             return _fail(job, Verdict.LOAD_FAIL, exc, **timings)

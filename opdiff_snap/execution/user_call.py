@@ -91,8 +91,10 @@ def ship(obj: Any) -> Shipped:
 
 def _same_file(module: types.ModuleType, file: str) -> bool:
     found = getattr(module, "__file__", None)
+    if not found:
+        return False
     try:
-        return bool(found) and os.path.samefile(found, file)
+        return os.path.samefile(found, file)
     except OSError:
         return False
 

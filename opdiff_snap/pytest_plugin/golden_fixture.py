@@ -93,7 +93,7 @@ def _code_objects(fn: Any) -> list[Any]:
     roots = list(fn.modules()) if isinstance(fn, torch.nn.Module) else [fn]
     for obj in roots:
         if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)):
-            chain = [obj]
+            chain: list[Any] = [obj]
         else:
             cls = obj if isinstance(obj, type) else type(obj)
             chain = list(cls.__mro__)
@@ -135,7 +135,8 @@ class CallSpec:
 
     def changed(self, stored: dict[str, Any]) -> str:
         """What differs from the hashes a golden stored, in words."""
-        old = stored.get("hashes") if isinstance(stored.get("hashes"), dict) else {}
+        hashes = stored.get("hashes")
+        old = hashes if isinstance(hashes, dict) else {}
         parts = [PARTS[k].format(classes=", ".join(self.classes) or "the callable")
                  for k in PARTS if old.get(k) != self.hashes.get(k)]
         return " and ".join(parts) if parts else "the baseline preset"
@@ -250,6 +251,7 @@ class _Call:
             except (CorruptGolden, MissingGolden):
                 stored = {}
             what = spec.changed(stored if isinstance(stored, dict) else {})
+            assert info is not None   # stale implies a golden
             if info.baseline != self.baseline.name:
                 what = f"the baseline (recorded on {info.baseline}, the session's is {self.baseline.name})"
             message = f"{what} changed since the golden was recorded ({info.created[:19]})"
@@ -303,7 +305,7 @@ class _Call:
         return {label: run.wait(key) for label, key in keys.items()}
 
     def _golden(self, invocation: Invocation, outcome: Outcome) -> Golden:
-        outputs = restore_outputs(outcome.output_structure, outcome.outputs)
+        outputs = restore_outputs(outcome.output_structure, outcome.outputs or [])
         reference, note = reference_of(outcome, outputs)
         return Golden(test_id=self.case.id, seed=SEED, spec_hash=self.case.spec_hash, suite=str(self.case.suite),
                       definition=dict(self.case.definition), test_type=self.case.test_type,

@@ -61,7 +61,7 @@ class SuitePlan:
         return [p for f, items in self.by_file.items() if f.resolve() == want for p in items]
 
 
-def _run(node: pytest.Node):
+def _run(node: Any):
     return plugin_of(node.config).run()
 
 
@@ -77,7 +77,7 @@ class _OpdiffCollector:
     """Our errors (a suite that does not load, goldens no suite vouches for) are one
     paragraph, not a traceback."""
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, OpdiffError):
             return f"opdiff: error: {excinfo.value}"
         return super().repr_failure(excinfo)  # type: ignore[misc]
