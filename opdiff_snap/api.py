@@ -109,6 +109,8 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
                       baseline_precision=str(golden.baseline.get("precision") or "fp32"))
     if report.error is not None:
         raise OpdiffError(f"test '{test_id}' on {backend}: {report.error}")
+    if isinstance(preset_options, str):
+        report.preset_options = preset_options
     return report
 
 

@@ -42,7 +42,11 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pool(site):
     """Isolated workers, started once the test backends are registered, shared by the tests."""
+    from opdiff_snap.cause.calls import CallTreeTask
+
     with WorkerPool(jobs=2, timeout_s=120) as pool:
+        warm = [CallTreeTask(*load_case("tanh_mlp"), key=str(i)) for i in range(2)]
+        assert all(tree.error is None for tree in pool.run(warm))   # both workers up before the first test
         yield pool
 
 
@@ -129,6 +133,7 @@ def test_a_clean_backend_finds_nothing_at_any_level(pool):
     assert "reproduce the baseline" in report.summary()
 
 
+@pytest.mark.slow
 def test_a_segfaulting_node_is_a_crash_at_that_node(pool):
     report = _localize("exp_head", "crashkernel_cpu_fp32", pool)
     text = format_report(report)

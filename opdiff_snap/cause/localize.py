@@ -134,6 +134,7 @@ class LocalizeReport:
     enclosing: list[SubmoduleRow] = field(default_factory=list)   # enclosing calls run to find the scope
     ops: OpsReport | None = None
     seed: int = 0
+    preset_options: str | None = None       # as given, for the repro command
 
     @property
     def divergence(self) -> str:
@@ -157,6 +158,8 @@ class LocalizeReport:
         parts = ["opdiff", "repro", shlex.quote(self.test_id), "-b", self.preset]
         if self.seed:
             parts += ["--seed", str(self.seed)]
+        if self.preset_options:
+            parts += ["--preset-options", shlex.quote(self.preset_options)]
         if self.ops.scope:
             parts += ["--scope", shlex.quote(self.ops.scope)]
         parts += ["--node", self.ops.finding.node_arg]
@@ -481,8 +484,10 @@ def format_report(report: LocalizeReport, context: int = 3) -> str:
         lines.append("")
         folded = sum(x.status is Verdict.SKIPPED for x in ops.rows)
         lines.append(f"ATen nodes of {_scope_label(ops.scope, ops.scope_class)}: {ops.node_count} "
-                     f"(core ATen, as the backends export it); {len(ops.rows) - folded} run alone on "
-                     f"{report.preset}" + (f"; {folded} SKIPPED: {CONSTANT_NODE}" if folded else ""))
+                     f"(core ATen, as the backends export it; on the baseline the graph reproduces the "
+                     f"scope's eager output to max_abs {ops.graph_vs_eager or 0:.3g}); "
+                     f"{len(ops.rows) - folded} run alone on {report.preset}"
+                     + (f"; {folded} SKIPPED: {CONSTANT_NODE}" if folded else ""))
         nh = f"{'':1} {'node':>4}  {'op':<34} {'status':<14} {'max_abs':>10} {'max_rel':>10}  source"
         lines += [nh, "-" * len(nh)]
         f = ops.finding
