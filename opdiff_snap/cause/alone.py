@@ -73,7 +73,7 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
     """Run `piece` alone on `preset` and compare it with what the baseline computed."""
     from ..compare import Rounding, compare
     from ..execution import Job, prepare_call, run_job
-    from ..execution.runner import error_text
+    from ..errors import error_text
 
     try:
         prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)
@@ -107,7 +107,7 @@ class PieceTask:
         raise NotImplementedError
 
     def run(self, context=None) -> PieceResult:
-        from ..execution.runner import error_text
+        from ..errors import error_text
 
         threads = getattr(context, "threads", 0)
         try:

@@ -163,7 +163,7 @@ class CallTreeTask:
         except OpdiffError as exc:
             return self.failed(None, type(exc).__name__, str(exc))
         except Exception as exc:
-            from ..execution.runner import error_text
+            from ..errors import error_text
             return self.failed(None, type(exc).__name__,
                                f"the module does not run on the stored inputs: {error_text(exc)}")
 

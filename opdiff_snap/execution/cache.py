@@ -25,15 +25,23 @@ import uuid
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
-from .. import __version__
-from ..backends.base import Artifact
+from .. import __version__, trees
+from ..backends.base import Artifact, Preset
 from ..errors import OpdiffError
-from .. import trees
-from .job import Job
+from ..suite.model import Invocation, TestCase
+
+
+class Subject(Protocol):
+    """What a cache key is made of (a runner.Job is one)."""
+
+    case: TestCase
+    seed: int
+    invocation: Invocation | None
+    preset: Preset
 
 # The packages whose versions can change what an export produces, by backend family.
 RUNTIME_PACKAGES = {
@@ -50,7 +58,7 @@ def _version(package: str) -> str:
         return "absent"
 
 
-def _states_digest(job: Job) -> str:
+def _states_digest(job: Subject) -> str:
     h = hashlib.sha256()
     for side in sorted(job.invocation.states):
         for name, t in sorted(job.invocation.states[side].items()):
@@ -60,14 +68,14 @@ def _states_digest(job: Job) -> str:
     return h.hexdigest()
 
 
-def _inputs_signature(job: Job) -> Any:
+def _inputs_signature(job: Subject) -> Any:
     """What export bakes in besides the weights: every non-tensor argument, and the
     shapes and dtypes of the tensor ones (artifacts are exported for static shapes)."""
     structure, leaves = trees.flatten((list(job.invocation.args), dict(job.invocation.kwargs)))
     return [structure, [[str(t.dtype), list(t.shape)] for t in leaves]]
 
 
-def cache_key(job: Job) -> str:
+def cache_key(job: Subject) -> str:
     packages = RUNTIME_PACKAGES.get(job.preset.family, ())
     material = {
         "test": job.case.id,
