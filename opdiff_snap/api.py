@@ -263,36 +263,71 @@ def golden_case(test_id: str, seed: int, goldens: Path = Path("goldens"), trust_
 
 
 def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
-             goldens: Path = Path("goldens"), timeout_s: float = 600.0, in_process: bool = False,
-             trust_goldens: bool = False):
-    """First leaf submodule whose output leaves tolerance on `backend` (see cause.localize),
-    found in a worker process."""
+             goldens: Path = Path("goldens"), ops: bool = False, tolerance=None, settings=None,
+             in_process: bool = False, trust_goldens: bool = False):
+    """Where `test_id` first diverges on `backend`: the first leaf submodule, and below it
+    (when no leaf diverges, or `ops`) the first ATen node or node range (see
+    cause.localize). `tolerance` overrides the test's field by field, as check's does.
+    Every step runs in the worker pool of `settings` (jobs, timeout_s)."""
     from .backends.registry import get_preset
-    from .cause.localize import LocalizeTask
+    from .cause.localize import localize as find
+    from .compare import tolerance_for
+    from .config import Settings
     from .errors import OpdiffError
-    from .execution.pool import run_one
+    from .execution import WorkerPool
 
+    settings = settings or Settings()
     case, golden = golden_case(test_id, seed, goldens, trust_goldens)
     if case.test_type != "module":
         raise OpdiffError(f"test '{test_id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "
                           "localize needs a module test (it hooks the module's submodules).")
-    report = run_one(LocalizeTask(case, golden.invocation, get_preset(backend, preset_options)),
-                     timeout_s=timeout_s, in_process=in_process)
+    preset = get_preset(backend, preset_options)
+    with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
+        report = find(case, golden.invocation, preset, lambda p: tolerance_for(case.tolerance, p, tolerance),
+                      pool=pool, ops=ops, seed=seed,
+                      baseline_precision=str(golden.baseline.get("precision") or "fp32"))
     if report.error is not None:
         raise OpdiffError(f"test '{test_id}' on {backend}: {report.error}")
+    if isinstance(preset_options, str):
+        report.preset_options = preset_options
     return report
 
 
 def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_options=None,
-          goldens: Path = Path("goldens"), trust_goldens: bool = False) -> Path:
-    """Write a standalone script reproducing `test_id` on `backend` (see cause.repro)."""
+          goldens: Path = Path("goldens"), trust_goldens: bool = False, node: str | None = None,
+          scope: str = "", timeout_s: float = 300.0, in_process: bool = False) -> Path:
+    """Write a standalone script reproducing `test_id` on `backend` (see cause.repro).
+    `node` ("N" or "N-M", as localize names them): reproduce those ATen nodes of `scope`
+    ("" for the module itself, "name" or "name#k" for a submodule call) instead, on the
+    intermediate values the baseline computes for them; they are recorded in a worker."""
     from .backends.registry import get_preset
-    from .cause.repro import write_repro
+    from .cause.repro import parse_node_range, write_node_repro, write_repro
     from .compare import tolerance_for
+    from .errors import OpdiffError
 
     case, golden = golden_case(test_id, seed, goldens, trust_goldens)
     preset = get_preset(backend, preset_options)
-    return write_repro(case, golden, preset, out, tolerance_for(case.tolerance, preset))
+    tol = tolerance_for(case.tolerance, preset)
+    if node is None:
+        if scope:
+            raise OpdiffError(f"--scope '{scope}' names a submodule whose ATen nodes to reproduce; give "
+                              "--node too (as `opdiff localize` prints it).")
+        return write_repro(case, golden, preset, out, tol)
+    if case.test_type != "module":
+        raise OpdiffError(f"test '{test_id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; --node "
+                          "picks ATen nodes inside a module test (an op test's repro is already one op: "
+                          "leave --node out).")
+    from .cause.atengraph import ScopeGraphTask
+    from .execution.pool import run_one
+
+    parse_node_range(node)   # its syntax, before anything runs
+    graph = run_one(ScopeGraphTask(case, golden.invocation, scope, bool(preset.options.get("export_strict"))),
+                    timeout_s=timeout_s, in_process=in_process)
+    if graph.error is not None:
+        raise OpdiffError(f"test '{test_id}': {graph.error}")
+    start, stop = parse_node_range(node, len(graph.nodes),
+                                   f"scope '{scope or '<root>'}' of test '{test_id}'")
+    return write_node_repro(case, graph, start, stop, preset, out, tol, seed)
 
 
 def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: float = 1e-6,

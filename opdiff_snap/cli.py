@@ -771,24 +771,41 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
 @click.argument("test_id")
 @click.option("-b", "--backend", required=True, help="Target preset.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--ops", is_flag=True,
+              help="Descend to ATen nodes even when a leaf submodule diverges (they are searched anyway "
+                   "when none does).")
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
+@click.option("--atol", type=NON_NEGATIVE, help="Override the absolute tolerance, as for check.")
+@click.option("--rtol", type=NON_NEGATIVE, help="Override the relative tolerance, as for check.")
+@click.option("--baseline-factor", type=NON_NEGATIVE,
+              help="Override how many times the baseline's own rounding error is allowed (0: none), as for check.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1).")
+@click.option("--in-process", is_flag=True, help="Run the jobs in this process (debugging; no isolation).")
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
                    "user packages); they are imported in workers, and the run says which.")
 @click.pass_context
 @guarded
-def localize(ctx, test_id, backend, seed, preset_options, trust_goldens) -> None:
-    """First submodule of a module test whose output leaves tolerance on BACKEND.
+def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, jobs, timeout_s,
+             in_process, trust_goldens) -> None:
+    """Where a module test first diverges on BACKEND: submodule, then ATen node.
 
-    Every leaf submodule runs alone on the target with the baseline's captured inputs;
-    exit 1 when one diverges."""
+    Every leaf submodule runs alone on the target with the baseline's captured inputs.
+    When none diverges (or with --ops), the smallest divergent scope is exported to ATen
+    and each node runs alone the same way; where only a chain of nodes diverges, the
+    shortest such range is bisected out. Each piece runs in an isolated worker (a crash is
+    a CRASH at that piece). Exit 1 when something diverges."""
     from . import api
     from .cause.localize import format_report
 
-    report = api.localize(test_id, backend, seed=seed, preset_options=preset_options,
-                          goldens=_settings(ctx).goldens, trust_goldens=trust_goldens)
+    given = (atol, rtol, baseline_factor)
+    report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,
+                          tolerance=Tolerance(*given) if any(v is not None for v in given) else None,
+                          goldens=_settings(ctx).goldens, settings=_settings(ctx, jobs=jobs, timeout_s=timeout_s),
+                          in_process=in_process, trust_goldens=trust_goldens)
     click.echo(format_report(report))
-    sys.exit(0 if report.first_divergent is None else 1)
+    sys.exit(1 if report.found else 0)
 
 
 @main.command()
@@ -796,23 +813,29 @@ def localize(ctx, test_id, backend, seed, preset_options, trust_goldens) -> None
 @click.option("-b", "--backend", required=True, help="Target preset.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Script path (default repro_<test>_<preset>.py).")
+@click.option("--node", help="ATen node N, or nodes N-M, of the scope (as `opdiff localize` names them): "
+                             "reproduce that op alone, on the intermediate values the baseline computes for it.")
+@click.option("--scope", default="", help="With --node: the submodule whose ATen graph holds the node "
+                                          "('name' or 'name#K' for its K-th call; default: the module itself).")
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
                    "user packages); they are imported in workers, and the run says which.")
 @click.pass_context
 @guarded
-def repro(ctx, test_id, backend, seed, output, preset_options, trust_goldens) -> None:
+def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trust_goldens) -> None:
     """Write a standalone script (torch + the backend's runtime only) that reproduces a result."""
     import re
 
     from . import api
 
-    out = output or Path(f"repro_{re.sub(r'[^A-Za-z0-9_]+', '_', test_id)[:80]}_{backend}.py")
+    suffix = f"_node{node.strip()}" if node else ""
+    out = output or Path(f"repro_{re.sub(r'[^A-Za-z0-9_]+', '_', test_id)[:80]}_{backend}{suffix}.py")
     _output_file(out, "-o/--output")
     with _writing(out, "-o/--output"):
         path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
-                         goldens=_settings(ctx).goldens, trust_goldens=trust_goldens)
+                         goldens=_settings(ctx).goldens, trust_goldens=trust_goldens, node=node, scope=scope,
+                         timeout_s=_settings(ctx).timeout_s)
     click.echo(f"wrote {path}; run: python {path}")
 
 

@@ -67,6 +67,9 @@ WORKER_FAILURES = frozenset({V.CRASH, V.TIMEOUT})
 RAN = frozenset({V.PASS}) | COMPARISON
 # Results a standalone repro script can reproduce.
 REPRODUCIBLE = COMPARISON | STAGE_FAILURES | WORKER_FAILURES
+# localize: a piece of a test run alone that does not mark where the divergence starts (it
+# matched, or it was not run because it reads nothing but weights and constants).
+NOT_DIVERGED = frozenset({V.PASS, V.SKIPPED})
 # Decided from goldens and suites alone, before anything runs.
 PLANNED = frozenset({V.NO_GOLDEN, V.STALE, V.CORRUPT, V.SKIPPED})
 # Results whose message is not an error (the history keeps no error_message for them).

@@ -7,7 +7,8 @@ import torch
 
 from helpers_cause import load_case
 from helpers_cause.wrong_backend import PerturbingBackend
-from opdiff_snap.cause.localize import capture_calls, format_report, localize
+from opdiff_snap.cause.calls import capture_calls
+from opdiff_snap.cause.localize import format_report, localize
 from opdiff_snap.errors import OpdiffError
 from opdiff_snap.verdicts import Verdict
 
@@ -21,10 +22,14 @@ def _preset(name):
 
 def test_capture_follows_execution_order_and_repeats():
     calls = capture_calls(*load_case("net"))
-    assert [c.name for c in calls] == ORDER  # act is called twice: two entries
-    assert [c.cls for c in calls][:4] == ["Linear", "Tanh", "LayerNorm", "Scale"]
+    root, leaves = calls[0], [c for c in calls if c.info.leaf]
+    assert (root.info.name, root.info.leaf, root.info.parent) == ("", False, None)   # the module itself
+    assert [c.info.name for c in leaves] == ORDER  # act is called twice: two entries
+    assert [c.info.cls for c in leaves][:4] == ["Linear", "Tanh", "LayerNorm", "Scale"]
+    assert [c.info.occurrence for c in leaves] == [0, 0, 0, 0, 0, 1] and leaves[-1].info.scope == "act#1"
+    assert {c.info.parent for c in leaves} == {0}
     # each call's input is the previous call's output (the chain is really captured)
-    assert torch.equal(calls[1].args[0], calls[0].output)
+    assert torch.equal(leaves[1].args[0], leaves[0].output)
 
 
 def test_perturbed_sublayer_is_named_and_nothing_before_it(tmp_path):
@@ -44,9 +49,11 @@ def test_perturbed_sublayer_is_named_and_nothing_before_it(tmp_path):
 def test_clean_backend_reports_no_divergence(tmp_path):
     case, inv = load_case("net")
     report = localize(case, inv, _preset("torch_cpu_fp32"))
-    assert report.first_divergent is None and report.divergence == "none"
+    assert report.first_divergent is None and report.divergence == "none" and report.ops is None
     assert len(report.rows) == 6   # every leaf call was run, not an empty report
     assert all(r.status is Verdict.PASS for r in report.rows)
+    # no leaf diverges, so the module itself ran too: it passes, there is nothing to descend into
+    assert [(r.label, r.status) for r in report.enclosing] == [("<root>", Verdict.PASS)]
 
 
 def test_failure_to_run_is_reported_distinctly(tmp_path):

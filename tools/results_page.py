@@ -98,6 +98,15 @@ def tolerance_choices(page: str) -> dict[str, set[str]]:
     return out
 
 
+KEPT_BLOCK = re.compile(r"<!-- kept: (?P<name>[\w-]+) -->.*?<!-- end kept: (?P=name) -->", re.S)
+
+
+def kept_blocks(page: str) -> list[str]:
+    """Sections of a page written by hand between `<!-- kept: NAME -->` and
+    `<!-- end kept: NAME -->` markers (localize's findings): regenerating keeps them."""
+    return [m.group(0) for m in KEPT_BLOCK.finditer(page)]
+
+
 def write_page(results, rules: list[Rule], presets: list[str], out: Path, before: str | None = None) -> int:
     tests = sorted({t for t, _ in results})
     counts = {p: Counter(results[(t, p)][0] for t in tests if (t, p) in results) for p in presets}
@@ -160,6 +169,8 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path, before
         lines += ["", f"## {p}", "", "| verdict | tests | kind | why |", "| --- | --- | --- | --- |"]
         for (kind, status, why), ts in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             lines.append(f"| {status} | {', '.join(f'`{x}`' for x in ts)} | {kind} | {why} |")
+    for block in kept_blocks(out.read_text()) if out.exists() else []:
+        lines += ["", block]
     out.write_text("\n".join(lines) + "\n")
     return unexplained
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 import re
 import shutil
 import sys
@@ -200,6 +201,81 @@ def _expected_leaves(outputs: Any) -> list[torch.Tensor]:
     return [_plain(torch.view_as_real(t) if t.is_complex() else t) for t in leaves]
 
 
+def _runner(preset: Preset) -> tuple[str, str]:
+    """The backend family's repro code and what it needs."""
+    backend = backend_for(preset)
+    runner, needs = getattr(backend, "repro_source", None), getattr(backend, "repro_needs", "")
+    if not runner:
+        raise OpdiffError(f"backend family '{preset.family}' (preset '{preset.name}') provides no repro "
+                          "template (its `repro_source`); a repro script cannot be written for it.")
+    return runner, needs
+
+
+def _check_tolerance(tolerance: Tolerance) -> None:
+    if tolerance.atol is None or tolerance.rtol is None:
+        raise OpdiffError("a repro script needs a resolved tolerance (both atol and rtol); use "
+                          "compare.tolerance_for(case, preset, None).")
+
+
+def _data_source(out_path: Path, data: dict[str, Any]) -> str:
+    """`load_data()`: the script's tensors, embedded (base64) when small, else beside it."""
+    buf = io.BytesIO()
+    torch.save(data, buf)
+    raw = buf.getvalue()
+    if len(raw) <= EMBED_LIMIT:
+        b64 = base64.b64encode(raw).decode()
+        lines = "\n".join(f'    "{chunk}"' for chunk in textwrap.wrap(b64, 96))
+        return ("# inputs, module state and expected outputs, torch.save'd and base64-encoded\n"
+                f"DATA_B64 = (\n{lines}\n)\n\n\n"
+                "def load_data():\n"
+                "    return torch.load(io.BytesIO(base64.b64decode(DATA_B64)), weights_only=True)\n")
+    data_file = out_path.with_name(out_path.stem + "_data.pt")
+    data_file.write_bytes(raw)
+    return ("# inputs, module state and expected outputs (plain tensors), saved beside this script\n"
+            f"DATA_FILE = HERE / {data_file.name!r}\n\n\n"
+            "def load_data():\n"
+            "    return torch.load(DATA_FILE, weights_only=True)\n")
+
+
+def _flat_source(call_args: str) -> str:
+    return textwrap.dedent(f'''
+
+        def make_args(t):
+            """(args, kwargs) of the call, tensor inputs t[i] in place."""
+            return {call_args}
+
+
+        class Flat(torch.nn.Module):
+            """The call as a module taking only tensors and returning a flat tuple of tensors."""
+
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *t):
+                args, kwargs = make_args(t)
+                return tuple(flatten(self.inner(*args, **kwargs)))
+        ''')
+
+
+def _write_script(out_path: Path, docstring: str, preset: Preset, tolerance: Tolerance, data: dict[str, Any],
+                  build_src: str, flat_src: str, user_imports: list[str] = ()) -> Path:
+    """Assemble a repro script: header, imports, constants, the family's runner, the data,
+    how to build the callable, the flat wrapper, compare and main."""
+    runner, needs = _runner(preset)
+    header = ('#!/usr/bin/env python3\n"""' + docstring.strip() + "\n\n"
+              f"Needs only: {needs}. Written by opdiff-snap with torch {torch.__version__}.\n" + '"""\n')
+    imports = ("import base64\nimport io\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
+               "HERE = Path(__file__).resolve().parent\n")
+    consts = (f"\nATOL = {tolerance.atol!r}\nRTOL = {tolerance.rtol!r}\n"
+              f"PRESET = {preset.to_json()!r}\n")
+    user = ("\n".join(user_imports) + "\n") if user_imports else ""
+    text = (header + imports + user + consts + _COMMON + "\n" + runner.lstrip("\n")
+            + "\n\n" + _data_source(out_path, data) + "\n\n" + build_src + flat_src + _COMPARE_AND_MAIN)
+    out_path.write_text(text)
+    return out_path
+
+
 def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
                 tolerance: Tolerance, seed: int | None = None) -> Path:
     """Write the repro script to `out_path` and return it.
@@ -211,14 +287,8 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
     seed = getattr(golden, "seed", seed)
     if case.pair is not None and isinstance(outputs, dict) and "a" in outputs:
         outputs = outputs["a"]  # a pair golden holds both sides; the script reproduces side a
-    backend = backend_for(preset)
-    runner, needs = getattr(backend, "repro_source", None), getattr(backend, "repro_needs", "")
-    if not runner:
-        raise OpdiffError(f"backend family '{preset.family}' (preset '{preset.name}') provides no repro "
-                          "template (its `repro_source`); a repro script cannot be written for it.")
-    if tolerance.atol is None or tolerance.rtol is None:
-        raise OpdiffError("write_repro needs a resolved tolerance (both atol and rtol); use "
-                          "compare.tolerance_for(case, preset, None).")
+    _runner(preset)
+    _check_tolerance(tolerance)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     src = _Source(case, out_path.parent)
@@ -247,59 +317,13 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
                      "    return module.eval()\n")
 
     data = {"inputs": [_plain(t) for t in leaves], "state": state, "expected": _expected_leaves(outputs)}
-    buf = io.BytesIO()
-    torch.save(data, buf)
-    raw = buf.getvalue()
-    if len(raw) <= EMBED_LIMIT:
-        b64 = base64.b64encode(raw).decode()
-        lines = "\n".join(f'    "{chunk}"' for chunk in textwrap.wrap(b64, 96))
-        data_src = ("# inputs, module state and expected outputs, torch.save'd and base64-encoded\n"
-                    f"DATA_B64 = (\n{lines}\n)\n\n\n"
-                    "def load_data():\n"
-                    "    return torch.load(io.BytesIO(base64.b64decode(DATA_B64)), weights_only=True)\n")
-    else:
-        data_file = out_path.with_name(out_path.stem + "_data.pt")
-        data_file.write_bytes(raw)
-        data_src = ("# inputs, module state and expected outputs (plain tensors), saved beside this script\n"
-                    f"DATA_FILE = HERE / {data_file.name!r}\n\n\n"
-                    "def load_data():\n"
-                    "    return torch.load(DATA_FILE, weights_only=True)\n")
-
     what = f"op {call.target}" if call.kind == "op" else f"module {call.target}"
-    header = textwrap.dedent(f'''\
-        #!/usr/bin/env python3
-        """Reproducer: test {case.id!r}{'' if seed is None else f' seed {seed}'} on preset {preset.name!r}.
-
-        Calls {what} on the recorded inputs{' with the recorded weights' if state else ''},
-        runs it on {preset.family} ({preset.device}, {preset.precision}) and compares with the outputs
-        recorded on the baseline. Exit status: 0 when every output is within ATOL/RTOL, 1 on a mismatch.
-
-        Needs only: {needs}. Written by opdiff-snap with torch {torch.__version__}.
-        """
-        ''')
-    imports = ("import base64\nimport io\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
-               "HERE = Path(__file__).resolve().parent\n")
-    consts = (f"\nATOL = {tolerance.atol!r}\nRTOL = {tolerance.rtol!r}\n"
-              f"PRESET = {preset.to_json()!r}\n")
-    user_imports = ("\n".join(src.imports) + "\n") if src.imports else ""
-    flat_src = textwrap.dedent(f'''
-
-        def make_args(t):
-            """(args, kwargs) of the call, tensor inputs t[i] in place."""
-            return {call_args}
-
-
-        class Flat(torch.nn.Module):
-            """The call as a module taking only tensors and returning a flat tuple of tensors."""
-
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, *t):
-                args, kwargs = make_args(t)
-                return tuple(flatten(self.inner(*args, **kwargs)))
-        ''')
+    docstring = (f"Reproducer: test {case.id!r}{'' if seed is None else f' seed {seed}'} on preset "
+                 f"{preset.name!r}.\n\n"
+                 f"Calls {what} on the recorded inputs{' with the recorded weights' if state else ''},\n"
+                 f"runs it on {preset.family} ({preset.device}, {preset.precision}) and compares with the outputs\n"
+                 "recorded on the baseline. Exit status: 0 when every output is within ATOL/RTOL, 1 on a mismatch.")
+    flat_src = _flat_source(call_args)
     if case.cast_input0_to_complex:
         flat_src += textwrap.dedent('''
 
@@ -310,7 +334,114 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
                     args[0] = torch.view_as_complex(args[0])
                 return args, kwargs
             ''')
-    text = (header + imports + user_imports + consts + _COMMON + "\n" + runner.lstrip("\n")
-            + "\n\n" + data_src + "\n\n" + build_src + flat_src + _COMPARE_AND_MAIN)
-    out_path.write_text(text)
-    return out_path
+    return _write_script(out_path, docstring, preset, tolerance, data, build_src, flat_src, src.imports)
+
+
+# ---------------------------------------------------------------- one ATen node (or a range of them)
+
+def _literal(v: Any) -> str:
+    """A constant of an ATen node's arguments as Python source."""
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return repr(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else f"float({str(v)!r})"
+    if isinstance(v, torch.dtype):
+        return str(v)
+    if isinstance(v, torch.device):
+        return f"torch.device({str(v)!r})"
+    if isinstance(v, (torch.layout, torch.memory_format)):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_literal(x) for x in v) + "]"
+    if isinstance(v, tuple):
+        return _tuple([_literal(x) for x in v])
+    raise OpdiffError(f"an argument of type {type(v).__name__} ({v!r}) cannot be written into a repro script.")
+
+
+def parse_node_range(text: str, count: int | None = None, where: str = "") -> tuple[int, int]:
+    """`--node N` or `--node N-M` (inclusive); with `count`, checked against a graph of
+    that many nodes (`where` names it)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text or "")
+    if not m:
+        raise OpdiffError(f"--node '{text}': give a node number, or a range like 5-7, as `opdiff localize` "
+                          "prints them.")
+    start, stop = int(m[1]), int(m[2] if m[2] is not None else m[1])
+    if start > stop:
+        raise OpdiffError(f"--node '{text}': a range goes from the lower number to the higher, like "
+                          f"{stop}-{start}.")
+    if count is not None and stop >= count:
+        raise OpdiffError(f"--node '{text}': {where} has {count} ATen nodes, numbered 0-{count - 1}. "
+                          "`opdiff localize ... --ops` lists them.")
+    return start, stop
+
+
+def write_node_repro(case: TestCase, graph: Any, start: int, stop: int, preset: Preset, out_path: Path,
+                     tolerance: Tolerance, seed: int = 0) -> Path:
+    """A script for ATen nodes start..stop of a scope's graph (cause.atengraph.NodeGraph): a
+    module whose forward is the one op call (or the range's code, as FX writes it), with
+    what they read from weights and constants as buffers, as in the model. It runs on the
+    intermediate values the baseline computed for their inputs and compares with what the
+    baseline computed for their outputs."""
+    from .atengraph import Ref
+
+    _runner(preset)
+    _check_tolerance(tolerance)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    frag = graph.fragment(start, stop)
+    if not all(isinstance(v, torch.Tensor) for v in frag.input_values):
+        raise OpdiffError(f"test '{case.id}' {frag.label}: a value it reads is not a tensor; it cannot be "
+                          "written into a repro script.")
+    slot: dict[Any, str] = {}
+    k = 0
+    for i, (r, constant) in enumerate(zip(frag.inputs, frag.constant_inputs)):
+        if constant:
+            slot[r], k = f"self.c{k}", k + 1
+    acts = [r for r, constant in zip(frag.inputs, frag.constant_inputs) if not constant]
+    slot.update({r: f"t[{i}]" for i, r in enumerate(acts)})
+
+    def source(template: Any) -> str:
+        if isinstance(template, Ref):
+            return slot[template]
+        if isinstance(template, list):
+            return "[" + ", ".join(source(x) for x in template) + "]"
+        if isinstance(template, tuple):
+            return _tuple([source(x) for x in template])
+        if isinstance(template, dict):
+            return "{" + ", ".join(f"{k!r}: {source(v)}" for k, v in template.items()) + "}"
+        return _literal(template)
+
+    init = ("    def __init__(self, state):\n"
+            "        super().__init__()\n"
+            "        for name, value in state.items():   # weights, and values computed from them only\n"
+            "            self.register_buffer(name, value)\n\n")
+    lines = list(dict.fromkeys(f"{n.source_path}  ({n.source})" for n in frag.nodes if n.source))
+    if len(frag.nodes) == 1 and frag.outputs == [Ref(frag.nodes[0].name)]:
+        node = frag.nodes[0]
+        what = f"ATen node {start}, {node.target}"
+        call = ", ".join([source(a) for a in node.args] + [f"{k}={source(v)}" for k, v in node.kwargs.items()])
+        build_src = (f"OP = torch.ops.{node.op.replace('::', '.')}.{node.overload}\n\n\n"
+                     "class Node(torch.nn.Module):\n"
+                     f'    """{what} of the model, alone."""\n\n' + init +
+                     "    def forward(self, *t):\n"
+                     f"        return OP({call})\n")
+    else:
+        what = f"ATen nodes {start}-{stop} ({' -> '.join(n.target for n in frag.nodes)})"
+        code = frag.module().code.strip()
+        build_src = ("from torch import device  # noqa: F401  (FX writes devices as device(type=...))\n"
+                     "inf, nan = float(\"inf\"), float(\"nan\")\n\n\n"
+                     "class Node(torch.nn.Module):\n"
+                     f'    """{what}, as torch.export and the default decompositions wrote them."""\n\n'
+                     + init + textwrap.indent(code, "    ") + "\n")
+    build_src += "\n\ndef build(data):\n    return Node(data[\"state\"])\n"
+    data = {"inputs": [_plain(v) for v in frag.activations],
+            "state": {name: _plain(v) for name, v in frag.buffers().items()},
+            "expected": [_plain(t) for t in frag.expected]}
+    scope = graph.scope or "<root>"
+    docstring = (f"Reproducer: {what} of test {case.id!r} seed {seed}\n"
+                 f"(scope {scope!r}, exported to core ATen) on preset {preset.name!r}.\n\n"
+                 + ("From:\n" + "\n".join(f"    {ln}" for ln in lines) + "\n\n" if lines else "")
+                 + f"Runs it on {preset.family} ({preset.device}, {preset.precision}) on the intermediate values "
+                 "the baseline computed\nfor its inputs and compares with what the baseline computed for its "
+                 "outputs.\nExit status: 0 when every output is within ATOL/RTOL, 1 on a mismatch.")
+    return _write_script(out_path, docstring, preset, tolerance, data, build_src, _flat_source("(list(t), {})"))

@@ -30,7 +30,17 @@ def baseline_outputs(case, invocation):
         return build_target(case, invocation)()
 
 
-def run_isolated(script: Path, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+def _isolated(script: Path) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    return subprocess.run([sys.executable, "-I", "-c", _BLOCKED_RUNNER, str(script)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return [sys.executable, "-I", "-c", _BLOCKED_RUNNER, str(script)], env
+
+
+def run_isolated(script: Path, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    argv, env = _isolated(script)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def start_isolated(script: Path, cwd: Path) -> subprocess.Popen:
+    """run_isolated without waiting: several scripts run side by side."""
+    argv, env = _isolated(script)
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -15,6 +15,8 @@ library would.
 
 from __future__ import annotations
 
+import inspect
+import textwrap
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,20 +27,26 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from opdiff_snap.backends.base import Artifact, Availability, Preset
 
 aten = torch.ops.aten
-SCALED = {aten.exp.default, aten.tanh.default, aten.sigmoid.default}
-SWAPPED = {aten.maximum.default: aten.minimum.default, aten.minimum.default: aten.maximum.default}
-SCALE = 1.0 + 2.0 ** -7
 
 
 class _WrongKernels(TorchDispatchMode):
+    """exp, tanh and sigmoid 2^-7 too large (relative); maximum and minimum swapped."""
+
+    SCALED = {aten.exp.default, aten.tanh.default, aten.sigmoid.default}
+    SWAPPED = {aten.maximum.default: aten.minimum.default, aten.minimum.default: aten.maximum.default}
+    SCALE = 1.0 + 2.0 ** -7
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in SWAPPED:
-            return SWAPPED[func](*args, **kwargs)
+        if func in self.SWAPPED:
+            return self.SWAPPED[func](*args, **kwargs)
         out = func(*args, **kwargs)
-        if func in SCALED:
-            out = pytree.tree_map_only(torch.Tensor, lambda t: t * SCALE, out)
+        if func in self.SCALED:
+            out = pytree.tree_map_only(torch.Tensor, lambda t: t * self.SCALE, out)
         return out
+
+
+SCALED, SWAPPED, SCALE = _WrongKernels.SCALED, _WrongKernels.SWAPPED, _WrongKernels.SCALE
 
 
 def _halves(k: int) -> tuple[slice, slice]:
@@ -117,6 +125,26 @@ class _Eager:
         return t
 
 
+def mode_repro_source(mode: type, finish=None, imports: tuple[str, ...] = ()) -> str:
+    """The `repro_source` of an eager family under `mode`: the mode's own source (and the
+    finishing step's) written out, plus the run() every repro script calls."""
+    parts = [*imports, "from torch.utils import _pytree as pytree",
+             "from torch.utils._python_dispatch import TorchDispatchMode",
+             "", "aten = torch.ops.aten", "", "", inspect.getsource(mode)]
+    if finish is not None:
+        parts += ["", inspect.getsource(finish)]
+    parts.append(textwrap.dedent(f'''
+
+        def run(module, inputs):
+            """Eager torch on the CPU under {mode.__name__}, as the test backend runs it."""
+            module = cast_module(module)
+            with torch.no_grad(), {mode.__name__}():
+                outs = list(module(*[cast(x) for x in inputs]))
+            return [{finish.__name__ + "(t)" if finish is not None else "t"} for t in outs]
+        '''))
+    return "\n".join(parts)
+
+
 class WrongKernelBackend(_Eager):
     family = "wrongkernel"
     precisions = ("fp32", "fp16")
@@ -126,6 +154,10 @@ class WrongKernelBackend(_Eager):
 
     def finish(self, t: torch.Tensor) -> torch.Tensor:
         return _one_ulp_up(t)
+
+    # what a repro script runs: the same kernels, their source written into the script
+    repro_needs = "torch"
+    repro_source = mode_repro_source(_WrongKernels, finish=_one_ulp_up)
 
 
 class SplitSumBackend(_Eager):

@@ -1,0 +1,122 @@
+"""Run one piece of a test alone on the target and judge it: the unit of work of localize.
+
+A piece is any callable with its arguments, cut out of a test: a submodule call, one ATen
+node, a range of ATen nodes. It becomes a flat module (execution.prepare_call), runs as an
+ordinary job (execution.run_job: export -> load -> run, outputs cast back, a float64
+reference of the piece beside it) and is compared with what the baseline computed for it
+under the test's tolerance, the reference's rounding allowance included (compare).
+
+The tasks that cut pieces (cause/calls.py, cause/atengraph.py) run in worker processes, so
+a piece that crashes the backend costs only its worker: the pool turns that into a CRASH
+result of that piece (`failed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..backends.base import Backend, Preset
+from ..suite.model import TestCase, Tolerance
+from ..verdicts import Verdict
+
+
+@dataclass
+class PieceResult:
+    """How one piece did on the target. `status` is a comparison verdict when it ran, else
+    the failure (EXPORT_FAIL ... CRASH, TIMEOUT); `error_message` holds a failure's text
+    (the pool appends what the worker printed), `message` a comparison's."""
+
+    key: str
+    status: Verdict
+    metrics: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    error_message: str | None = None
+    worker_pid: int | None = None
+
+    @property
+    def text(self) -> str:
+        return (self.error_message or self.message or "").strip()
+
+
+@dataclass
+class Piece:
+    """A callable cut out of a test, its arguments (tensors in place) and the flat list of
+    values the baseline computed for it."""
+
+    fn: Callable[..., Any]
+    args: list[Any]
+    kwargs: dict[str, Any]
+    expected: list[torch.Tensor]
+    where: str
+
+
+def residuals(reference: list[torch.Tensor | None] | None, expected: list[torch.Tensor]) -> list | None:
+    """float64 reference minus the baseline's value, per flat output (None where unknown)."""
+    if reference is None:
+        return None
+    out: list[torch.Tensor | None] = []
+    for ref, e in zip(reference, expected):
+        if ref is None or not isinstance(e, torch.Tensor) or tuple(ref.shape) != tuple(e.shape) \
+                or not e.is_floating_point():
+            out.append(None)
+        else:
+            out.append((ref.double() - e.double()).float())
+    return out + [None] * (len(expected) - len(out))
+
+
+def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Tolerance,
+              baseline_precision: str = "fp32", backend: Backend | None = None,
+              threads: int = 0) -> PieceResult:
+    """Run `piece` alone on `preset` and compare it with what the baseline computed."""
+    from ..compare import Rounding, compare
+    from ..execution import Job, prepare_call, run_job
+    from ..errors import error_text
+
+    try:
+        prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)
+    except Exception as exc:
+        return PieceResult(key, Verdict.EXPORT_FAIL,
+                           error_message=f"the piece does not run eagerly: {error_text(exc)}")
+    job = Job(case=case, seed=0, invocation=None, preset=preset, repeats=1, warmup=0, key=key,
+              reference=True, prepared=prepared)
+    outcome = run_job(job, backend, threads)
+    if outcome.status is not None:
+        return PieceResult(key, outcome.status, error_message=outcome.error_message or "")
+    rounding = Rounding(residuals(outcome.reference, piece.expected), baseline_precision, preset.precision)
+    result = compare(list(piece.expected), list(outcome.outputs), tol, rounding=rounding)
+    return PieceResult(key, result.verdict, result.metrics.to_json() if result.metrics else {},
+                       result.message or "")
+
+
+@dataclass
+class PieceTask:
+    """Base of the worker tasks that cut a piece out of a test and run it alone (see
+    execution.job.Task). Subclasses say how to cut (`cut`); the rest is shared."""
+
+    key: str
+    case: TestCase
+    preset: Preset
+    tolerance: Tolerance
+    baseline_precision: str
+    backend: Backend | None   # None: the registry's backend for the preset
+
+    def cut(self) -> Piece:
+        raise NotImplementedError
+
+    def run(self, context=None) -> PieceResult:
+        from ..errors import error_text
+
+        threads = getattr(context, "threads", 0)
+        try:
+            piece = self.cut()
+        except Exception as exc:
+            return PieceResult(self.key, Verdict.EXPORT_FAIL,
+                               error_message=f"cutting the piece out failed: {error_text(exc)}")
+        return run_piece(self.key, self.case, self.preset, piece, self.tolerance, self.baseline_precision,
+                         self.backend, threads)
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> PieceResult:
+        return PieceResult(self.key, status, error_message=message)
