@@ -86,7 +86,7 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
     if outcome.status is not None:
         return PieceResult(key, outcome.status, error_message=outcome.error_message or "")
     rounding = Rounding(residuals(outcome.reference, piece.expected), baseline_precision, preset.precision)
-    result = compare(list(piece.expected), list(outcome.outputs), tol, rounding=rounding)
+    result = compare(list(piece.expected), list(outcome.outputs or []), tol, rounding=rounding)
     return PieceResult(key, result.verdict, result.metrics.to_json() if result.metrics else {},
                        result.message or "")
 

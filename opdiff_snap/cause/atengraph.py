@@ -50,7 +50,7 @@ class GraphNode:
     name: str                  # the FX node's name
     op: str                    # "aten::addmm"
     overload: str              # "default"
-    args: tuple[Any, ...]
+    args: Any            # the call's positional arguments (a list or tuple template)
     kwargs: dict[str, Any]
     items: tuple[int, ...] | None = None
     source: str = ""           # "mods.py:13 in forward: return self.fc2(torch.tanh(self.fc1(x)))"
@@ -178,7 +178,7 @@ def signature(nodes: list[GraphNode], lookup: Callable[[Ref], Any]) -> tuple[str
 # ---------------------------------------------------------------- source lines
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)\n[ \t]*(?P<code>[^\n]*)')
-_LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,)) + \
+_LIBRARIES = tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (torch,)) + \
     (str(Path(__file__).resolve().parents[1]) + os.sep,)
 
 
@@ -394,6 +394,7 @@ class FragmentTask(PieceTask):
     scope: str = ""
 
     def cut(self) -> Piece:
+        assert self.fragment is not None
         fn, args, kwargs = self.fragment.call()
         where = f"test '{self.case.id}' scope '{self.scope or '<root>'}' {self.fragment.label}"
         return Piece(fn, args, kwargs, list(self.fragment.expected), where)

@@ -68,6 +68,14 @@ def _module_test(case: TestCase) -> None:
                           "already a single layer; use `opdiff repro` for it).")
 
 
+def _module_of(case: TestCase, invocation: Invocation) -> tuple[torch.nn.Module, Any]:
+    """The module a module test builds, and the target that runs it."""
+    _module_test(case)
+    target = build_target(case, invocation)
+    assert target.module is not None, "a module test builds a module"
+    return target.module, target
+
+
 def trace_calls(module: torch.nn.Module, run, want: tuple[str, int] | None = None) -> list[CapturedCall]:
     """Call `run()` with hooks on every submodule of `module` (itself included) and return
     each call, in the order calls started, with detached copies of its inputs and output.
@@ -109,25 +117,23 @@ def trace_calls(module: torch.nn.Module, run, want: tuple[str, int] | None = Non
 
 def capture_calls(case: TestCase, invocation: Invocation) -> list[CapturedCall]:
     """Run the module of a module test eagerly, capturing every submodule call."""
-    _module_test(case)
-    target = build_target(case, invocation)
-    return trace_calls(target.module, target)
+    module, target = _module_of(case, invocation)
+    return trace_calls(module, target)
 
 
 def capture_call(case: TestCase, invocation: Invocation, scope: str) -> tuple[torch.nn.Module, CapturedCall]:
     """The submodule named by `scope` ("name" or "name#k", the k-th call of it, "" for the
     module itself) and its call on the baseline."""
-    _module_test(case)
     name, occurrence = parse_scope(scope)
-    target = build_target(case, invocation)
+    module, target = _module_of(case, invocation)
     try:
-        sub = target.module.get_submodule(name)
+        sub = module.get_submodule(name)
     except AttributeError:
-        names = [n for n, _ in target.module.named_modules() if n]
+        names = [n for n, _ in module.named_modules() if n]
         raise OpdiffError(f"test '{case.id}': --scope '{scope}': the module has no submodule '{name}'"
                           + (f"; its submodules: {', '.join(names[:30])}" if names else "; it has none")
                           + ".") from None
-    calls = [c for c in trace_calls(target.module, target, (name, occurrence))
+    calls = [c for c in trace_calls(module, target, (name, occurrence))
              if (c.info.name, c.info.occurrence) == (name, occurrence)]
     if not calls:
         raise OpdiffError(f"test '{case.id}': --scope '{scope}': submodule '{name}' is called fewer than "
@@ -180,6 +186,7 @@ class SubmoduleTask(PieceTask):
     scope: str = ""
 
     def cut(self) -> Piece:
+        assert self.invocation is not None
         sub, call = capture_call(self.case, self.invocation, self.scope)
         # a private copy: backends may cast or mutate the module they are given
         return Piece(copy.deepcopy(sub).eval(), list(call.args), dict(call.kwargs), flat_values(call.output),

@@ -447,12 +447,12 @@ def _localize(search: _Search, ops: bool, seed: int) -> LocalizeReport:
     if report.first_divergent is not None:
         if not ops:
             return report
-        scope = report.first_divergent
+        scope: SubmoduleRow | None = report.first_divergent
     else:
         report.enclosing = search.submodules([c for c in calls if not c.leaf], calls)
         scope = _smallest_divergent(report.enclosing, calls)
-        if scope is None:
-            return report
+    if scope is None:
+        return report
     report.ops = search.descend(scope.scope, scope.cls)
     return report
 

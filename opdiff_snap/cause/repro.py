@@ -22,7 +22,7 @@ import shutil
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -259,7 +259,7 @@ def _flat_source(call_args: str) -> str:
 
 
 def _write_script(out_path: Path, docstring: str, preset: Preset, tolerance: Tolerance, data: dict[str, Any],
-                  build_src: str, flat_src: str, user_imports: list[str] = ()) -> Path:
+                  build_src: str, flat_src: str, user_imports: Sequence[str] = ()) -> Path:
     """Assemble a repro script: header, imports, constants, the family's runner, the data,
     how to build the callable, the flat wrapper, compare and main."""
     runner, needs = _runner(preset)
