@@ -37,8 +37,10 @@ from . import history
 from .backends.base import Preset
 from .backends.registry import get_preset
 from .compare import Comparison, Rounding, compare, compare_grads, tolerance_for
-from .config import Settings
+from . import sharding
+from .config import Settings, apply_endpoint
 from .environment import environment
+from .history_sync import readable_dir
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
 from .execution.cache import cache_unusable
@@ -267,11 +269,19 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
           tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
           trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
-          listener: Listener | None = None) -> RunReport:
+          listener: Listener | None = None, shard: tuple[int, int] | None = None,
+          run_group: str | None = None) -> RunReport:
     """Run each target preset on exactly the stored inputs and weights and compare.
 
     `skips` are (test id or prefix*, preset or glob) pairs reported SKIPPED.
-    A `listener` with a `set_total(n)` method is told how many results to expect."""
+    A `listener` with a `set_total(n)` method is told how many results to expect.
+    `shard=(K, N)` runs the K-th of N shards of the planned (test, seed, preset) jobs
+    (sharding.py); its `run_group` names the logical run the N shards make up."""
+    apply_endpoint(settings)
+    if shard is not None and not run_group:
+        raise OpdiffError(f"--shard {shard[0]}/{shard[1]} needs --run-group ID, the same for all "
+                          f"{shard[1]} shards (a CI run id, say): the shards agree on their split through "
+                          "it, and `opdiff runs` and the reports take them as one run.")
     if not backends:
         raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
     if tolerance is not None:
@@ -319,17 +329,30 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         run_settings["trusted_imports"] = list(golden_cases.imported)
     identity = plan_identity(plan, suite_paths, presets, test_ids=test_ids, tags=tags, seeds=seeds,
                              seed_list=seed_list, skips=skips, tolerance=tolerance, trust_goldens=trust_goldens)
+    planned = {(i.test_id, i.seed, p.name) for i in plan.items for p in presets}
+    if shard is not None:
+        identity["shard"] = {"index": shard[0], "count": shard[1], "group": run_group}
     if resume:
-        writer, done = history.RunWriter.resume(settings.store, resume,
-                                                accept=lambda run: _same_plan(run, identity))
+        stored: dict[str, Any] = {}
+
+        def accept(run: history.RunFile) -> None:
+            _same_plan(run, identity)
+            stored.update(run.meta["plan"].get("shard") or {})
+
+        writer, done = history.RunWriter.resume(settings.store, resume, accept=accept)
+        if shard is not None:
+            planned = {(str(t), int(s), str(p)) for t, s, p in stored.get("keys") or []}
         prior = _prior_results(writer.path)
     else:
+        if shard is not None:
+            planned = set(_shard_keys(plan, presets, shard, run_group, settings))
+            identity["shard"]["keys"] = sorted([list(k) for k in planned])
         writer = history.RunWriter.start(
             settings.store, "check", list(argv), [str(p) for p in suite_paths],
             {p.name: p.to_json() for p in presets}, run_settings, env=environment(threads=pool.threads),
-            plan=identity)
+            plan=identity, run_group=run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None)
         done = set()
-    set_total(listener, plan.total(len(presets)) - len(done))
+    set_total(listener, len(planned) - len(done & planned))
     started = time.perf_counter()
 
     with writer:
@@ -341,7 +364,8 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
         def jobs() -> Iterator[Job]:
             for item in plan.items:
-                todo = [p for p in presets if (item.test_id, item.seed, p.name) not in done]
+                todo = [p for p in presets if (item.test_id, item.seed, p.name) in planned
+                        and (item.test_id, item.seed, p.name) not in done]
                 runnable = []
                 for preset in todo:
                     reason = skip_reason(item.case, preset.name, skips, item.test_id)
@@ -375,9 +399,23 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                 p = pending.pop(outcome.key)
                 emit(writer, judge(p, outcome), results, listener)
         wall = time.perf_counter() - started
-        _all_present(writer, {(i.test_id, i.seed, p.name) for i in plan.items for p in presets})
+        _all_present(writer, planned)
         writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + results, wall)
+
+
+def _shard_keys(plan: CheckPlan, presets: Sequence[Preset], shard: tuple[int, int], group: str,
+                settings: Settings) -> list[sharding.Key]:
+    """This shard's (test, seed, preset) keys, from the split the group's shards agree on."""
+    keys = [(i.test_id, i.seed, p.name) for i in plan.items for p in presets]
+    decided = [(i.test_id, i.seed, p.name) for i in plan.items for p in presets if i.verdict is not None]
+
+    def compute() -> list[list[sharding.Key]]:
+        known = sharding.history_costs(readable_dir(settings.store), settings.repeats, settings.warmup)
+        return sharding.partition(keys, sharding.expected_costs(keys, known, decided), shard[1])
+
+    split, _ = sharding.agreed_split(settings.store, keys, shard[1], group, compute)
+    return split[shard[0] - 1]
 
 
 def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset], *,
@@ -418,6 +456,10 @@ def plan_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     for key in ("suites", "presets", "tolerance"):
         if before.get(key) != now.get(key):
             out.append(f"{key} {before.get(key)!r} then, {now.get(key)!r} now")
+    shard_then, shard_now = ({k: v for k, v in (d.get("shard") or {}).items() if k != "keys"} or None
+                             for d in (before, now))
+    if shard_then != shard_now:
+        out.append(f"shard {shard_then!r} then, {shard_now!r} now")
     for key, value in (now.get("selection") or {}).items():
         was = (before.get("selection") or {}).get(key)
         if was != value:
@@ -454,7 +496,7 @@ def _all_present(writer: history.RunWriter, planned: set[tuple[str, int, str]]) 
                       f"Its file is {writer.path}; `opdiff runs` shows it, and a new check starts clean.")
 
 
-def cache_fallback_message(cache: Path, why: str) -> str:
+def cache_fallback_message(cache: Path | str, why: str) -> str:
     return (f"the artifact cache {cache} cannot be written ({why}); this check exports without it, "
             "as with --no-cache (its run records cache: false). Make it writable, or pass --cache DIR.")
 
@@ -468,4 +510,4 @@ def _check_definition(golden: Golden, store: GoldenStore) -> None:
     wrong = found.problems or found.stale
     if wrong:
         raise CorruptGolden(golden.test_id, golden.seed, "", wrong[0],
-                            store.root / store_key(golden.test_id, golden.seed))
+                            store.where(store_key(golden.test_id, golden.seed)))

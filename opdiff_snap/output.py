@@ -178,7 +178,8 @@ def report_json(report: RunReport) -> str:
         "wall_s": round(report.wall_s, 3), "counts": report.counts(),
         "results": [{"id": r.test_id, "seed": r.seed, "preset": r.preset, "status": r.verdict.value,
                      "message": r.message, "error_class": r.error_class, "infer_ms": r.infer_ms,
-                     "export_ms": r.export_ms, "load_ms": r.load_ms, "metrics": r.metrics,
+                     "export_ms": r.export_ms, "load_ms": r.load_ms, "cache_hit": r.cache_hit,
+                     "metrics": r.metrics,
                      "tolerance": vars(r.tolerance) if r.tolerance else None,
                      "repro": repro_command(r) if report.command == "check" else None}
                     for r in report.results]}, indent=1)

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 from . import history, trees
 from .backends.base import Preset
 from .backends.registry import availability, get_preset
-from .config import Settings
+from .config import Settings, apply_endpoint
 from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
@@ -100,6 +100,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     Raises OpdiffError (before anything is written) for an unknown preset, a preset that
     cannot run here, no suites, an invalid suite, or a selection that matches nothing.
     A `listener` with a `set_total(n)` method is told how many results to expect."""
+    apply_endpoint(settings)
     preset = get_preset(baseline, preset_options)
     avail = availability(preset)
     if not (avail.can_export and avail.can_run):
