@@ -99,6 +99,9 @@ def load_settings(start: Path | None = None) -> Settings:
             if not isinstance(value, str) or not value:
                 raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be a path (a non-empty string), "
                                   f"not {value!r}.")
+            if name in LOCATIONS and "://" in value and not is_url(value):
+                raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} = {value!r}: only local paths and "
+                                  "s3://bucket/prefix URLs are supported.")
             value = value.rstrip("/") if name in LOCATIONS and is_url(value) else pyproject.parent / value
         elif isinstance(default, (int, float)):
             value = _number(pyproject, key, value, whole=isinstance(default, int),
