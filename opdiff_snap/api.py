@@ -1,27 +1,194 @@
-"""The public Python API. Each CLI command calls one of these.
+"""The public Python API. Each CLI command is one call of these, and nothing more.
 
-    suites --load/select--> cases --materialize--> Invocation --baseline--> Golden   (record)
-    goldens --read--> Golden --target--> Outcome --compare--> Result --> history     (check)
-    store/*.jsonl --DuckDB--> tables                                                 (query)
+    suites --load/select--> cases --worker: materialize, baseline--> Golden         (record)
+    goldens --read--> Golden --worker: target--> Outcome --judge--> Result --> history (check)
+    store/*.jsonl --DuckDB--> tables                                                  (query, reports)
+
+Functions take a `settings` (config.Settings: where suites, goldens, store and cache are,
+and the run settings); `warn` callbacks receive the history's warnings (lines skipped).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
 from .checking import check
-from .recording import record
+from .config import Settings
+from .recording import add_references, record
 from .results import Result, RunReport
 
-__all__ = ["Result", "RunReport", "check", "query", "record"]
+__all__ = ["Result", "RunReport", "add_references", "check", "diff_runs", "gradcheck", "golden", "goldens",
+           "html_report", "latency", "list_tests", "localize", "presets", "prune", "query", "record", "repro",
+           "runs", "schema", "support", "validate", "verify"]
+
+Warn = Callable[[str], None] | None
 
 
-def query(sql: str, store: Path = Path("store")):
-    """Read-only SQL over the run history; returns an analytics Table (columns, rows)."""
+# ---------------------------------------------------------------- suites and presets
+
+def presets() -> list:
+    """(Preset, Availability) for every preset, built-in families first."""
+    from .backends.registry import all_presets, availability
+
+    return [(p, availability(p)) for p in all_presets()]
+
+
+def list_tests(suites: Sequence[Path] | None = None, *, test_ids=None, tags=None,
+               settings: Settings | None = None) -> list:
+    """The expanded, selected test cases of the suites (default: every suite under settings.suites)."""
+    from .errors import OpdiffError
+    from .suite import load_suites, select, suite_paths
+
+    settings = settings or Settings()
+    paths = suite_paths(suites, settings.suites)
+    if not paths:
+        raise OpdiffError(f"no suites given and none under {settings.suites}.")
+    return select(load_suites(paths), test_ids, tags)
+
+
+# ---------------------------------------------------------------- history
+
+def runs(settings: Settings | None = None) -> list:
+    """history.RunSummary of every run in the store, oldest first."""
+    from .history import list_runs
+
+    return list_runs((settings or Settings()).store)
+
+
+def run_groups(runs: list) -> list:
+    """history.GroupSummary of each --run-group among `runs` (from runs()): its shards as one run."""
+    from .history import group_runs
+
+    return group_runs(runs)
+
+
+def _analytics(settings: Settings | None, warn: Warn):
     from .analytics import connect
 
-    with connect(store, warn=False) as a:
+    a = connect((settings or Settings()).store, warn=False)
+    for w in a.warnings:
+        if warn is not None:
+            warn(w)
+    return a
+
+
+def query(sql: str, settings: Settings | None = None, warn: Warn = None):
+    """Read-only, sandboxed SQL over the history (views `runs` and `results`) -> Table."""
+    with _analytics(settings, warn) as a:
         return a.query(sql)
+
+
+def schema(settings: Settings | None = None, warn: Warn = None) -> list:
+    """(view, column, type, meaning) for every column of `runs` and `results`."""
+    with _analytics(settings, warn) as a:
+        return a.schema()
+
+
+def support(settings: Settings | None = None, by: str | None = None, warn: Warn = None):
+    """Tests x presets, the latest verdict of each (columns per library version with `by`)."""
+    from .analytics.reports import support_matrix
+
+    with _analytics(settings, warn) as a:
+        return support_matrix(a, by=by)
+
+
+def latency(settings: Settings | None = None, baseline: str | None = None, warn: Warn = None):
+    """analytics.reports.LatencyReport: per preset, the latency ratio to the baseline and its trend."""
+    from .analytics.reports import latency_report
+
+    with _analytics(settings, warn) as a:
+        return latency_report(a, baseline)
+
+
+def diff_runs(a_run: str | None = None, b_run: str | None = None, *, by: str | None = None,
+              versions: tuple[str, str] | None = None, drift_factor: float = 10.0,
+              latency_threshold: float = 0.25, settings: Settings | None = None, warn: Warn = None):
+    """analytics.reports.RunDiff from run A to run B (or the latest runs on two versions of `by`)."""
+    from .analytics.reports import diff_runs as compute
+
+    with _analytics(settings, warn) as a:
+        return compute(a, a_run, b_run, by=by, versions=versions, drift_factor=drift_factor,
+                       latency_threshold=latency_threshold)
+
+
+def html_report(output: Path, settings: Settings | None = None) -> Path:
+    """One self-contained HTML file over the history; returns its path."""
+    from .analytics.html import render_html
+
+    return render_html((settings or Settings()).store, output)
+
+
+# ---------------------------------------------------------------- goldens
+
+@dataclass
+class GoldenRow:
+    """The goldens of one test, and what the suites say of them (checking.golden_state)."""
+
+    test_id: str
+    infos: list
+    state: str
+
+
+def _current(settings: Settings) -> dict[str, str] | None:
+    """test id -> spec hash of every test in the project's suites (None: there are none)."""
+    from .suite import load_suites, suite_paths
+
+    paths = suite_paths(None, settings.suites)
+    return {c.id: c.spec_hash for c in load_suites(paths)} if paths else None
+
+
+def goldens(settings: Settings | None = None, test_ids=None) -> list[GoldenRow]:
+    """Every golden grouped by test, with its state against the suites."""
+    from .checking import golden_state, worst_state
+    from .goldens import GoldenStore
+    from .suite.selection import id_matches, parse_patterns
+
+    settings = settings or Settings()
+    current = _current(settings)
+    grouped: dict[str, list] = {}
+    for info in GoldenStore(settings.goldens).index():
+        if test_ids and not id_matches(info.test_id, parse_patterns(test_ids)):
+            continue
+        grouped.setdefault(info.test_id, []).append(info)
+    return [GoldenRow(tid, infos, worst_state([golden_state(i, current) for i in infos]))
+            for tid, infos in grouped.items()]
+
+
+def golden(test_id: str, seed: int = 0, settings: Settings | None = None):
+    """One golden, every array checked (goldens.Golden)."""
+    from .goldens import GoldenStore
+
+    return GoldenStore((settings or Settings()).goldens).read(test_id, seed)
+
+
+def prune(settings: Settings | None = None, delete: bool = False) -> list:
+    """The goldens whose tests no longer exist in the suites (GoldenInfo); deleted with `delete`."""
+    from .checking import golden_state
+    from .errors import OpdiffError
+    from .goldens import GoldenStore
+
+    settings = settings or Settings()
+    current = _current(settings)
+    if current is None:
+        raise OpdiffError(f"no suites under {settings.suites}: refusing to prune, since every golden would "
+                          "look orphaned. Pass --suites DIR.")
+    store = GoldenStore(settings.goldens)
+    orphans = [i for i in store.index() if golden_state(i, current) == "ORPHAN"]
+    if delete:
+        for info in orphans:
+            store.delete_key(info.key)
+    return orphans
+
+
+def verify(settings: Settings | None = None) -> tuple[list, int]:
+    """(findings, number of goldens): goldens.store.Finding for everything verification
+    says (CORRUPT, STALE, UNCHECKED), as check would read them."""
+    from .goldens import GoldenStore
+
+    store = GoldenStore((settings or Settings()).goldens)
+    return store.findings(), len(store.index())
 
 
 def validate(suites=None, *, imports: bool = False, settings=None, in_process: bool = False) -> list:

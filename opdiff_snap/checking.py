@@ -28,10 +28,9 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import history
 from .backends.base import Preset
@@ -49,9 +48,9 @@ from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGold
 from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
 from .results import Listener, Result, RunReport
-from .session import emit, make_pool, notice, set_total, settings_json
+from .session import emit, make_pool, notice, set_total, settings_json, warn
 from .suite import load_suites, select, suite_paths as find_suites
-from .suite.selection import seeds_for, skip_reason
+from .suite.selection import check_seeds, seeds_for, skip_reason
 from .suite.model import TestCase, Tolerance
 from .verdicts import Verdict
 
@@ -99,6 +98,26 @@ def _stale_message(info: GoldenInfo, case: TestCase) -> str:
             f"(spec {info.spec_hash[:12]} -> {case.spec_hash[:12]}); re-record it with `opdiff record`")
 
 
+GOLDEN_STATES = ("CORRUPT", "ORPHAN", "STALE", "?", "ok")   # worst first
+
+
+def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> str:
+    """What the suites say of one golden: CORRUPT (unreadable metadata), ORPHAN (its test
+    no longer exists), STALE (its test or file: module changed), ok, or "?" when there
+    are no suites to tell. `current`: test id -> spec hash of the project's tests."""
+    if info.problem:
+        return "CORRUPT"
+    if current is None:
+        return "?"
+    if info.test_id not in current:
+        return "ORPHAN"
+    return "STALE" if info.spec_hash != current[info.test_id] else "ok"
+
+
+def worst_state(states: Sequence[str]) -> str:
+    return min(states, key=GOLDEN_STATES.index, default="ok")
+
+
 def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | None = None,
                      seed_list: Sequence[int] | None = None, test_ids=None, tags=None,
                      report_orphans: bool = True) -> CheckPlan:
@@ -106,6 +125,7 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
     project was loaded and nothing narrowed the selection), goldens of tests that no
     longer exist are STALE and unreadable ones CORRUPT."""
     by_key = {info.key: info for info in store.index()}
+    current = {c.id: c.spec_hash for c in cases}
     plan = CheckPlan()
     claimed: set[str] = set()
     for case in select(cases, test_ids, tags):
@@ -113,23 +133,24 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
             key = store_key(case.id, seed)
             info = by_key.get(key)
             claimed.add(key)
-            if info is None:
+            state = "missing" if info is None else golden_state(info, current)
+            if state == "missing":
                 plan.items.append(Planned(case.id, seed, case, None, Verdict.NO_GOLDEN,
                                           "no golden recorded; run `opdiff record`"))
-            elif info.problem:
+            elif state == "CORRUPT":
                 item = _corrupt(case.id, seed, info, info.problem)
                 item.case = case
                 plan.items.append(item)
-            elif info.spec_hash != case.spec_hash:
+            elif state == "STALE":
                 plan.items.append(Planned(case.id, seed, case, info, Verdict.STALE, _stale_message(info, case)))
             else:
                 plan.items.append(Planned(case.id, seed, case, info))
     if report_orphans and not test_ids and not tags:
-        known = {c.id for c in cases}
         for key, info in sorted(by_key.items()):
-            if key in claimed or (info.test_id in known and not info.problem):
-                continue  # a seed of a known test that was not asked for
-            if info.problem:
+            state = golden_state(info, current)
+            if key in claimed or state not in ("CORRUPT", "ORPHAN"):
+                continue  # claimed, or a seed of a known test that was not asked for
+            if state == "CORRUPT":
                 plan.items.append(_corrupt(info.test_id, info.seed, info, info.problem))
             else:
                 plan.items.append(Planned(info.test_id, info.seed, None, info, Verdict.STALE,
@@ -278,6 +299,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     `shard=(K, N)` runs the K-th of N shards of the planned (test, seed, preset) jobs
     (sharding.py); its `run_group` names the logical run the N shards make up."""
     apply_endpoint(settings)
+    check_seeds(seeds, seed_list)
     if shard is not None and not run_group:
         raise OpdiffError(f"--shard {shard[0]}/{shard[1]} needs --run-group ID, the same for all "
                           f"{shard[1]} shards (a CI run id, say): the shards agree on their split through "
@@ -300,7 +322,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     if use_cache:
         why = cache_unusable(settings.cache)
         if why:
-            warnings.warn(cache_fallback_message(settings.cache, why), RuntimeWarning, stacklevel=2)
+            warn(listener, cache_fallback_message(settings.cache, why))
             use_cache = False
     store = GoldenStore(settings.goldens)
     if not store.exists():

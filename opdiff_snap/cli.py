@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import sys
 import traceback
@@ -12,7 +11,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from .config import Settings, load_settings
 from .errors import OpdiffError
@@ -163,26 +161,10 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_
 @guarded
 def list_presets(show_all: bool) -> None:
     """Every preset, and whether it can export and run on this machine."""
-    from .backends.registry import all_presets, availability
+    from . import api
+    from .output import presets_table
 
-    table = Table()
-    for col in ("preset", "export", "run", "why not"):
-        table.add_column(col, overflow="fold")
-    for preset in all_presets():
-        a = availability(preset)
-        table.add_row(preset.name, "yes" if a.can_export else "no", "yes" if a.can_run else "no",
-                      "" if a.can_export and a.can_run else a.reason)
-    Console().print(table)
-
-
-def _load_cases(ctx, suites, test_ids, tags):
-    from .suite import load_suites, select, suite_paths
-
-    settings = _settings(ctx)
-    paths = suite_paths([Path(s) for s in suites] or None, settings.suites)
-    if not paths:
-        raise OpdiffError(f"no suites given and none under {settings.suites}.")
-    return select(load_suites(paths), _patterns(test_ids), _patterns(tags))
+    Console().print(presets_table(api.presets()))
 
 
 @main.command("list-tests")
@@ -194,7 +176,10 @@ def _load_cases(ctx, suites, test_ids, tags):
 @guarded
 def list_tests(ctx, suites, test_ids, tags, long_) -> None:
     """Expanded test ids of SUITES (default: every suite under ./suites), in order."""
-    for case in _load_cases(ctx, suites, test_ids, tags):
+    from . import api
+
+    for case in api.list_tests([Path(s) for s in suites] or None, test_ids=_patterns(test_ids),
+                               tags=_patterns(tags), settings=_settings(ctx)):
         if long_:
             click.echo(f"{case.id}\t{case.test_type}\tseeds={list(case.seeds)}\t"
                        f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
@@ -343,8 +328,6 @@ def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, t
             raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
         preset_options = overrides
     seeds = _opdiff_seeds(seeds, num_sampled_inputs)
-    if seeds is not None and seed_list:
-        raise OpdiffError("give either --seeds N or --seed-list, not both.")
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     _run_and_report(ctx, lambda listener: api.record(
         list(suites) or None, baseline=baseline, preset_options=preset_options, seeds=seeds,
@@ -416,19 +399,9 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
             raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
         options = {name: overrides for name in backends}
     seeds = _opdiff_seeds(seeds, num_sampled_inputs)
-    if seeds is not None and seed_list:
-        raise OpdiffError("give either --seeds N or --seed-list, not both.")
     given = (atol, rtol, baseline_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
-    if not no_cache:
-        from .checking import cache_fallback_message
-        from .execution.cache import cache_unusable
-
-        why = cache_unusable(settings.cache)
-        if why:
-            click.echo(f"opdiff: warning: {cache_fallback_message(settings.cache, why)}", err=True)
-            no_cache = True
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
@@ -450,28 +423,14 @@ def _shard(text: str | None):
 def runs(ctx) -> None:
     """Runs in the history store, newest last; incomplete ones can be --resume'd. The runs
     of a --run-group (the shards of one check) are summed up as one logical run below."""
-    from .history import group_runs, list_runs
+    from . import api
+    from .output import run_groups_table, runs_table
 
-    settings = _settings(ctx)
-    table = Table()
-    for col in ("run", "command", "started", "complete", "counts", "group"):
-        table.add_column(col, overflow="fold")
-    runs = list_runs(settings.store)
-    for r in runs:
-        state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
-        group = f"{r.run_group} ({r.shard})" if r.shard else (r.run_group or "")
-        table.add_row(r.run_id, r.command, str(r.started), state, json.dumps(r.counts) if r.counts else "", group)
-    Console().print(table)
-    groups = group_runs(runs)
+    runs = api.runs(_settings(ctx))
+    Console().print(runs_table(runs))
+    groups = api.run_groups(runs)
     if groups:
-        gtable = Table(title="run groups (one logical run each)")
-        for col in ("group", "runs", "complete", "counts"):
-            gtable.add_column(col, overflow="fold")
-        for g in groups:
-            state = "yes" if g.complete else ("NO: shards missing " + ", ".join(g.missing_shards)
-                                              if g.missing_shards else "NO: a shard is unfinished")
-            gtable.add_row(g.run_group, str(len(g.runs)), state, json.dumps(g.counts))
-        Console().print(gtable)
+        Console().print(run_groups_table(groups))
 
 
 # ---------------------------------------------------------------- goldens
@@ -481,47 +440,19 @@ def goldens() -> None:
     """Inspect and maintain the golden store."""
 
 
-def _stale_map(ctx) -> dict[str, str] | None:
-    """test id -> current spec hash, from the suites (None when there are no suites)."""
-    from .suite import load_suites, suite_paths
-
-    paths = suite_paths(None, _settings(ctx).suites)
-    return {c.id: c.spec_hash for c in load_suites(paths)} if paths else None
-
-
 @goldens.command("ls")
 @click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable.")
 @click.pass_context
 @guarded
 def goldens_ls(ctx, test_ids) -> None:
     """Every golden: test, seeds, baseline, recorded with which versions, stale or not."""
-    from .goldens import GoldenStore
-    from .suite.selection import id_matches, parse_patterns
+    from . import api
+    from .output import goldens_table
 
-    store = GoldenStore(_settings(ctx).goldens)
-    current = _stale_map(ctx)
-    grouped: dict[str, list] = {}
-    for info in store.index():
-        if test_ids and not id_matches(info.test_id, parse_patterns(test_ids)):
-            continue
-        grouped.setdefault(info.test_id, []).append(info)
-    table = Table()
-    for col in ("test", "seeds", "baseline", "torch", "created", "state"):
-        table.add_column(col, overflow="fold")
-    for test_id, infos in grouped.items():
-        first = infos[0]
-        if current is None:
-            state = "?"
-        elif test_id not in current:
-            state = "ORPHAN"
-        elif any(i.spec_hash != current[test_id] for i in infos):
-            state = "STALE"
-        else:
-            state = "ok"
-        table.add_row(test_id, ",".join(str(i.seed) for i in infos), first.baseline,
-                      str((first.env or {}).get("torch")), first.created[:19], state)
-    Console().print(table)
-    click.echo(f"{sum(len(v) for v in grouped.values())} goldens of {len(grouped)} tests in {store.root}")
+    settings = _settings(ctx)
+    rows = api.goldens(settings, _patterns(test_ids))
+    Console().print(goldens_table(rows))
+    click.echo(f"{sum(len(r.infos) for r in rows)} goldens of {len(rows)} tests in {settings.goldens}")
 
 
 @goldens.command("show")
@@ -531,11 +462,10 @@ def goldens_ls(ctx, test_ids) -> None:
 @guarded
 def goldens_show(ctx, test_id, seed) -> None:
     """Inputs, parameters and outputs of one golden (shapes, dtypes, value summaries) and its metadata."""
-    from .goldens import GoldenStore
+    from . import api
     from .output import describe_golden
 
-    golden = GoldenStore(_settings(ctx).goldens).read(test_id, seed)
-    describe_golden(Console(), golden)
+    describe_golden(Console(), api.golden(test_id, seed, _settings(ctx)))
 
 
 @goldens.command("prune")
@@ -544,18 +474,11 @@ def goldens_show(ctx, test_id, seed) -> None:
 @guarded
 def goldens_prune(ctx, yes) -> None:
     """Remove goldens whose tests no longer exist in the suites (dry run unless --yes)."""
-    from .goldens import GoldenStore
+    from . import api
 
-    current = _stale_map(ctx)
-    if current is None:
-        raise OpdiffError(f"no suites under {_settings(ctx).suites}: refusing to prune, since every "
-                          "golden would look orphaned. Pass --suites DIR.")
-    store = GoldenStore(_settings(ctx).goldens)
-    orphans = [i for i in store.index() if i.test_id not in current]
+    orphans = api.prune(_settings(ctx), delete=yes)
     for info in orphans:
-        click.echo(f"{'deleting' if yes else 'would delete'} {info.test_id} seed={info.seed}")
-        if yes:
-            store.delete_key(info.key)
+        click.echo(f"{'deleted' if yes else 'would delete'} {info.test_id} seed={info.seed}")
     click.echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
 
 
@@ -574,10 +497,10 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
 
     Each golden runs in float64 on its stored inputs and weights; the difference to its
     stored outputs is the baseline's own rounding error, which check then allows for."""
-    from .recording import add_references
+    from . import api
 
-    results = add_references(None, test_ids=_patterns(test_ids), force=force, in_process=in_process,
-                             trust_goldens=trust_goldens, settings=_settings(ctx, jobs=jobs))
+    results = api.add_references(None, test_ids=_patterns(test_ids), force=force, in_process=in_process,
+                                 trust_goldens=trust_goldens, settings=_settings(ctx, jobs=jobs))
     counts: dict[str, int] = {}
     for r in results:
         counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
@@ -597,13 +520,11 @@ def goldens_verify(ctx) -> None:
     Checksums, metadata, tensor records, the structures that refer to tensors, and the
     stored definition (it must rebuild into a test whose spec hash is the stored one;
     UNCHECKED when a file: module it names is not found from here)."""
-    from .goldens import GoldenStore
+    from . import api
 
-    store = GoldenStore(_settings(ctx).goldens)
-    findings = store.findings()
+    findings, n = api.verify(_settings(ctx))
     for f in findings:
         click.echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
-    n = len(store.index())
     count = {kind: len({f.info.key for f in findings if f.kind == kind})
              for kind in ("CORRUPT", "STALE", "UNCHECKED")}
     click.echo(f"{n} goldens checked, {count['CORRUPT']} corrupt"
@@ -626,15 +547,8 @@ def _print_table(table, fmt: str, title: str | None = None) -> None:
     click.echo(format_table(table, fmt))
 
 
-def _analytics(ctx):
-    from .analytics import connect
-
-    return connect(_settings(ctx).store, warn=False)
-
-
-def _print_warnings(a) -> None:
-    for w in a.warnings:
-        click.echo(f"opdiff: warning: {w}", err=True)
+def _warn(text: str) -> None:
+    click.echo(f"opdiff: warning: {text}", err=True)
 
 
 @main.command()
@@ -649,17 +563,16 @@ def query(ctx, sql, schema, fmt) -> None:
     \b
     opdiff query "SELECT preset, status, count(*) FROM results GROUP BY ALL ORDER BY ALL"
     """
+    from . import api
     from .analytics import Table
 
-    with _analytics(ctx) as a:
-        _print_warnings(a)
-        if schema:
-            _print_table(Table(["view", "column", "type", "meaning"], a.schema()), fmt)
-            return
-        if not sql:
-            raise OpdiffError("query needs SQL (or --schema to see the views), e.g. "
-                              "opdiff query \"SELECT * FROM runs\".")
-        _print_table(a.query(sql), fmt)
+    if schema:
+        _print_table(Table(["view", "column", "type", "meaning"], api.schema(_settings(ctx), _warn)), fmt)
+        return
+    if not sql:
+        raise OpdiffError("query needs SQL (or --schema to see the views), e.g. "
+                          "opdiff query \"SELECT * FROM runs\".")
+    _print_table(api.query(sql, _settings(ctx), _warn), fmt)
 
 
 @main.group()
@@ -675,12 +588,10 @@ def report() -> None:
 @guarded
 def report_support(ctx, by, fmt, png) -> None:
     """Tests x presets, the latest verdict of each."""
-    from .analytics.reports import support_matrix
+    from . import api
 
     _output_file(png, "--png")
-    with _analytics(ctx) as a:
-        _print_warnings(a)
-        table = support_matrix(a, by=by)
+    table = api.support(_settings(ctx), by, _warn)
     _print_table(table, fmt)
     if png:
         from .analytics.plots import support_heatmap
@@ -697,12 +608,10 @@ def report_support(ctx, by, fmt, png) -> None:
 @guarded
 def report_latency(ctx, baseline, fmt, png_dir) -> None:
     """Per preset: median latency ratio against the baseline, and the trend across runs."""
-    from .analytics.reports import latency_report
+    from . import api
 
     _output_dir(png_dir, "--png-dir")
-    with _analytics(ctx) as a:
-        _print_warnings(a)
-        rep = latency_report(a, baseline)
+    rep = api.latency(_settings(ctx), baseline, _warn)
     _print_table(rep.ratios, fmt, f"latency ratio against {rep.baseline}")
     _print_table(rep.trend, fmt, "median inference latency per run")
     if png_dir:
@@ -720,11 +629,11 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
 @guarded
 def report_html(ctx, output) -> None:
     """One self-contained HTML file: summary, support heatmap and matrix, latency, regressions."""
-    from .analytics.html import render_html
+    from . import api
 
     _output_file(output, "-o/--output")
     with _writing(output, "-o/--output"):
-        click.echo(f"wrote {render_html(_settings(ctx).store, output)}")
+        click.echo(f"wrote {api.html_report(output, _settings(ctx))}")
 
 
 @main.command("diff-runs")
@@ -741,12 +650,11 @@ def report_html(ctx, output) -> None:
 @guarded
 def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, fmt) -> None:
     """Newly failing, newly passing, drifted metrics and latency changes from A to B."""
-    from .analytics.reports import diff_runs as compute
+    from . import api
 
-    with _analytics(ctx) as a:
-        _print_warnings(a)
-        diff = compute(a, run_a, run_b, by=by, versions=tuple(versions) if versions else None,
-                       drift_factor=drift_factor, latency_threshold=latency_threshold)
+    diff = api.diff_runs(run_a, run_b, by=by, versions=tuple(versions) if versions else None,
+                         drift_factor=drift_factor, latency_threshold=latency_threshold,
+                         settings=_settings(ctx), warn=_warn)
     for title, table in diff.sections():
         _print_table(table, fmt, f"{title} ({len(table)})")
     click.echo(diff.summary())

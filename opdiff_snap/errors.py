@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -52,3 +53,15 @@ def suggest(word: str, choices: Iterable[str]) -> str:
     """' (did you mean X?)' for the nearest choice, or ''."""
     match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.5)
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+MESSAGE_CHARS = 2000
+ANSI = re.compile(r"\x1b\[[0-9;]*m")   # terminal colour codes
+
+
+def error_text(exc: BaseException) -> str:
+    """`Class: message` without colour codes, trimmed to MESSAGE_CHARS (the head is where
+    the cause usually is)."""
+    text = ANSI.sub("", str(exc)).strip() or repr(exc)
+    text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .results import Result, RunReport
-from .errors import OpdiffError, suggest
+from .errors import ANSI, OpdiffError, suggest
 from .verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
 GOOD = PASSING
@@ -57,6 +57,9 @@ class ProgressDisplay:
             self._task = self._progress.add_task(self.label, total=self.total, counts="")
         return self
 
+    def warn(self, text: str) -> None:
+        Console(stderr=True, soft_wrap=True).print(f"opdiff: warning: {text}", highlight=False, markup=False)
+
     def notice(self, text: str) -> None:
         """A line for the user before the results (what --trust-goldens imports, say)."""
         console = self._progress.console if self._progress is not None else self.console
@@ -85,7 +88,6 @@ class ProgressDisplay:
                                soft_wrap=True)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _BURIED = [  # exporters put the cause under boilerplate; pull it up
     re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'.*?Failure message: ([^\n]+)", re.S),
     re.compile(r"Unsupported fx node [^,\n]+"),
@@ -94,7 +96,7 @@ _BURIED = [  # exporters put the cause under boilerplate; pull it up
 
 def headline(message: str | None, width: int = 160) -> str:
     """The informative line of an error message, without colour codes."""
-    text = _ANSI.sub("", message or "")
+    text = ANSI.sub("", message or "")
     for pattern in _BURIED:
         m = pattern.search(text)
         if m:
@@ -309,3 +311,53 @@ def describe_golden(console: Console, golden) -> None:
             "baseline": golden.baseline, "created": golden.created, "env": golden.env,
             "definition": golden.definition}
     console.print_json(json.dumps(meta, default=str))
+
+
+# ---------------------------------------------------------------- tables of the listing commands
+
+def presets_table(rows) -> Table:
+    """`opdiff list-presets`: (Preset, Availability) rows."""
+    table = Table()
+    for col in ("preset", "export", "run", "why not"):
+        table.add_column(col, overflow="fold")
+    for preset, a in rows:
+        table.add_row(preset.name, "yes" if a.can_export else "no", "yes" if a.can_run else "no",
+                      "" if a.can_export and a.can_run else escape(a.reason))
+    return table
+
+
+def runs_table(runs) -> Table:
+    """`opdiff runs`: history.RunSummary rows."""
+    table = Table()
+    for col in ("run", "command", "started", "complete", "counts", "group"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
+        group = f"{r.run_group} ({r.shard})" if r.shard else (r.run_group or "")
+        table.add_row(r.run_id, str(r.command), str(r.started), escape(state),
+                      json.dumps(r.counts) if r.counts else "", escape(group))
+    return table
+
+
+def run_groups_table(groups) -> Table:
+    """`opdiff runs`: history.GroupSummary rows, one logical run each."""
+    table = Table(title="run groups (one logical run each)")
+    for col in ("group", "runs", "complete", "counts"):
+        table.add_column(col, overflow="fold")
+    for g in groups:
+        state = "yes" if g.complete else ("NO: shards missing " + ", ".join(g.missing_shards)
+                                          if g.missing_shards else "NO: a shard is unfinished")
+        table.add_row(escape(g.run_group), str(len(g.runs)), escape(state), json.dumps(g.counts))
+    return table
+
+
+def goldens_table(rows) -> Table:
+    """`opdiff goldens ls`: api.GoldenRow rows."""
+    table = Table()
+    for col in ("test", "seeds", "baseline", "torch", "created", "state"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        first = row.infos[0]
+        table.add_row(escape(row.test_id), ",".join(str(i.seed) for i in row.infos), first.baseline,
+                      str((first.env or {}).get("torch")), first.created[:19], row.state)
+    return table

@@ -41,7 +41,7 @@ from .results import Listener, Result, RunReport
 from .session import emit, make_pool, set_total, settings_json
 from .goldens.cases import GoldenCases
 from .suite import load_suites, select, suite_paths as find_suites
-from .suite.selection import seeds_for, skip_reason
+from .suite.selection import check_seeds, seeds_for, skip_reason
 from .suite.model import TestCase
 from .verdicts import Verdict
 
@@ -93,14 +93,17 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
            tags: Sequence[str] | None = None, force: bool = False,
            skips: Sequence[tuple[str, str]] = (), in_process: bool = False,
            settings: Settings = Settings(), argv: Sequence[str] = (),
-           listener: Listener | None = None) -> RunReport:
+           listener: Listener | None = None, reference: bool = True) -> RunReport:
     """Run the baseline on freshly materialised inputs and store goldens for every
     (test, seed) that has none or a stale one (or all of them with `force`).
+    `reference=False` leaves out the float64 reference (such goldens keep the configured
+    tolerances only; bench/bench_reference.py uses it to measure what the reference costs).
 
     Raises OpdiffError (before anything is written) for an unknown preset, a preset that
     cannot run here, no suites, an invalid suite, or a selection that matches nothing.
     A `listener` with a `set_total(n)` method is told how many results to expect."""
     apply_endpoint(settings)
+    check_seeds(seeds, seed_list)
     preset = get_preset(baseline, preset_options)
     avail = availability(preset)
     if not (avail.can_export and avail.can_run):
@@ -109,7 +112,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     suite_paths = find_suites(suites, settings.suites)
     if not suite_paths:
         raise OpdiffError(f"no suites found under {settings.suites}. Give suite files, or create "
-                          "suites there (see docs/yaml-format.md).")
+                          "suites there (see docs/suite-format.md).")
     all_cases = load_suites(suite_paths)
     cases = select(all_cases, test_ids, tags)
     if not cases and (test_ids or tags):
@@ -122,7 +125,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
         store.check_writable()  # before any baseline runs: a read-only store fails here, not at the end
     set_total(listener, len(planned))
     pool = make_pool(settings, in_process)
-    recorder = _Recorder(store, preset, environment(threads=pool.threads), settings, listener)
+    recorder = _Recorder(store, preset, environment(threads=pool.threads), settings, listener, reference)
     started = time.perf_counter()
     with history.RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],
                                  {preset.name: preset.to_json()}, settings_json(settings, in_process, False, pool),
@@ -141,8 +144,9 @@ class _Recorder:
     """The state of one record run: turns the plan into jobs and outcomes into goldens."""
 
     def __init__(self, store: GoldenStore, preset: Preset, env: dict[str, Any], settings: Settings,
-                 listener: Listener | None):
+                 listener: Listener | None, reference: bool = True):
         self.store, self.preset, self.settings, self.listener = store, preset, settings, listener
+        self.reference = reference
         self.writer: history.RunWriter | None = None
         self.results: list[Result] = []
         self.env = env
@@ -166,7 +170,7 @@ class _Recorder:
             self.pending[key] = item
             yield Job(case=case, seed=seed, invocation=None, preset=self.preset,
                       repeats=self.settings.repeats, warmup=self.settings.warmup, cache_dir=None, key=key,
-                      reference=True, grads="record" if case.grad else None)
+                      reference=self.reference, grads="record" if case.grad else None)
 
     def finish(self, outcome: Outcome) -> None:
         item = self.pending.pop(outcome.key)

@@ -4,6 +4,7 @@ caller's listener."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from . import history
@@ -27,6 +28,15 @@ def notice(listener: Listener | None, text: str) -> None:
     say = getattr(listener, "notice", None)
     if callable(say):
         say(text)
+
+
+def warn(listener: Listener | None, text: str) -> None:
+    """A warning for the user (listeners with a `warn` method; Python's warnings otherwise)."""
+    say = getattr(listener, "warn", None)
+    if callable(say):
+        say(text)
+    else:
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
 
 
 def set_total(listener: Listener | None, total: int) -> None:

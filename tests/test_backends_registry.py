@@ -14,7 +14,7 @@ from opdiff_snap.backends import (all_presets, availability, backend_for, get_pr
 from opdiff_snap.backends.base import Backend
 from opdiff_snap.errors import OpdiffError
 
-ISSUE_PRESETS = (
+BUILT_IN_PRESETS = (
     [f"torch_{d}_{p}" for d in ("cpu", "cuda", "mps") for p in ("fp32", "fp16", "bf16")]
     + [f"inductor_{d}_{p}" for d in ("cpu", "cuda") for p in ("fp32", "fp16", "bf16")]
     + [f"onnx_{d}_{p}" for d in ("cpu", "cuda", "coreml") for p in ("fp32", "fp16")]
@@ -23,8 +23,8 @@ ISSUE_PRESETS = (
 )
 
 
-def test_every_preset_of_the_issue_is_listed_and_nothing_else():
-    assert sorted(preset_names()) == sorted(ISSUE_PRESETS)
+def test_every_built_in_preset_is_listed_and_nothing_else():
+    assert sorted(preset_names()) == sorted(BUILT_IN_PRESETS)
 
 
 def test_presets_are_well_formed_and_their_options_are_json():

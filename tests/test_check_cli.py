@@ -54,7 +54,7 @@ def no_traceback(proc) -> None:
 
 @pytest.mark.slow
 def test_entry_point_backend_mismatches_exactly_the_perturbed_ops(site, project):
-    """Issue 5, done when #1: isolated workers, -j 2, a plugin preset with options."""
+    """Isolated workers, -j 2, a plugin preset with options: exactly the perturbed ops mismatch."""
     proc = opdiff(project, site, "check", "-b", PERTURB[0], "--preset-options", "=".join(PERTURB),
                   "-j", "2", *FAST, "--format", "json", "--junit", "out/junit.xml")
     no_traceback(proc)
@@ -141,8 +141,9 @@ def _items(path: Path) -> int:
 
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_gives_every_item_exactly_once(site, project):
-    slow = '{"perturb": ["aten::exp", "aten::tanh"], "sleep_s": 0.15}'   # ~2.5 s of jobs on 2 workers
-    args = ["-b", PERTURB[0], "--preset-options", f"{PERTURB[0]}={slow}", "-j", "2", *FAST]
+    hold = project / "hold"   # jobs past the sixth wait for hold/open: the kill always lands mid-run
+    held = json.dumps({"perturb": ["aten::exp", "aten::tanh"], "hold_dir": str(hold), "hold_after": 6})
+    args = ["-b", PERTURB[0], "--preset-options", f"{PERTURB[0]}={held}", "-j", "2", *FAST]
     runs = project / "store" / "runs"
     before = set(runs.glob("*.jsonl"))   # the fixture's record run
     proc = opdiff_popen(project, site, "check", *args)
@@ -163,6 +164,7 @@ def test_sigkill_mid_run_then_resume_gives_every_item_exactly_once(site, project
     killed = read_run(path)
     assert not killed.complete and 6 <= len(killed.items) < 32
 
+    (hold / "open").touch()
     run_id = path.stem
     resumed = opdiff(project, site, "check", *args, "--resume", run_id, "--format", "json", "--junit", "j.xml")
     no_traceback(resumed)

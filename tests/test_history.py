@@ -142,6 +142,7 @@ def test_resume_truncates_partial_line_and_appends_to_the_same_file(tmp_path):
         RunWriter.resume(tmp_path, w.run_id)
 
 
+# argv: store, items, items to write before waiting to be killed
 WRITER_SCRIPT = textwrap.dedent("""
     import sys, time
     from opdiff_snap.history import RunWriter
@@ -150,15 +151,16 @@ WRITER_SCRIPT = textwrap.dedent("""
     w = RunWriter.start(sys.argv[1], "check", [], [], {}, {})
     print(w.run_id, flush=True)
     for i in range(int(sys.argv[2])):
+        if i == int(sys.argv[3]):
+            time.sleep(3600)
         w.item(Result(f"t{i}", 0, "onnx_cpu_fp32", Verdict.PASS).to_json())
-        time.sleep(0.02)
     w.end({"PASS": int(sys.argv[2])}, 1.0)
 """)
 
 
 def test_resume_after_sigkill_has_every_item_exactly_once(tmp_path):
     n = 60
-    proc = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path), str(n)],
+    proc = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path), str(n), "10"],
                             stdout=subprocess.PIPE, text=True)
     try:
         run_id = proc.stdout.readline().strip()

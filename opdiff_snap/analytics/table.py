@@ -8,7 +8,7 @@ import io
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import OpdiffError, suggest
 
@@ -99,6 +99,3 @@ def format_table(t: Table, fmt: str = "table") -> str:
                           f"choose one of {', '.join(FORMATS)}.")
     return fn(t)
 
-
-def table_from(columns: Sequence[str], rows) -> Table:
-    return Table(list(columns), [tuple(r) for r in rows])

@@ -1,1 +1,1 @@
-"""Finding the cause of a failing verdict: localize, repro scripts, gradient parity (issue 8)."""
+"""Finding the cause of a failing verdict: localize, repro scripts, and the ATen-level search."""

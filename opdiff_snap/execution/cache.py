@@ -34,16 +34,25 @@ import uuid
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
-from .. import __version__
-from ..backends.base import Artifact
+from .. import __version__, trees
+from ..backends.base import Artifact, Preset
 from ..errors import OpdiffError
 from ..storage import StorageError, is_url, local_copy_dir, open_place
-from .. import trees
-from .job import Job
+from ..suite.model import Invocation, TestCase
+
+
+class Subject(Protocol):
+    """What a cache key is made of (a runner.Job is one)."""
+
+    case: TestCase
+    seed: int
+    invocation: Invocation | None
+    preset: Preset
+
 
 MARKER, ENTRY = "complete", "entry.json"
 
@@ -62,7 +71,7 @@ def _version(package: str) -> str:
         return "absent"
 
 
-def _states_digest(job: Job) -> str:
+def _states_digest(job: Subject) -> str:
     h = hashlib.sha256()
     for side in sorted(job.invocation.states):
         for name, t in sorted(job.invocation.states[side].items()):
@@ -72,14 +81,14 @@ def _states_digest(job: Job) -> str:
     return h.hexdigest()
 
 
-def _inputs_signature(job: Job) -> Any:
+def _inputs_signature(job: Subject) -> Any:
     """What export bakes in besides the weights: every non-tensor argument, and the
     shapes and dtypes of the tensor ones (artifacts are exported for static shapes)."""
     structure, leaves = trees.flatten((list(job.invocation.args), dict(job.invocation.kwargs)))
     return [structure, [[str(t.dtype), list(t.shape)] for t in leaves]]
 
 
-def cache_key(job: Job) -> str:
+def cache_key(job: Subject) -> str:
     packages = RUNTIME_PACKAGES.get(job.preset.family, ())
     material = {
         "test": job.case.id,

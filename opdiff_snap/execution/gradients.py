@@ -306,7 +306,7 @@ class GradcheckTask:
 
     def run(self, context: WorkerContext = WorkerContext()) -> GradcheckReport:
         from ..suite.materialize import materialize
-        from .runner import error_text
+        from ..errors import error_text
 
         try:
             invocation = materialize(self.case, self.seed)

@@ -1,5 +1,5 @@
-"""Work for a worker process: the Task protocol the pool runs, and the one task that runs
-a test on a backend preset (Job -> Outcome).
+"""Work for a worker process: the Task protocol the pool runs, the context a task runs
+in, and the Outcome of running a test on a backend (runner.Job is that task).
 
 Every piece of user code (a suite's `file:` modules, its dotted paths, sampling that
 constructs modules) runs inside a task, so only a worker can be taken down by it."""
@@ -7,13 +7,11 @@ constructs modules) runs inside a task, so only a worker can be taken down by it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
-from ..backends.base import Preset
-from ..suite.model import Invocation, TestCase
+from ..suite.model import Invocation
 from ..verdicts import Verdict
 
 
@@ -35,34 +33,6 @@ class Task(Protocol):
     def run(self, context: WorkerContext) -> Any: ...
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> Any: ...
-
-
-@dataclass
-class Job:
-    """Run one (test, seed) on one preset. Picklable: it travels to worker processes."""
-
-    case: TestCase
-    seed: int
-    invocation: Invocation | None   # None: materialise it in the worker (record)
-    preset: Preset
-    repeats: int = 1
-    warmup: int = 1
-    cache_dir: Path | None = None   # artifact cache root; None disables the cache
-    key: str = ""                   # caller's handle, echoed back in the Outcome
-    reference: bool = False         # also run the module eagerly in float64 (record)
-    # gradients too: "record" (eager CPU, the golden's), or the recorded cotangent to
-    # recompute them on the preset (check)
-    grads: str | list | None = None
-    # run this flat module instead of the case's (a part of the test, say, for localize)
-    prepared: Any = None
-
-    def run(self, context: WorkerContext = WorkerContext()) -> "Outcome":
-        from .runner import run_job
-
-        return run_job(self, threads=context.threads)
-
-    def failed(self, status: Verdict, error_class: str | None, message: str) -> "Outcome":
-        return Outcome(self.key, status, error_class=error_class, error_message=message)
 
 
 @dataclass

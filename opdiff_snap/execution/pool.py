@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..errors import error_text
 from ..verdicts import STAGE_FAILURES, Verdict
 from .job import Task, WorkerContext
 
@@ -58,7 +59,6 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass  # already set (cannot happen in a fresh process, but harmless)
-    from . import runner
     try:
         from ..backends import registry  # noqa: F401  (import once, before the first job)
     except ImportError:
@@ -77,7 +77,7 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
         try:
             result = task.run(context)
         except BaseException as exc:  # tasks catch Exception; this is SystemExit & co.
-            result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, runner.error_text(exc))
+            result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, error_text(exc))
         _stamp(result)
         if log_path and getattr(result, "status", None) in STAGE_FAILURES:
             # runtimes often say why only on stderr (ExecuTorch: "Missing operator: ...")
@@ -88,7 +88,7 @@ def _worker_main(conn: Connection, threads: int, log_path: str | None = None) ->
             data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             data = pickle.dumps(_stamp(task.failed(Verdict.INFER_FAIL, type(exc).__name__,
-                                                   f"the result could not be sent back: {runner.error_text(exc)}")))
+                                                   f"the result could not be sent back: {error_text(exc)}")))
         conn.send_bytes(data)
 
 

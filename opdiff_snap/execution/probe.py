@@ -29,7 +29,7 @@ class ImportProbe:
     def run(self, context: WorkerContext = WorkerContext()) -> ProbeResult:
         from ..suite.construct import import_path
         from ..suite.locate import Located, kind_of, problem
-        from .runner import error_text
+        from ..errors import error_text
 
         try:
             obj = import_path(self.path, self.suite_dir, self.import_dirs)

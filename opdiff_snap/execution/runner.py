@@ -15,35 +15,25 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..backends.base import Artifact, Availability, Backend, Runnable
+from ..backends.base import Artifact, Availability, Backend, Preset, Runnable
+from ..errors import error_text
 from ..suite.materialize import materialize
+from ..suite.model import Invocation, TestCase
 from ..verdicts import Verdict
 from .cache import ArtifactCache, cache_key
-from .job import Job, Outcome
+from .job import Outcome, WorkerContext
 from .prepare import Prepared, count_outputs, flat_module, restore_outputs
 
-MESSAGE_CHARS = 2000
 _REDUCED = (torch.float16, torch.bfloat16)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def error_text(exc: BaseException) -> str:
-    """`Class: message` without colour codes, trimmed to MESSAGE_CHARS (the head is where
-    the cause usually is)."""
-    text = _ANSI.sub("", str(exc)).strip() or repr(exc)
-    text = f"{type(exc).__name__}: {text}"
-    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."
 
 
 def _fail(job: Job, status: Verdict, exc: BaseException | str, **timings: Any) -> Outcome:
@@ -56,6 +46,33 @@ def _fail(job: Job, status: Verdict, exc: BaseException | str, **timings: Any) -
 def _backend(job: Job) -> Backend:
     from ..backends.registry import backend_for
     return backend_for(job.preset)
+
+
+@dataclass
+class Job:
+    """Run one (test, seed) on one preset. Picklable: it travels to worker processes."""
+
+    case: TestCase
+    seed: int
+    invocation: Invocation | None   # None: materialise it in the worker (record)
+    preset: Preset
+    repeats: int = 1
+    warmup: int = 1
+    cache_dir: Path | None = None   # artifact cache root; None disables the cache
+    key: str = ""                   # caller's handle, echoed back in the Outcome
+    reference: bool = False         # also run the module eagerly in float64 (record)
+    # gradients too: "record" (eager CPU, the golden's), or the recorded cotangent to
+    # recompute them on the preset (check)
+    grads: str | list | None = None
+    # run this flat module instead of the case's (a part of the test, say, for localize)
+    prepared: Any = None
+
+    def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
+        return run_job(self, threads=context.threads)
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> Outcome:
+        return Outcome(self.key, status, error_class=error_class, error_message=message)
+
 
 
 def run_job(job: Job, backend: Backend | None = None, threads: int = 0) -> Outcome:

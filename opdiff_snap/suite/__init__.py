@@ -1,7 +1,8 @@
 """YAML suites -> TestCases -> Invocations (load, validate, expand, materialize)."""
 
 from .construct import build_modules, resolve_op
-from .expand import case_from_definition, discover_suites, load_suites, suite_paths
+from .discover import discover_suites, suite_paths
+from .expand import case_from_definition, load_suites
 from .materialize import derive_seed, materialize
 from .model import Call, Invocation, TestCase, Tolerance
 from .selection import select

@@ -1,10 +1,8 @@
-"""Suite files -> TestCases: includes, dims, presets, tests, templates and ids.
+"""A merged suite document -> TestCases: templates, cases, pairs, ids, every node
+resolved and validated (document.py reads the files and their includes).
 
-Included files merge in order (their tests come before the including file's own). A dim
-or preset defined again with the same value is fine (two suites may include one common
-file); with another value it is a problem naming both places, and so is an include
-cycle. Every case is built through `case_from_definition`, the same path `check` takes
-on a stored definition.
+Every case is built through `case_from_definition`, the same path `check` takes on a
+stored definition.
 """
 
 from __future__ import annotations
@@ -13,188 +11,22 @@ import itertools
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import OpdiffError, SuiteError
 from .model import Call, TestCase, Tolerance
-from .schema import (BAD, DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, TOP_KEYS,
-                     NodeResolver, Problems, Where, check_keys, dtype_family, parse_extension,
+from .schema import (BAD, DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, NodeResolver, Problems, Where, check_keys, dtype_family, parse_extension,
                      path_checker, plain)
-from .files import SearchRoots
+from .document import EXT_DEFAULTS, Document, RawTest, chain_text, load_document, plain_number
+from .files import SearchRoots, display_path
 from .spechash import file_modules, spec_hash
-from .yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
 
-EXT_DEFAULTS: dict[str, Any] = {"tolerance": {}, "seeds": [0], "tags": [], "skip": {}, "grad": False}
 _BAD_ID = re.compile(r"[\s/\\;*]")
 
 
 def sanitize(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", str(value))
-
-
-@dataclass
-class RawTest:
-    raw: Any
-    where: Where          # tests[i] in its own file
-    index: int
-    suite: Path
-    defaults: dict
-    chain: tuple[Path, ...] = ()    # the include path that reached it, top-level suite first
-
-
-@dataclass
-class Document:
-    dims: dict[str, int] = field(default_factory=dict)
-    dim_where: dict[str, Where] = field(default_factory=dict)
-    presets: dict[str, tuple[Any, Where, Path]] = field(default_factory=dict)
-    tests: list[RawTest] = field(default_factory=list)
-
-
-def _display(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
-
-
-def read_suite_file(path: Path, problems: Problems, where: Where | None = None) -> Any:
-    """The file's YAML value, or BAD (with the problem recorded)."""
-    disp = _display(path)
-    if path.exists() and not path.is_file() and not path.is_dir():
-        return problems.add(where or Where(disp), f"suite file {disp}: not a regular file (a pipe or "
-                                                  "device?); name a YAML file here")
-    try:
-        text = read_yaml_file(path)
-        value, dups = load_yaml_text(text)
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            msg = "file not found"
-        elif isinstance(exc, IsADirectoryError) or path.is_dir():
-            msg = "is a directory, not a YAML file; name a suite file here"
-        else:
-            msg = f"cannot read it ({exc.strerror or exc})"
-        return problems.add(where or Where(disp), f"suite file {disp}: {msg}")
-    except YamlSyntaxError as exc:
-        for msg, mark in exc.problems:
-            problems.add(Where(disp, mark=mark), msg)
-        return BAD
-    for msg, mark in dups:
-        problems.add(Where(disp, mark=mark), msg)
-    return value
-
-
-def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Path, ...] = (),
-                  defaults: dict | None = None, via: Where | None = None) -> None:
-    """Load `path` and its includes into `doc` (depth-first, includes first). `stack` is
-    the chain of including files (resolved), top-level suite first."""
-    path = Path(os.path.normpath(path))
-    disp = _display(path)
-    real = path.resolve()
-    if real in stack:
-        chain = " -> ".join(_display(p) for p in stack + (real,))
-        problems.add(via or Where(disp), f"include cycle: {chain}; remove one of these includes")
-        return
-    data = read_suite_file(path, problems, via)
-    if data is BAD:
-        return
-    top = Where(disp, mark=getattr(data, "mark", None))
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        problems.add(top, "a suite must be a mapping with keys include, dims, presets, tests, defaults")
-        return
-    check_keys(data, TOP_KEYS, top, problems, "the suite's top level")
-    if not any(k in data for k in ("tests", "include", "dims", "presets")):
-        problems.add(top, "the suite defines nothing: give it 'tests' (it may be an empty list), "
-                          "'include', or 'dims'/'presets' for a definitions file")
-
-    own = dict(defaults or EXT_DEFAULTS)
-    raw_defaults = data.get("defaults")
-    if raw_defaults is not None:
-        wd = top.at(data, "defaults")
-        if not isinstance(raw_defaults, dict):
-            problems.add(wd, "defaults must be a mapping of " + ", ".join(EXTENSION_KEYS))
-        else:
-            check_keys(raw_defaults, EXTENSION_KEYS, wd, problems, "defaults")
-            for k in EXTENSION_KEYS:
-                if k in raw_defaults:
-                    v = parse_extension(k, raw_defaults[k], wd.at(raw_defaults, k), problems, _plain_num(problems))
-                    if v is not BAD:
-                        own[k] = v
-
-    inc = data.get("include")
-    if inc is not None:
-        wi = top.at(data, "include")
-        items = [inc] if isinstance(inc, str) else inc
-        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
-            problems.add(wi, f"include must be a file name or a list of them, got {inc!r}")
-        else:
-            for i, name in enumerate(items):
-                w = wi if isinstance(inc, str) else wi.at(inc, i)
-                load_document(path.parent / name, problems, doc, stack + (real,), own, w)
-
-    dims = data.get("dims")
-    if dims is not None:
-        wd = top.at(data, "dims")
-        if not isinstance(dims, dict):
-            problems.add(wd, f"dims must map symbols to non-negative integers, got {dims!r}")
-        else:
-            for k, v in dims.items():
-                w = wd.at(dims, k)
-                if not isinstance(k, str) or not k:
-                    problems.add(w, f"dim name {k!r} must be a string")
-                elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                    problems.add(w, f"dim '{k}' = {v!r} must be a non-negative integer")
-                elif k in doc.dims:
-                    if doc.dims[k] != v:
-                        problems.add(w, f"dim '{k}' is defined as {v} here and as {doc.dims[k]} at "
-                                        f"{_at(doc.dim_where[k])}; keep one definition or rename one")
-                else:
-                    doc.dims[k], doc.dim_where[k] = v, w
-
-    presets = data.get("presets")
-    if presets is not None:
-        wp = top.at(data, "presets")
-        if not isinstance(presets, dict):
-            problems.add(wp, f"presets must map names to nodes, got {presets!r}")
-        else:
-            for k, v in presets.items():
-                w = wp.at(presets, k)
-                if k in doc.presets:
-                    if plain_equal(doc.presets[k][0], v):
-                        continue
-                    problems.add(w, f"preset '{k}' is defined here and differently at "
-                                    f"{_at(doc.presets[k][1])}; keep one definition or rename one")
-                else:
-                    doc.presets[str(k)] = (v, w, path.parent)
-
-    tests = data.get("tests")
-    if tests is not None:
-        wt = top.at(data, "tests")
-        if not isinstance(tests, list):
-            problems.add(wt, f"tests must be a list, got {type(tests).__name__}")
-        else:
-            for i, t in enumerate(tests):
-                doc.tests.append(RawTest(t, wt.at(tests, i), i, path, own, stack + (real,)))
-
-
-def _at(w: Where) -> str:
-    return f"{w.file}:{w.mark[0]}" if w.mark else w.file
-
-
-def plain_equal(a: Any, b: Any) -> bool:
-    """Equal as YAML values (positions ignored; 1 and 1.0 and True kept apart)."""
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
-
-
-def chain_text(chain: tuple[Path, ...]) -> str:
-    return " -> ".join(_display(p) for p in chain)
-
-
-def _plain_num(problems: Problems):
-    return NodeResolver(problems, {}, [], lambda n, w: BAD, lambda p, w, m: p).num
 
 
 def _rebase(node: Any, from_dir: Path, to_dir: Path) -> Any:
@@ -332,7 +164,7 @@ class Expander:
             P.add(w.at(raw, "cast_input0_to_complex"), f"cast_input0_to_complex must be true or false, got {cast!r}")
             cast = False
         out["cast"] = cast
-        num = _plain_num(P)
+        num = plain_number(P)
         for k in EXTENSION_KEYS:
             out[k] = defaults.get(k, EXT_DEFAULTS[k])
             if k in raw:
@@ -527,9 +359,9 @@ def load_suites(paths: list[Path]) -> list[TestCase]:
                     why = (f"the same test reached twice, through {chain_text(first.chain)} and "
                            f"{chain_text(rt.chain)}; include that file once, from a file both include")
                 else:
-                    why = (f"also defined in {_display(seen[case.id][0].suite)}"
+                    why = (f"also defined in {display_path(seen[case.id][0].suite)}"
                            f" (reached through {chain_text(first.chain)}); give one of them another id")
-                problems.add(Where(_display(case.suite), test_id=case.id),
+                problems.add(Where(display_path(case.suite), test_id=case.id),
                              f"duplicate test id '{case.id}': {why}")
                 continue
             seen[case.id] = (case, rt)
@@ -539,39 +371,3 @@ def load_suites(paths: list[Path]) -> list[TestCase]:
     return cases
 
 
-def discover_suites(root: Path) -> list[Path]:
-    """Every *.yaml/*.yml under root that no other file there includes."""
-    root = Path(root)
-    if root.is_file():
-        return [root]
-    files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
-    included: set[Path] = set()
-    for f in files:
-        value = read_suite_file(f, Problems())
-        inc = value.get("include") if isinstance(value, dict) else None
-        for name in ([inc] if isinstance(inc, str) else inc if isinstance(inc, list) else []):
-            if isinstance(name, str):
-                included.add((f.parent / name).resolve())
-    return [f for f in files if f.resolve() not in included]
-
-
-def suite_paths(paths: list[Path] | None, default_dir: Path) -> list[Path]:
-    """The suite files named (directories expanded), or every suite under `default_dir`."""
-    if paths:
-        out: list[Path] = []
-        for p in map(Path, paths):
-            if not p.exists():
-                raise OpdiffError(f"suite file not found: {p}. Give a path to a YAML suite or a "
-                                  "directory of suites.")
-            found = discover_suites(p)
-            if p.is_dir() and not found:
-                raise OpdiffError(f"{p} is a directory holding no YAML suite (no *.yaml or *.yml file "
-                                  "in it or below it). Give suite files, or a directory that has some.")
-            out.extend(found)
-        return out
-    default_dir = Path(default_dir)
-    if default_dir.exists() and not default_dir.is_dir():
-        raise OpdiffError(f"the suites directory {default_dir} is a file: --suites (or [tool.opdiff] "
-                          "suites) names the directory of suites. To use one suite file, pass it as an "
-                          "argument instead.")
-    return discover_suites(default_dir) if default_dir.is_dir() else []

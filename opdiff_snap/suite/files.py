@@ -64,7 +64,9 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
+    """A path as messages show it: relative to the current directory unless that climbs
+    two or more levels, then absolute."""
     try:
         rel = os.path.relpath(path)
     except ValueError:
@@ -81,14 +83,14 @@ def find_file(rel: str, suite_dir: Path, roots: SearchRoots) -> Path:
         candidates = [d / rel for d in roots.lookup_dirs(suite_dir)]
     found = [Path(os.path.normpath(c)) for c in candidates if c.is_file()]
     if not found:
-        tried = ", ".join(_display(Path(os.path.normpath(c))) for c in candidates)
+        tried = ", ".join(display_path(Path(os.path.normpath(c))) for c in candidates)
         raise OpdiffError(f"file:{rel}: file not found; looked in {tried}. Write the path relative to the "
                           "suite file or to the repository root.")
     distinct: dict[str, Path] = {}
     for f in found:
         distinct.setdefault(_digest(f), f)
     if len(distinct) > 1:
-        places = ", ".join(_display(f) for f in found)
+        places = ", ".join(display_path(f) for f in found)
         raise OpdiffError(f"file:{rel} is ambiguous: it names different files at {places}. Make the path "
                           "unambiguous (relative to the suite file, e.g. with ./ or ../), or remove the "
                           "stray copy.")

@@ -621,7 +621,7 @@ def path_checker(problems: Problems, suite_dir: Path, cache: dict,
                  roots: "SearchRoots") -> Callable[[Any, Where, bool], Any]:
     """A `check_path` for NodeResolver: finds `file:` modules (see files.py) and what each
     path names without importing user code (see locate.py); returns the canonical path."""
-    from .files import find_file, split_file_path
+    from .files import display_path, find_file, split_file_path
     from .locate import NotFound, locate_dotted, locate_in_file, problem
 
     def check(path: Any, where: Where, module: bool) -> Any:
@@ -635,7 +635,7 @@ def path_checker(problems: Problems, suite_dir: Path, cache: dict,
                     rel, name = split_file_path(path)
                     found = find_file(rel, suite_dir, roots)
                     canon = f"file:{Path(os.path.relpath(found, os.path.abspath(suite_dir))).as_posix()}::{name}"
-                    located = locate_in_file(found, name, _display_path(found))
+                    located = locate_in_file(found, name, display_path(found))
                 else:
                     canon, located = path, locate_dotted(path)
                 cache[key] = (problem(located, path, module), canon)
@@ -646,11 +646,3 @@ def path_checker(problems: Problems, suite_dir: Path, cache: dict,
             return problems.add(where, error)
         return canon
     return check
-
-
-def _display_path(path: Path) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return str(path)
-    return rel if not rel.startswith("../..") else str(path)

@@ -35,6 +35,14 @@ def select(cases: list[TestCase], patterns: list[str] | None = None,
             if (not items or id_matches(c.id, items)) and (not wanted or wanted.intersection(c.tags))]
 
 
+def check_seeds(seeds: int | None, seed_list: Sequence[int] | None) -> None:
+    """A run takes a seed count or an exact seed list, not both."""
+    from ..errors import OpdiffError
+
+    if seeds is not None and seed_list:
+        raise OpdiffError("give either --seeds N or --seed-list, not both.")
+
+
 def seeds_for(case: TestCase, seeds: int | None, seed_list: Sequence[int] | None) -> tuple[int, ...]:
     """The seeds to run: an exact list, else 0..seeds-1, else the test's own."""
     if seed_list:

@@ -12,7 +12,10 @@ library would: by being the one that runs them (a TorchDispatchMode sees every o
               first non-NaN element becomes NaN
     cast:     a dtype name ("float64") every floating output is cast to
     append:   every output gets one more element along dim 0 (a 0-d output becomes 1-d)
-    sleep_s:  seconds each call sleeps first (a slow backend, to interrupt a run mid-way)
+    sleep_s:  seconds each call sleeps first (a slow backend)
+    hold_dir, hold_after: every call past the first `hold_after` (counted across worker
+              processes by files in `hold_dir`) waits until `hold_dir/open` exists: a run
+              that is surely mid-way when a test kills it, and resumes once opened
 
 Registered through the entry point group `opdiff_snap.backends` by the tests
 (tests/test_check_*.py write a *.dist-info with entry_points.txt pointing here).
@@ -20,6 +23,7 @@ Registered through the entry point group `opdiff_snap.backends` by the tests
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -61,12 +65,23 @@ def _append(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([t, torch.zeros((1, *t.shape[1:]), dtype=t.dtype)])
 
 
+def _hold(folder: Path, after: int) -> None:
+    calls = folder / "calls"
+    calls.mkdir(parents=True, exist_ok=True)
+    (calls / f"{os.getpid()}-{time.monotonic_ns()}").touch()
+    if len(list(calls.iterdir())) <= after:
+        return
+    while not (folder / "open").exists():
+        time.sleep(0.05)
+
+
 class PerturbBackend:
     family = "perturb"
     devices = ("cpu",)
     precisions = ("fp32",)
     default_options: Mapping[str, Any] = {"perturb": [], "delta": 1e-2, "offset": 0.0,
-                                          "move_nan": False, "cast": "", "append": False, "sleep_s": 0.0}
+                                          "move_nan": False, "cast": "", "append": False, "sleep_s": 0.0,
+                                          "hold_dir": "", "hold_after": 0}
     serializes = False
     can_differentiate = False
 
@@ -82,6 +97,8 @@ class PerturbBackend:
 
         def run(inputs):
             time.sleep(float(opts["sleep_s"]))
+            if opts["hold_dir"]:
+                _hold(Path(opts["hold_dir"]), int(opts["hold_after"]))
             with torch.no_grad():
                 if names:
                     with _WrongKernels(names, float(opts["delta"])):

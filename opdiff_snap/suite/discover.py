@@ -1,0 +1,48 @@
+"""Which suite files a run reads: the files named, or every suite under a directory that
+no other file there includes (an orchestrator runs its includes once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import OpdiffError
+from .document import read_suite_file
+from .schema import Problems
+
+
+def discover_suites(root: Path) -> list[Path]:
+    """Every *.yaml/*.yml under root that no other file there includes."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    files = sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    included: set[Path] = set()
+    for f in files:
+        value = read_suite_file(f, Problems())
+        inc = value.get("include") if isinstance(value, dict) else None
+        for name in ([inc] if isinstance(inc, str) else inc if isinstance(inc, list) else []):
+            if isinstance(name, str):
+                included.add((f.parent / name).resolve())
+    return [f for f in files if f.resolve() not in included]
+
+
+def suite_paths(paths: list[Path] | None, default_dir: Path) -> list[Path]:
+    """The suite files named (directories expanded), or every suite under `default_dir`."""
+    if paths:
+        out: list[Path] = []
+        for p in map(Path, paths):
+            if not p.exists():
+                raise OpdiffError(f"suite file not found: {p}. Give a path to a YAML suite or a "
+                                  "directory of suites.")
+            found = discover_suites(p)
+            if p.is_dir() and not found:
+                raise OpdiffError(f"{p} is a directory holding no YAML suite (no *.yaml or *.yml file "
+                                  "in it or below it). Give suite files, or a directory that has some.")
+            out.extend(found)
+        return out
+    default_dir = Path(default_dir)
+    if default_dir.exists() and not default_dir.is_dir():
+        raise OpdiffError(f"the suites directory {default_dir} is a file: --suites (or [tool.opdiff] "
+                          "suites) names the directory of suites. To use one suite file, pass it as an "
+                          "argument instead.")
+    return discover_suites(default_dir) if default_dir.is_dir() else []
