@@ -166,7 +166,7 @@ def test_prune_verify_and_show(tmp_path):
     assert code == 0 and "would delete relu seed=0" in out and "dry run" in out
     assert store.info("relu", 0) is not None
     code, out, _ = cli_inproc(project, "goldens", "prune", "--yes")
-    assert code == 0 and "deleting relu seed=0" in out
+    assert code == 0 and "deleted relu seed=0" in out
     assert store.info("relu", 0) is None
     assert {i.test_id for i in store.index()} == ALL - {"relu"}
     (tmp_path / "empty").mkdir()
