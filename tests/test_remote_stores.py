@@ -159,7 +159,7 @@ def test_record_check_shared_cache_query_verify_prune_through_s3(server, tmp_pat
     (proj / "suites" / "small.yaml").write_text(SUITE.replace(
         "  - {id: exp, op: aten::exp.default, in: [{ref: x}]}\n", ""))
     p = cli(proj, *urls, "goldens", "prune", "--yes")
-    assert p.returncode == 0 and "deleting exp seed=0" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0 and "deleted exp seed=0" in p.stdout, p.stdout + p.stderr
     left = server.keys(bucket, "goldens/")
     assert sorted(k.split("/")[1].split("-")[0] for k in left if k.count("/") == 2 and k.endswith("/zarr.json")) == \
         ["add", "lin", "relu"]
