@@ -120,7 +120,8 @@ def coverage(env: dict, proj: Path, unsharded: str) -> dict:
     code = f"""
 import json
 from opdiff_snap import api
-t = lambda sql: api.query(sql, store="s3://bench/store").rows
+from opdiff_snap.config import Settings
+t = lambda sql: api.query(sql, Settings(store="s3://bench/store")).rows
 g = "SELECT test_id, seed, preset FROM results JOIN runs USING (run_id) WHERE run_group = 'bench-group'"
 u = "SELECT test_id, seed, preset FROM results WHERE run_id = '{unsharded}'"
 print(json.dumps({{
