@@ -59,6 +59,13 @@ def runs(settings: Settings | None = None) -> list:
     return list_runs((settings or Settings()).store)
 
 
+def run_groups(runs: list) -> list:
+    """history.GroupSummary of each --run-group among `runs` (from runs()): its shards as one run."""
+    from .history import group_runs
+
+    return group_runs(runs)
+
+
 def _analytics(settings: Settings | None, warn: Warn):
     from .analytics import connect
 
@@ -335,9 +342,9 @@ def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: floa
     """Autograd vs central finite differences in float64 for tests with `grad: true`
     (or every selected test when `test_ids` is given)."""
     from .config import Settings
+    from .errors import OpdiffError
     from .execution import WorkerPool
     from .execution.gradients import GradcheckTask
-    from .errors import OpdiffError
     from .suite import load_suites, select, suite_paths
 
     settings = settings or Settings()

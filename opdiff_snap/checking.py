@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import history
+from . import history, sharding
 from .backends.base import Preset
 from .backends.registry import get_preset
 from .compare import Comparison, Rounding, compare, compare_grads, tolerance_for
-from .config import Settings
+from .config import Settings, apply_endpoint
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
 from .execution.cache import cache_unusable
@@ -44,11 +44,13 @@ from .execution.gradients import can_differentiate
 from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, store_key
 from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
+from .history_sync import readable_dir
 from .results import Listener, Result, RunReport
 from .session import emit, make_pool, notice, set_total, settings_json, warn
-from .suite import load_suites, select, suite_paths as find_suites
-from .suite.selection import check_seeds, seeds_for, skip_reason
+from .suite import load_suites, select
+from .suite import suite_paths as find_suites
 from .suite.model import TestCase, Tolerance
+from .suite.selection import check_seeds, seeds_for, skip_reason
 from .verdicts import Verdict
 
 
@@ -290,15 +292,23 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
           tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
           trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
-          listener: Listener | None = None, python: str | Path | None = None) -> RunReport:
+          listener: Listener | None = None, python: str | Path | None = None,
+          shard: tuple[int, int] | None = None, run_group: str | None = None) -> RunReport:
     """Run each target preset on exactly the stored inputs and weights and compare.
 
     `skips` are (test id or prefix*, preset or glob) pairs reported SKIPPED.
     A `listener` with a `set_total(n)` method is told how many results to expect.
     With `python`, the workers run under that interpreter (another environment's packages);
     planning, comparing and the history stay here, and the run's meta line records the
-    workers' environment."""
+    workers' environment. `shard=(K, N)` runs the K-th of N shards of the planned (test,
+    seed, preset) jobs (sharding.py); its `run_group` names the logical run the N shards
+    make up."""
+    apply_endpoint(settings)
     check_seeds(seeds, seed_list)
+    if shard is not None and not run_group:
+        raise OpdiffError(f"--shard {shard[0]}/{shard[1]} needs --run-group ID, the same for all "
+                          f"{shard[1]} shards (a CI run id, say): the shards agree on their split through "
+                          "it, and `opdiff runs` and the reports take them as one run.")
     if not backends:
         raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
     if tolerance is not None:
@@ -356,20 +366,35 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     identity = plan_identity(plan, suite_paths, presets, test_ids=test_ids, tags=tags, seeds=seeds,
                              seed_list=seed_list, skips=skips, tolerance=tolerance, trust_goldens=trust_goldens,
                              python=pool.python)
+    planned = {(i.test_id, i.seed, p.name) for i in plan.items for p in presets}
+    if shard is not None:
+        identity["shard"] = {"index": shard[0], "count": shard[1], "group": run_group}
     try:
         if resume:
-            writer, done = history.RunWriter.resume(settings.store, resume,
-                                                    accept=lambda run: _same_plan(run, identity))
+            stored: dict[str, Any] = {}
+
+            def accept(run: history.RunFile) -> None:
+                _same_plan(run, identity)
+                stored.update(run.meta["plan"].get("shard") or {})
+
+            writer, done = history.RunWriter.resume(settings.store, resume, accept=accept)
+            if shard is not None:
+                planned = {(str(t), int(s), str(p)) for t, s, p in stored.get("keys") or []}
             prior = _prior_results(writer.path)
         else:
+            if shard is not None:
+                assert run_group is not None
+                planned = set(_shard_keys(plan, presets, shard, run_group, settings))
+                identity["shard"]["keys"] = sorted([list(k) for k in planned])
             writer = history.RunWriter.start(
                 settings.store, "check", list(argv), [str(p) for p in suite_paths],
-                {p.name: p.to_json() for p in presets}, run_settings, env=env, plan=identity)
+                {p.name: p.to_json() for p in presets}, run_settings, env=env, plan=identity,
+                run_group=run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None)
             done = set()
     except BaseException:
         pool.close()
         raise
-    set_total(listener, plan.total(len(presets)) - len(done))
+    set_total(listener, len(planned) - len(done & planned))
     started = time.perf_counter()
 
     with writer:
@@ -377,7 +402,10 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
         def jobs() -> Iterator[Job]:
             for item in plan.items:
-                todo = [p for p in presets if (item.test_id, item.seed, p.name) not in done]
+                todo = [p for p in presets if (item.test_id, item.seed, p.name) in planned
+                        and (item.test_id, item.seed, p.name) not in done]
+                if not todo:
+                    continue
                 decided, runs = item_work(item, todo, store, skips=skips, tolerance=tolerance,
                                           settings=settings, use_cache=use_cache)
                 for result in decided:
@@ -391,7 +419,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
                 p = pending.pop(outcome.key)
                 emit(writer, judge(p, outcome), results, listener)
         wall = time.perf_counter() - started
-        _all_present(writer, {(i.test_id, i.seed, p.name) for i in plan.items for p in presets})
+        _all_present(writer, planned)
         writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + results, wall)
 
@@ -445,6 +473,20 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
     return decided, runs
 
 
+def _shard_keys(plan: CheckPlan, presets: Sequence[Preset], shard: tuple[int, int], group: str,
+                settings: Settings) -> list[sharding.Key]:
+    """This shard's (test, seed, preset) keys, from the split the group's shards agree on."""
+    keys = [(i.test_id, i.seed, p.name) for i in plan.items for p in presets]
+    decided = [(i.test_id, i.seed, p.name) for i in plan.items for p in presets if i.verdict is not None]
+
+    def compute() -> list[list[sharding.Key]]:
+        known = sharding.history_costs(readable_dir(settings.store), settings.repeats, settings.warmup)
+        return sharding.partition(keys, sharding.expected_costs(keys, known, decided), shard[1])
+
+    split, _ = sharding.agreed_split(settings.store, keys, shard[1], group, compute)
+    return split[shard[0] - 1]
+
+
 def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset], *,
                   test_ids=None, tags=None, seeds=None, seed_list=None, skips=(), tolerance=None,
                   trust_goldens: bool = False, python: Path | None = None) -> dict[str, Any]:
@@ -485,6 +527,10 @@ def plan_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     for key in ("suites", "presets", "tolerance", "python"):
         if before.get(key) != now.get(key):
             out.append(f"{key} {before.get(key)!r} then, {now.get(key)!r} now")
+    shard_then, shard_now = ({k: v for k, v in (d.get("shard") or {}).items() if k != "keys"} or None
+                             for d in (before, now))
+    if shard_then != shard_now:
+        out.append(f"shard {shard_then!r} then, {shard_now!r} now")
     for key, value in (now.get("selection") or {}).items():
         was = (before.get("selection") or {}).get(key)
         if was != value:
@@ -521,7 +567,7 @@ def _all_present(writer: history.RunWriter, planned: set[tuple[str, int, str]]) 
                       f"Its file is {writer.path}; `opdiff runs` shows it, and a new check starts clean.")
 
 
-def cache_fallback_message(cache: Path, why: str) -> str:
+def cache_fallback_message(cache: Path | str, why: str) -> str:
     return (f"the artifact cache {cache} cannot be written ({why}); this check exports without it, "
             "as with --no-cache (its run records cache: false). Make it writable, or pass --cache DIR.")
 
@@ -535,4 +581,4 @@ def _check_definition(golden: Golden, store: GoldenStore) -> None:
     wrong = found.problems or found.stale
     if wrong:
         raise CorruptGolden(golden.test_id, golden.seed, "", wrong[0],
-                            store.root / store_key(golden.test_id, golden.seed))
+                            store.where(store_key(golden.test_id, golden.seed)))

@@ -127,12 +127,14 @@ def _seed_list(text: str | None) -> list[int] | None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path), help="Suites directory (default ./suites).")
-@click.option("--goldens", type=click.Path(path_type=Path), help="Golden store (default ./goldens).")
-@click.option("--store", type=click.Path(path_type=Path), help="History store (default ./store).")
-@click.option("--cache", type=click.Path(path_type=Path), help="Artifact cache (default ./.opdiff-cache).")
+@click.option("--goldens", type=click.Path(), help="Golden store (default ./goldens; or s3://bucket/prefix).")
+@click.option("--store", type=click.Path(), help="History store (default ./store; or s3://bucket/prefix).")
+@click.option("--cache", type=click.Path(), help="Artifact cache (default ./.opdiff-cache; or s3://bucket/prefix).")
+@click.option("--s3-endpoint", metavar="URL",
+              help="S3-compatible service for s3:// stores (default: AWS, or AWS_ENDPOINT_URL).")
 @click.version_option(package_name="opdiff-snap")
 @click.pass_context
-def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache) -> None:
+def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_endpoint) -> None:
     """Golden-file regression store for PyTorch ops and modules across backends.
 
     \b
@@ -140,12 +142,16 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache) -> 
     check    goldens/ -> verdicts -> store/ on target presets
     query    SQL over the history in store/
     """
+    from .config import apply_endpoint
+
     try:
-        settings = load_settings()
+        settings = load_settings().with_overrides(suites=suites_dir, goldens=goldens, store=store, cache=cache,
+                                                  s3_endpoint=s3_endpoint)
     except OpdiffError as exc:
         click.echo(f"opdiff: error: {exc}", err=True)
         sys.exit(2)
-    ctx.obj = Context(debug, settings.with_overrides(suites=suites_dir, goldens=goldens, store=store, cache=cache))
+    apply_endpoint(settings)
+    ctx.obj = Context(debug, settings)
 
 
 # ---------------------------------------------------------------- suites and presets
@@ -290,8 +296,7 @@ def _overrides_source(file: Path | None, inline: str | None):
 
 
 def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
-    from .output import (ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary,
-                         report_json, write_junit)
+    from .output import ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary, report_json, write_junit
 
     fail_on = parse_fail_on(fail_on_text)
     _output_file(Path(junit) if junit else None, "--junit")
@@ -390,13 +395,15 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--python", "python", type=click.Path(path_type=Path),
               help="Run the workers under this interpreter (another venv, conda or uv environment): "
                    "its packages run the jobs; goldens, tolerances and the store stay these.")
+@click.option("--shard", metavar="K/N", help="Run the K-th of N shards of the planned jobs (with --run-group).")
+@click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it).")
 @_run_options
 @_opdiff_options
 @_executor_option
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
-          fail_on, junit, python, jobs,
+          fail_on, junit, python, shard, run_group, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
@@ -425,18 +432,31 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
         skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
         use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
-        argv=sys.argv[1:], listener=listener, python=python), fmt, verbose, fail_on, junit, "check")
+        argv=sys.argv[1:], listener=listener, python=python, shard=_shard(shard),
+        run_group=run_group),
+        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard}")
+
+
+def _shard(text: str | None):
+    from .sharding import parse_shard
+
+    return parse_shard(text) if text else None
 
 
 @main.command()
 @click.pass_context
 @guarded
 def runs(ctx) -> None:
-    """Runs in the history store, newest last; incomplete ones can be --resume'd."""
+    """Runs in the history store, newest last; incomplete ones can be --resume'd. The runs
+    of a --run-group (the shards of one check) are summed up as one logical run below."""
     from . import api
-    from .output import runs_table
+    from .output import run_groups_table, runs_table
 
-    Console().print(runs_table(api.runs(_settings(ctx))))
+    runs = api.runs(_settings(ctx))
+    Console().print(runs_table(runs))
+    groups = api.run_groups(runs)
+    if groups:
+        Console().print(run_groups_table(groups))
 
 
 # ---------------------------------------------------------------- goldens

@@ -1,37 +1,63 @@
 """Project settings: embedded defaults, overridden by `[tool.opdiff]` in pyproject.toml,
-overridden by command-line flags."""
+overridden by command-line flags. The goldens, store and cache locations are local paths
+or s3://bucket/prefix URLs (kept as strings)."""
 
 from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
 from .errors import OpdiffError, suggest
+from .storage import is_url
+
+LOCATIONS = ("goldens", "store", "cache")   # may be s3:// URLs
+
+
+def location(value: Any) -> Path | str:
+    """A store location: an s3:// URL stays a string, anything else is a path."""
+    text = str(value)
+    if is_url(text):
+        return text.rstrip("/")
+    if "://" in text:
+        raise OpdiffError(f"'{text}': only local paths and s3://bucket/prefix URLs are supported as "
+                          "store locations.")
+    return Path(value)
 
 
 @dataclass(frozen=True)
 class Settings:
     suites: Path = Path("suites")
-    goldens: Path = Path("goldens")
-    store: Path = Path("store")
-    cache: Path = Path(".opdiff-cache")
+    goldens: Path | str = Path("goldens")
+    store: Path | str = Path("store")
+    cache: Path | str = Path(".opdiff-cache")
     jobs: int = os.cpu_count() or 1
     timeout_s: float = 300.0
     repeats: int = 5
     warmup: int = 1
     executor: str = "local"   # local | ray | ray://HOST:PORT (parse_executor)
+    s3_endpoint: str | None = None   # an S3-compatible service other than AWS (sets AWS_ENDPOINT_URL)
 
     def with_overrides(self, **values: Any) -> "Settings":
         """Replace the fields whose value is not None."""
         given = {k: v for k, v in values.items() if v is not None}
-        for key in ("suites", "goldens", "store", "cache"):
+        if "suites" in given:
+            given["suites"] = Path(given["suites"])
+        for key in LOCATIONS:
             if key in given:
-                given[key] = Path(given[key])
+                given[key] = location(given[key])
         return replace(self, **given)
+
+
+def apply_endpoint(settings: Settings) -> None:
+    """Make the S3 endpoint setting reach every S3 client of this process and its workers
+    (through the standard AWS_ENDPOINT_URL variable)."""
+    if settings.s3_endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = settings.s3_endpoint
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -68,11 +94,18 @@ def load_settings(start: Path | None = None) -> Settings:
             raise OpdiffError(f"{pyproject}: [tool.opdiff] has an unknown key '{key}'{suggest(name, known)}; "
                               f"valid keys: {', '.join(sorted(known))}.")
         default = getattr(settings, name)
-        if isinstance(default, Path):
+        if name == "s3_endpoint":
+            if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+                raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be the URL of an S3-compatible "
+                                  f"service such as 'https://s3.example.com', not {value!r}.")
+        elif isinstance(default, Path):
             if not isinstance(value, str) or not value:
                 raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be a path (a non-empty string), "
                                   f"not {value!r}.")
-            value = pyproject.parent / value
+            if name in LOCATIONS and "://" in value and not is_url(value):
+                raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} = {value!r}: only local paths and "
+                                  "s3://bucket/prefix URLs are supported.")
+            value = value.rstrip("/") if name in LOCATIONS and is_url(value) else pyproject.parent / value
         elif name == "executor":
             parse_executor(value, f"{pyproject}: [tool.opdiff] {key}")
         elif isinstance(default, (int, float)):

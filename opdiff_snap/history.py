@@ -9,6 +9,9 @@ Each line goes to the OS in one write as soon as it is known, so a killed run lo
 most the line being written; readers skip a truncated last line. A write that fails
 (disk full, read-only store) stops the run with HistoryWriteError; the lines before
 it stay, and the run reads as interrupted.
+
+A store behind an s3:// URL is written through a local spool and uploaded at intervals,
+and read through a local mirror (history_sync.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .environment import environment
 from .errors import OpdiffError
+from .history_sync import RemoteRuns, Uploads, readable_dir
+from .storage import StorageError, is_url
 from .trees import json_safe
 
 RUNS_DIR = "runs"
@@ -34,8 +39,10 @@ class HistoryWriteError(OpdiffError):
     """The history store could not be written; the lines already written stay."""
 
 
-def check_store_dir(store_dir: Path) -> None:
+def check_store_dir(store_dir: Path | str) -> None:
     """Raise OpdiffError when the history store path is a file."""
+    if is_url(store_dir):
+        return
     store_dir = Path(store_dir)
     if store_dir.exists() and not store_dir.is_dir():
         raise OpdiffError(f"the history store {store_dir} is a file, not a folder: point --store (or "
@@ -127,14 +134,17 @@ def read_run(path: Path) -> RunFile:
     return _parse(path.read_bytes(), path)
 
 
-def _run_files(store_dir: Path) -> list[Path]:
+def _run_files(store_dir: Path | str) -> list[Path]:
     check_store_dir(store_dir)
-    runs = Path(store_dir) / RUNS_DIR
+    runs = readable_dir(store_dir) / RUNS_DIR
     return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
 
 
-def find_run(store_dir: Path, run_id: str) -> Path:
-    """The file of `run_id` (or of the one run whose id starts with it)."""
+def find_run(store_dir: Path | str, run_id: str) -> Path:
+    """The file of `run_id` (or of the one run whose id starts with it); for a remote store,
+    its spool file (downloaded unless this machine has at least as much of it)."""
+    if is_url(store_dir):
+        return RemoteRuns(str(store_dir)).fetch(run_id)
     files = _run_files(store_dir)
     exact = [p for p in files if p.stem == run_id]
     if exact:
@@ -165,6 +175,8 @@ class RunSummary:
     resumable: bool = False       # what `check --resume` accepts: an interrupted check with its plan
     note: str = ""                # why an interrupted run is not resumable, and what to do
     meta: dict[str, Any] = field(default_factory=dict)   # its meta line
+    run_group: str | None = None  # the logical run it belongs to (`--run-group`), e.g. one shard of N
+    shard: str | None = None      # "K/N" for a shard
 
 
 def resumability(meta: Mapping[str, Any]) -> tuple[bool, str]:
@@ -198,7 +210,7 @@ def _last_line(path: Path, size: int = 65536) -> bytes:
     return chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
 
 
-def list_runs(store_dir: Path) -> list[RunSummary]:
+def list_runs(store_dir: Path | str) -> list[RunSummary]:
     """Every run in the store, oldest first. A complete run is summarised from its meta
     and end lines without reading its items; an incomplete one is tallied from them."""
     out = []
@@ -223,7 +235,37 @@ def list_runs(store_dir: Path) -> list[RunSummary]:
         resumable, note = (False, "") if end is not None else resumability(meta)
         meta = meta if isinstance(meta, dict) else {}
         out.append(RunSummary(path.stem, meta.get("command"), meta.get("started"), end is not None,
-                              counts, path, resumable, note, meta))
+                              counts, path, resumable, note, meta, meta.get("run_group"), meta.get("shard")))
+    return out
+
+
+@dataclass
+class GroupSummary:
+    """The runs of one `--run-group` taken as one logical run (the N shards of a check)."""
+
+    run_group: str
+    runs: list[RunSummary]
+    counts: dict[str, int]
+    complete: bool          # every run of the group has its end line, and every shard is there
+    missing_shards: list[str]
+
+
+def group_runs(runs: list[RunSummary]) -> list[GroupSummary]:
+    groups: dict[str, list[RunSummary]] = {}
+    for r in runs:
+        if r.run_group:
+            groups.setdefault(r.run_group, []).append(r)
+    out = []
+    for name, members in groups.items():
+        counts: dict[str, int] = {}
+        for r in members:
+            for k, v in r.counts.items():
+                counts[k] = counts.get(k, 0) + v
+        shards = {r.shard for r in members if r.shard}
+        total = {int(s.split("/")[1]) for s in shards if "/" in s}
+        missing = [f"{k}/{n}" for n in total for k in range(1, n + 1) if f"{k}/{n}" not in shards]
+        out.append(GroupSummary(name, members, counts, all(r.complete for r in members) and not missing,
+                                missing))
     return out
 
 
@@ -243,8 +285,9 @@ class RunWriter:
     """
 
     def __init__(self, path: Path, run_id: str, meta: dict[str, Any], *, fsync: bool = False,
-                 prior: Iterable[Mapping[str, Any]] = ()):
+                 prior: Iterable[Mapping[str, Any]] = (), remote: RemoteRuns | None = None):
         self.path = Path(path)
+        self.uploads = Uploads(remote, self.path) if remote is not None else None
         self.run_id = run_id
         self.meta = meta
         self.fsync = fsync
@@ -266,15 +309,20 @@ class RunWriter:
     # -- construction
 
     @classmethod
-    def start(cls, store_dir: Path, command: str, argv: list[str], suites: list[str],
+    def start(cls, store_dir: Path | str, command: str, argv: list[str], suites: list[str],
               presets: dict[str, dict], settings: dict, baseline_preset: str | None = None,
               *, fsync: bool = False, env: dict[str, Any] | None = None,
-              plan: dict[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> "RunWriter":
+              plan: dict[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
+              run_group: str | None = None, shard: str | None = None) -> "RunWriter":
         """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line.
         `plan` is what a resume must reproduce exactly (selection, items, presets); `extra`
-        adds keys of the caller's own (the pytest plugin's `runner` and `group`)."""
+        adds keys of the caller's own (the pytest plugin's `runner`). For a remote store the
+        file is spooled locally and uploaded (history_sync.py)."""
         check_store_dir(store_dir)
-        runs = Path(store_dir) / RUNS_DIR
+        remote = RemoteRuns(str(store_dir)) if is_url(store_dir) else None
+        if remote is not None:
+            _remote_call(remote, "open", remote.push_pending)
+        runs = remote.spool if remote is not None else Path(store_dir) / RUNS_DIR
         try:
             runs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -286,25 +334,32 @@ class RunWriter:
             path = runs / f"{run_id}.jsonl"
             try:
                 open(path, "xb").close()
-                break
             except FileExistsError:
                 continue
             except OSError as exc:
                 raise HistoryWriteError(f"cannot create a run file in {runs} ({_why(exc)}): the history "
                                         "store must be writable. Fix its permissions or point --store at a "
                                         "writable folder; nothing was run.") from None
+            if remote is None or _remote_call(remote, "create the run in", lambda: remote.claim(run_id), path):
+                break
+            path.unlink(missing_ok=True)   # another machine has a run of this id
         meta = {"type": "meta", "run_id": run_id, "command": command, "argv": list(argv),
                 "started": utc_now(), "host": env.get("host"), "os": env.get("os"),
                 "machine": env.get("machine"), "suites": [str(s) for s in suites],
                 "baseline_preset": baseline_preset, "presets": presets,
                 "env": {k: v for k, v in env.items() if k not in ("host", "os", "machine")},
                 "settings": settings, "resumes": None}
+        if run_group is not None:
+            meta["run_group"] = run_group
+        if shard is not None:
+            meta["shard"] = shard
         if plan is not None:
             meta["plan"] = plan
         for key, value in (extra or {}).items():
             meta.setdefault(key, value)
-        writer = cls(path, run_id, meta, fsync=fsync)
+        writer = cls(path, run_id, meta, fsync=fsync, remote=remote)
         writer._write(meta)
+        writer.upload()
         return writer
 
     @classmethod
@@ -313,8 +368,11 @@ class RunWriter:
         """Reopen an interrupted run for appending. Returns the writer and the
         (test id, seed, preset) keys already in the file, which the caller skips.
         `accept(run)` may refuse (raise) before anything is written; then a partial last
-        line (the process died mid-write) is cut off."""
-        path = find_run(store_dir, run_id)
+        line (the process died mid-write) is cut off. A remote store's run is resumed from
+        its latest upload (or this machine's spool of it) and uploaded as it grows."""
+        remote = RemoteRuns(str(store_dir)) if is_url(store_dir) else None
+        path = (_remote_call(remote, "fetch the run from", lambda: remote.fetch(run_id)) if remote is not None
+                else find_run(store_dir, run_id))
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -343,7 +401,8 @@ class RunWriter:
                 raise HistoryWriteError(f"cannot repair the end of the run file {path} to resume it "
                                         f"({_why(exc)}); make the history store writable and try "
                                         "again.") from None
-        writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items)
+        writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items,
+                     remote=remote)
         return writer, run.keys()
 
     # -- writing
@@ -373,6 +432,22 @@ class RunWriter:
         line.setdefault("ts", utc_now())
         self._write(line)
         self._note(line)
+        if self.uploads is not None and self.uploads.due():
+            self.upload()
+
+    def upload(self) -> None:
+        """Upload the run file as it is now (remote stores only)."""
+        if self.uploads is None:
+            return
+        try:
+            self.uploads.now()
+        except StorageError as exc:
+            self.close(upload=False)
+            then = (f"`opdiff check --resume {self.run_id}` finishes it once the service is reachable"
+                    if self.meta.get("command") == "check" else "run it again once the service is reachable")
+            raise HistoryWriteError(f"cannot upload run {self.run_id} to the history store: {exc} The run "
+                                    f"stopped here; what it wrote is kept in {self.path} and its last upload; "
+                                    f"{then}.") from None
 
     def _note(self, item: Mapping[str, Any]) -> None:
         key = _item_key(item)
@@ -392,11 +467,27 @@ class RunWriter:
         self._write({"type": "end", "run_id": self.run_id, "finished": utc_now(),
                      "wall_s": round(float(wall_s), 6), "counts": total, "resumed": self.resumed})
         self.ended = True
-        self.close()
+        self._file.close()
+        if self.uploads is not None:
+            try:
+                self.uploads.now()
+            except StorageError as exc:
+                raise HistoryWriteError(f"run {self.run_id} finished, but its history could not be uploaded: "
+                                        f"{exc} It is kept in {self.path}; the next opdiff command on this "
+                                        "store uploads it.") from None
+            self.path.unlink(missing_ok=True)   # in the store now; the spool keeps unfinished runs only
+            self.uploads = None
 
-    def close(self) -> None:
+    def close(self, upload: bool = True) -> None:
+        """Close the file; a remote run that stops early uploads what it has (best effort:
+        its previous upload stays the remote copy when this one fails)."""
         if not self._file.closed:
             self._file.close()
+            if upload and self.uploads is not None and not self.ended:
+                try:
+                    self.uploads.now()
+                except (StorageError, OSError):
+                    pass
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -404,9 +495,20 @@ class RunWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
 
+
+def _remote_call(remote: RemoteRuns, doing: str, fn, path: Path | None = None):
+    """Run a call on a remote history store, its failure as one clear HistoryWriteError."""
+    try:
+        return fn()
+    except StorageError as exc:
+        if path is not None:
+            path.unlink(missing_ok=True)
+        raise HistoryWriteError(f"cannot {doing} the history store {remote.url}: {exc} Nothing was "
+                                "run.") from None
+
     def __del__(self) -> None:  # pragma: no cover - interpreter shutdown
         try:
-            self.close()
+            self.close(upload=False)
         except Exception:
             pass
 

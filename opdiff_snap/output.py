@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .results import Result, RunReport
 from .errors import ANSI, OpdiffError, suggest
+from .results import Result, RunReport
 from .verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
 GOOD = PASSING
@@ -180,7 +180,8 @@ def report_json(report: RunReport) -> str:
         "wall_s": round(report.wall_s, 3), "counts": report.counts(),
         "results": [{"id": r.test_id, "seed": r.seed, "preset": r.preset, "status": r.verdict.value,
                      "message": r.message, "error_class": r.error_class, "infer_ms": r.infer_ms,
-                     "export_ms": r.export_ms, "load_ms": r.load_ms, "metrics": r.metrics,
+                     "export_ms": r.export_ms, "load_ms": r.load_ms, "cache_hit": r.cache_hit,
+                     "metrics": r.metrics,
                      "tolerance": vars(r.tolerance) if r.tolerance else None,
                      "repro": repro_command(r) if report.command == "check" else None}
                     for r in report.results]}, indent=1)
@@ -328,12 +329,25 @@ def presets_table(rows) -> Table:
 def runs_table(runs) -> Table:
     """`opdiff runs`: history.RunSummary rows."""
     table = Table()
-    for col in ("run", "command", "started", "complete", "counts"):
+    for col in ("run", "command", "started", "complete", "counts", "group"):
         table.add_column(col, overflow="fold")
     for r in runs:
         state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
+        group = f"{r.run_group} ({r.shard})" if r.shard else (r.run_group or "")
         table.add_row(r.run_id, str(r.command), str(r.started), escape(state),
-                      json.dumps(r.counts) if r.counts else "")
+                      json.dumps(r.counts) if r.counts else "", escape(group))
+    return table
+
+
+def run_groups_table(groups) -> Table:
+    """`opdiff runs`: history.GroupSummary rows, one logical run each."""
+    table = Table(title="run groups (one logical run each)")
+    for col in ("group", "runs", "complete", "counts"):
+        table.add_column(col, overflow="fold")
+    for g in groups:
+        state = "yes" if g.complete else ("NO: shards missing " + ", ".join(g.missing_shards)
+                                          if g.missing_shards else "NO: a shard is unfinished")
+        table.add_row(escape(g.run_group), str(len(g.runs)), escape(state), json.dumps(g.counts))
     return table
 
 

@@ -31,18 +31,19 @@ from typing import Any, Iterator, Sequence
 from . import history, trees
 from .backends.base import Preset
 from .backends.registry import availability, get_preset
-from .config import Settings, parse_executor
+from .config import Settings, apply_endpoint, parse_executor
 from .environment import environment
 from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
 from .execution.prepare import nest_residuals
 from .goldens import Golden, GoldenInfo, GoldenStore
+from .goldens.cases import GoldenCases
 from .results import Listener, Result, RunReport
 from .session import emit, make_pool, set_total, settings_json
-from .goldens.cases import GoldenCases
-from .suite import load_suites, select, suite_paths as find_suites
-from .suite.selection import check_seeds, seeds_for, skip_reason
+from .suite import load_suites, select
+from .suite import suite_paths as find_suites
 from .suite.model import TestCase
+from .suite.selection import check_seeds, seeds_for, skip_reason
 from .verdicts import Verdict
 
 
@@ -102,6 +103,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     Raises OpdiffError (before anything is written) for an unknown preset, a preset that
     cannot run here, no suites, an invalid suite, or a selection that matches nothing.
     A `listener` with a `set_total(n)` method is told how many results to expect."""
+    apply_endpoint(settings)
     check_seeds(seeds, seed_list)
     preset = get_preset(baseline, preset_options)
     local = in_process or parse_executor(settings.executor)[0] == "local"

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .execution.job import Outcome
-from .trees import json_safe
 from .suite.model import TestCase, Tolerance
+from .trees import json_safe
 from .verdicts import NO_ERROR, Verdict
 
 # field name -> key in the item line, where they differ

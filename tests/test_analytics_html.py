@@ -7,8 +7,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections import Counter
 import sys
+from collections import Counter
 
 import pytest
 from test_analytics_reports import build_history

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers_cause import load_case
 from helpers_cause.wrong_backend import PerturbingBackend
+
 from opdiff_snap.cause.calls import capture_calls
 from opdiff_snap.cause.localize import format_report, localize
 from opdiff_snap.errors import OpdiffError

@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from helpers_cause import SUITE, load_case, run_isolated, start_isolated
 from helpers_cause.kernels import ENTRY_POINTS
 from helpers_check import cli_env, make_site, plugin_installed
+
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.cause.atengraph import ScopeGraphTask
 from opdiff_snap.cause.localize import format_report, localize

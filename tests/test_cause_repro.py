@@ -5,9 +5,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import torch
-
 from helpers_cause import baseline_outputs, load_case, run_isolated
+
 from opdiff_snap.backends.base import Preset
 from opdiff_snap.cause.repro import write_repro
 from opdiff_snap.suite.model import Tolerance

@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from helpers_check import copy_project, make_site, new_project, opdiff, opdiff_popen
+
 from opdiff_snap import api
 from opdiff_snap.config import Settings
 from opdiff_snap.history import read_run

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 import torch
-
 from helpers_execution.cases import job, op_case, x
+
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.execution import WorkerPool, restore_outputs
 from opdiff_snap.execution.dispatch import Dispatcher, Ready

@@ -4,8 +4,8 @@ import os
 
 import pytest
 import torch
-
 from helpers_execution.cases import job, module_case, op_case, x
+
 from opdiff_snap.execution import WorkerPool, restore_outputs
 from opdiff_snap.execution.pool import death_description
 from opdiff_snap.verdicts import Verdict

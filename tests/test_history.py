@@ -10,13 +10,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 
-from opdiff_snap import history
 from opdiff_snap.compare import compare
 from opdiff_snap.errors import OpdiffError
 from opdiff_snap.history import RunWriter, find_run, list_runs, read_run

@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from helpers_pytest import CRASHY, TESTS, junit_cases, make_site, recorded_verdicts_project
+
 from opdiff_snap.history import read_run
 
 pytest_plugins = ["pytester"]

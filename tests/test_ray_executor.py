@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers_check import cli_env, make_site, opdiff, opdiff_popen, plugin_installed
 from helpers_execution.cases import job, module_case, op_case, x
 from helpers_ray import AUTH, ENTRY_POINTS, Cluster
+
 from opdiff_snap.backends.registry import all_presets, get_preset, requirements
 from opdiff_snap.config import parse_executor
 from opdiff_snap.errors import OpdiffError

@@ -61,8 +61,11 @@ def render_html(store, out_path: str | Path, title: str = "opdiff-snap history r
         runs = a.sql("""SELECT count(*), count(*) FILTER (WHERE complete),
                                min(started), max(started) FROM runs""").rows[0]
         n_results = a.sql("SELECT count(*) FROM results").rows[0][0]
-        latest = a.sql("""SELECT run_id FROM runs WHERE complete AND coalesce(command, 'check') = 'check'
-                          ORDER BY started DESC NULLS LAST, run_id DESC LIMIT 2""").rows
+        # the two latest complete logical runs: a run group (the shards of one check) counts once
+        latest = a.sql("""SELECT coalesce(run_group, run_id) AS ref FROM runs
+                          WHERE coalesce(command, 'check') = 'check'
+                          GROUP BY ref HAVING bool_and(complete)
+                          ORDER BY max(started) DESC NULLS LAST, ref DESC LIMIT 2""").rows
         recent = diff_runs(a, latest[1][0], latest[0][0]) if len(latest) == 2 else None
         versions = a.sql("""SELECT run_id, started, command, complete, torch, executorch,
                                    onnxruntime, coremltools, presets

@@ -66,7 +66,7 @@ MACHINE = {"os_version": "VARCHAR", "executable": "VARCHAR",
            "threads": {"intra_op": "BIGINT"}}
 META = {"type": "VARCHAR", "run_id": "VARCHAR", "command": "VARCHAR", "started": "VARCHAR",
         "host": "VARCHAR", "os": "VARCHAR", "machine": "VARCHAR", "suites": "JSON",
-        "baseline_preset": "VARCHAR", "presets": "JSON",
+        "baseline_preset": "VARCHAR", "presets": "JSON", "run_group": "VARCHAR", "shard": "VARCHAR",
         "env": {**{k: "VARCHAR" for k in LIBS}, **MACHINE},
         # opdiff's meta line nests everything under "meta"
         "meta": {"created_at": "VARCHAR", "env": {k: "VARCHAR" for k in LIBS}},
@@ -156,7 +156,9 @@ INSERT INTO _runs
     any_value(CASE json_type(m.presets) WHEN 'OBJECT' THEN json_keys(m.presets)
                   WHEN 'ARRAY' THEN from_json(m.presets, '["VARCHAR"]') END ORDER BY line) AS presets,
     any_value(m.baseline_preset ORDER BY line) AS baseline_preset,
-    min(file) AS file
+    min(file) AS file,
+    any_value(m.run_group ORDER BY line) AS run_group,
+    any_value(m.shard ORDER BY line) AS shard
   FROM (SELECT st.file, st.line, st.seg, st.type,
                {{{', '.join(f"'{k}': st.{k}" for k in META)}}} AS m
         FROM _staged st WHERE st.type IN ('meta', 'end')) x
@@ -273,8 +275,7 @@ CREATE TABLE IF NOT EXISTS _runs (run_id VARCHAR, command VARCHAR, started TIMES
   finished TIMESTAMP, complete BOOLEAN, wall_s DOUBLE, host VARCHAR, os VARCHAR, machine VARCHAR,
   {', '.join(f'{k} VARCHAR' for k in LIBS)}, os_version VARCHAR, cpu_model VARCHAR, cpu_isa VARCHAR[],
   cpu_capability VARCHAR, threads BIGINT, blas VARCHAR, onednn VARCHAR, executable VARCHAR, suites VARCHAR[],
-  presets VARCHAR[],
-  baseline_preset VARCHAR, file VARCHAR);
+  presets VARCHAR[], baseline_preset VARCHAR, file VARCHAR, run_group VARCHAR, shard VARCHAR);
 """
 _COLUMNS = {"run_id": "VARCHAR", "test_id": "VARCHAR", "seed": "BIGINT", "test_type": "VARCHAR",
             "suite": "VARCHAR", "spec_hash": "VARCHAR", "tags": ["VARCHAR"], "preset": "VARCHAR",

@@ -179,6 +179,13 @@ class RunDiff:
                 f"{self.only_b} only in B")
 
 
+def resolve_runs(a: Analytics, ref: str) -> list[str]:
+    """The run ids `ref` names: a run group (`check --run-group`: its shards, one logical
+    run), or one run (see resolve_run)."""
+    members = [r[0] for r in a.sql("SELECT run_id FROM runs WHERE run_group = $1 ORDER BY run_id", [ref]).rows]
+    return members or [resolve_run(a, ref)]
+
+
 def resolve_run(a: Analytics, ref: str) -> str:
     """A run id, or a unique part of one (its short hex suffix, say)."""
     ids = [r[0] for r in a.sql("SELECT run_id FROM runs ORDER BY started, run_id").rows]
@@ -227,19 +234,22 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
     - latency: |median_b - median_a| > max(latency_threshold * median_a,
       spread_k * max(IQR_a, IQR_b)), medians and IQRs over each result's infer_ms_all.
     With `by`, A and B are the latest complete check runs on two versions of that library.
+    A or B may name a run group: its runs (the shards of one check) are taken together.
     """
     with _open(store) as an:
         if by is not None:
             (va, a), (vb, b) = runs_by_version(an, by, versions)
             label_a, label_b = f"{by} {va} ({a})", f"{by} {vb} ({b})"
+            runs_a, runs_b = [a], [b]
         else:
             if a is None or b is None:
                 raise OpdiffError("diff-runs needs two run ids (A B), or --by <library>.")
-            a, b = resolve_run(an, a), resolve_run(an, b)
-            label_a, label_b = a, b
+            runs_a, runs_b = resolve_runs(an, a), resolve_runs(an, b)
+            label_a, label_b = (x if len(r) > 1 else r[0] for x, r in ((a, runs_a), (b, runs_b)))
+            a, b = runs_a[0], runs_b[0]
         an.sql("""CREATE OR REPLACE TEMP TABLE _pair AS
-            WITH ra AS (SELECT * FROM results WHERE run_id = $1),
-                 rb AS (SELECT * FROM results WHERE run_id = $2)
+            WITH ra AS (SELECT * FROM results WHERE list_contains($1::VARCHAR[], run_id)),
+                 rb AS (SELECT * FROM results WHERE list_contains($2::VARCHAR[], run_id))
             SELECT coalesce(ra.test_id, rb.test_id) AS test_id, coalesce(ra.seed, rb.seed) AS seed,
                    coalesce(ra.preset, rb.preset) AS preset,
                    ra.test_id IS NOT NULL AS in_a, rb.test_id IS NOT NULL AS in_b,
@@ -254,7 +264,7 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
                    coalesce(list_aggregate(rb.infer_ms_all, 'quantile_cont', 0.75)
                             - list_aggregate(rb.infer_ms_all, 'quantile_cont', 0.25), 0) AS iqr_b
             FROM ra FULL OUTER JOIN rb ON ra.test_id = rb.test_id
-                 AND ra.seed IS NOT DISTINCT FROM rb.seed AND ra.preset = rb.preset""", [a, b])
+                 AND ra.seed IS NOT DISTINCT FROM rb.seed AND ra.preset = rb.preset""", [runs_a, runs_b])
         key = "test_id, seed, preset"
         failing = an.sql(f"SELECT {key}, status_a, status_b, error_class, error_message FROM _pair "
                          f"WHERE status_a = 'PASS' AND status_b <> 'PASS' ORDER BY {key}")

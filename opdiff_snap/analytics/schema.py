@@ -23,6 +23,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "presets": "presets the run exercised",
         "baseline_preset": "the preset the goldens were recorded with",
         "file": "the JSONL file holding the run",
+        "run_group": "the logical run it belongs to (`check --run-group`): the N shards of one check share it",
+        "shard": "K/N when the run is shard K of N (`check --shard`), else NULL",
     },
     "results": {
         "run_id": "the run (joins runs.run_id)",

@@ -17,8 +17,7 @@ from typing import Any, Mapping
 import torch
 
 from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
-from .common import (IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module,
-                     single_file, thread_budget)
+from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module, single_file, thread_budget
 
 PROGRAM_FILE = "model.pte"
 

@@ -72,8 +72,8 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
               threads: int = 0) -> PieceResult:
     """Run `piece` alone on `preset` and compare it with what the baseline computed."""
     from ..compare import Rounding, compare
-    from ..execution import Job, prepare_call, run_job
     from ..errors import error_text
+    from ..execution import Job, prepare_call, run_job
 
     try:
         prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)

@@ -29,8 +29,8 @@ import torch
 from ..backends.base import Preset
 from ..backends.registry import backend_for
 from ..errors import OpdiffError
-from ..suite.locate import package_files
 from ..suite.construct import split_file_path
+from ..suite.locate import package_files
 from ..suite.model import Node, TestCase, Tolerance
 from ..trees import flatten
 

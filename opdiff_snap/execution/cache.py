@@ -11,6 +11,15 @@ The key is sha256 over: test id and spec hash, seed, the resolved preset, a dige
 the module weights that export bakes in (a re-recorded golden with new weights must
 not reuse an old artifact), and the versions of torch, of the backend's runtime
 packages and of opdiff-snap.
+
+A cache behind an s3:// URL is shared: the same entries, as objects under
+`<key[:2]>/<key>/` with `complete` written last, in front of a local folder
+(storage.local_copy_dir) that loads them. A lookup that misses locally downloads a
+complete remote entry; a new export is uploaded once it is published locally. The key is
+the same as a local cache's, so a runner re-checking unchanged goldens downloads
+artifacts instead of exporting them, and never gets one exported for anything else.
+A remote that fails mid-way only costs the cache: the lookup misses, the upload is
+skipped, the artifact is used from the local folder.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import torch
 from .. import __version__, trees
 from ..backends.base import Artifact, Preset
 from ..errors import OpdiffError
+from ..storage import StorageError, is_url, local_copy_dir, open_place
 from ..suite.model import Invocation, TestCase
 
 
@@ -42,6 +52,9 @@ class Subject(Protocol):
     seed: int
     invocation: Invocation | None
     preset: Preset
+
+
+MARKER, ENTRY = "complete", "entry.json"
 
 # The packages whose versions can change what an export produces, by backend family.
 RUNTIME_PACKAGES = {
@@ -104,10 +117,20 @@ class CacheEntry:
         return Artifact(path=self.path / "work" / rel if rel else self.path / "work")
 
 
-def cache_unusable(root: Path) -> str | None:
+def cache_unusable(root: Path | str) -> str | None:
     """Why artifacts cannot be cached under `root` (None when they can). Raises
     OpdiffError when `root` is a file. Creates nothing: a missing folder is judged by
-    the nearest folder above it that exists."""
+    the nearest folder above it that exists. A remote cache is probed with one small
+    object written and deleted."""
+    if is_url(root):
+        try:
+            place = open_place(str(root))
+            probe = f".opdiff-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            place.put(probe, b"")
+            place.delete(probe)
+        except StorageError as exc:
+            return str(exc)
+        return cache_unusable(local_copy_dir(str(root), "artifacts"))
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise OpdiffError(f"the artifact cache {root} is a file, not a folder: point --cache (or "
@@ -127,8 +150,9 @@ def cache_unusable(root: Path) -> str | None:
 
 
 class ArtifactCache:
-    def __init__(self, root: Path):
-        self.root = Path(root)
+    def __init__(self, root: Path | str):
+        self.remote = open_place(str(root)) if is_url(root) else None
+        self.root = local_copy_dir(str(root), "artifacts") if is_url(root) else Path(root)
 
     def entry_dir(self, key: str) -> Path:
         return self.root / key[:2] / key
@@ -136,7 +160,7 @@ class ArtifactCache:
     def lookup(self, key: str) -> CacheEntry | None:
         """The complete entry for `key`, or None (an incomplete one is removed)."""
         path = self.entry_dir(key)
-        if not path.exists():
+        if not path.exists() and not self._download(key):
             return None
         try:
             if (path / "complete").is_file():
@@ -144,10 +168,60 @@ class ArtifactCache:
                 return CacheEntry(key, path, meta.get("export_ms"))
         except (OSError, ValueError):
             pass
-        self.evict(key)
+        self.evict(key, remote=False)
         return None
 
-    def evict(self, key: str) -> None:
+    def _download(self, key: str) -> bool:
+        """Fetch a complete remote entry into the local folder; False when there is none."""
+        if self.remote is None:
+            return False
+        name = f"{key[:2]}/{key}"
+        try:
+            objects = [e.key for e in self.remote.list(name)]
+            if f"{name}/{MARKER}" not in objects:
+                return False
+            final = self.entry_dir(key)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=final.parent))
+            try:
+                for obj in objects:
+                    rel = obj[len(name) + 1:]
+                    if rel != MARKER:
+                        self.remote.download(obj, staging / rel)
+                (staging / MARKER).write_text("")
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            try:
+                os.rename(staging, final)
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)   # another process brought it first
+            return True
+        except (StorageError, OSError):
+            return False
+
+    def _upload(self, key: str) -> None:
+        """Share a locally published entry: its files first, `complete` last."""
+        if self.remote is None:
+            return
+        name, path = f"{key[:2]}/{key}", self.entry_dir(key)
+        try:
+            if self.remote.exists(f"{name}/{MARKER}"):
+                return
+            files = {f"{name}/{p.relative_to(path).as_posix()}": p for p in sorted(path.rglob("*"))
+                     if p.is_file() and p.name != MARKER}
+            self.remote.put_many({k: p.read_bytes() for k, p in files.items()})
+            self.remote.put(f"{name}/{MARKER}", b"")
+        except (StorageError, OSError):
+            pass   # the artifact is cached here all the same; another runner will export it
+
+    def evict(self, key: str, remote: bool = True) -> None:
+        """Remove an entry (one that does not load: from the shared cache too)."""
+        if remote and self.remote is not None:
+            try:
+                self.remote.remove(f"{key[:2]}/{key}", MARKER)
+            except StorageError:
+                pass
         path = self.entry_dir(key)
         if path.exists():
             trash = path.with_name(f".trash-{key}-{uuid.uuid4().hex[:8]}")
@@ -193,6 +267,7 @@ class ArtifactCache:
                 if entry is None:
                     raise
                 return entry, export_ms
+            self._upload(key)
             return CacheEntry(key, final, export_ms), export_ms
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

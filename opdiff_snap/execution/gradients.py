@@ -307,8 +307,8 @@ class GradcheckTask:
     key: str = ""
 
     def run(self, context: WorkerContext = WorkerContext()) -> GradcheckReport:
-        from ..suite.materialize import materialize
         from ..errors import error_text
+        from ..suite.materialize import materialize
 
         try:
             invocation = materialize(self.case, self.seed)

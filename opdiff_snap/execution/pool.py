@@ -39,8 +39,15 @@ from typing import Any, Generator, Iterable, Iterator
 
 from ..errors import error_text
 from ..verdicts import STAGE_FAILURES, Verdict
-from .interpreter import (HELLO, WORKER_PROTOCOL, WorkerEnvironmentError, died_before_hello, hello_refusal,
-                          launch, resolve)
+from .interpreter import (
+    HELLO,
+    WORKER_PROTOCOL,
+    WorkerEnvironmentError,
+    died_before_hello,
+    hello_refusal,
+    launch,
+    resolve,
+)
 from .job import Task, WorkerContext
 
 _STOP = b"stop"
@@ -51,6 +58,7 @@ MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on
 def hello_message(threads: int) -> bytes:
     """What a worker says before its first job: protocol version, opdiff-snap, environment."""
     import opdiff_snap
+
     from ..environment import environment
 
     return HELLO + json.dumps({

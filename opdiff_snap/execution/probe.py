@@ -27,9 +27,9 @@ class ImportProbe:
     key: str = ""
 
     def run(self, context: WorkerContext = WorkerContext()) -> ProbeResult:
+        from ..errors import error_text
         from ..suite.construct import import_path
         from ..suite.locate import Located, kind_of, problem
-        from ..errors import error_text
 
         try:
             obj = import_path(self.path, self.suite_dir, self.import_dirs)

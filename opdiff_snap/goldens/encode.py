@@ -15,8 +15,8 @@ import torch
 
 from .. import trees
 from ..suite.model import Invocation
-from .packed import PackError, TensorRecord
 from .model import Golden, GoldenInfo
+from .packed import PackError, TensorRecord
 
 FORMAT = 1
 MARK = "opdiff_snap_golden"   # attribute that marks a group as a golden, value: the format version

@@ -19,8 +19,7 @@ import json
 import struct
 import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import google_crc32c
 import torch
@@ -118,24 +117,21 @@ def _chunk_len(nbytes: int) -> int:
     return max(1, min(nbytes, CHUNK_BYTES))
 
 
-def write_packed(path: Path, attributes: dict[str, Any], data: bytes) -> None:
-    """Write the Zarr array directory `path` (which must exist and be empty)."""
+def packed_objects(attributes: dict[str, Any], data: bytes) -> dict[str, bytes]:
+    """The objects of the Zarr array holding `data`: chunk files `0`, `1`, ... and zarr.json."""
+    objects: dict[str, bytes] = {}
     step = _chunk_len(len(data))
     for i, start in enumerate(range(0, len(data), step)):
         chunk = data[start:start + step]
         if len(chunk) < step:  # zarr stores edge chunks at full size
             chunk += bytes(step - len(chunk))
-        with open(path / str(i), "wb") as f:
-            f.write(chunk + struct.pack("<I", google_crc32c.value(chunk)))
-    text = json.dumps(array_metadata(len(data), attributes), separators=(",", ":"))
-    with open(path / META, "w", encoding="utf-8") as f:
-        f.write(text)
+        objects[str(i)] = chunk + struct.pack("<I", google_crc32c.value(chunk))
+    objects[META] = json.dumps(array_metadata(len(data), attributes), separators=(",", ":")).encode("utf-8")
+    return objects
 
 
-def read_metadata(path: Path) -> dict[str, Any]:
-    """The array's zarr.json; raises FileNotFoundError, or PackError if unreadable."""
-    with open(path / META, "rb") as f:
-        raw = f.read()
+def parse_metadata(raw: bytes) -> dict[str, Any]:
+    """The array's zarr.json from its bytes; raises PackError if unreadable."""
     try:
         meta = json.loads(raw)
     except (ValueError, RecursionError) as exc:
@@ -145,21 +141,20 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return meta
 
 
-def read_data(path: Path, meta: dict[str, Any]) -> bytes:
-    """The packed bytes, every chunk's crc32c checked; other zarr forms go through zarr."""
+def read_data(get: Callable[[str], bytes], meta: dict[str, Any], zarr_open: Callable[[], Any]) -> bytes:
+    """The packed bytes, every chunk's crc32c checked. `get(name)` reads one object of the
+    array (raising FileNotFoundError); other zarr forms are read through `zarr_open()`."""
     try:
         nbytes = int(meta["shape"][0])
     except (KeyError, IndexError, TypeError, ValueError):
         raise PackError(f"{META} has no valid shape") from None
     if meta != array_metadata(nbytes, meta["attributes"]):
-        return _read_with_zarr(path, meta)
+        return _read_with_zarr(zarr_open, meta)
     step = _chunk_len(nbytes)
     parts = []
     for i, start in enumerate(range(0, nbytes, step)):
-        file = path / str(i)
         try:
-            with open(file, "rb") as f:
-                raw = f.read()
+            raw = get(str(i))
         except FileNotFoundError:
             raise PackError(f"chunk file {i} is missing") from None
         except OSError as exc:
@@ -187,15 +182,14 @@ def unpack(data: bytes, records: dict[str, TensorRecord]) -> dict[str, torch.Ten
     return tensors
 
 
-def _read_with_zarr(path: Path, meta: dict[str, Any]) -> bytes:
+def _read_with_zarr(zarr_open: Callable[[], Any], meta: dict[str, Any]) -> bytes:
     """A golden rewritten in another valid zarr form (other chunks or codecs): slow path."""
     if meta.get("zarr_format") != 3 or meta.get("node_type") != "array" or meta.get("data_type") != "uint8" \
             or len(meta.get("shape", ())) != 1:
         raise PackError(f"{META} does not describe a 1-D uint8 Zarr v3 array")
     import numpy as np
-    import zarr
 
     try:
-        return np.asarray(zarr.open_array(str(path), mode="r")[...]).tobytes()
+        return np.asarray(zarr_open()[...]).tobytes()
     except Exception as exc:  # zarr raises many types for damaged arrays
         raise PackError(f"zarr could not read it ({type(exc).__name__}: {exc})") from None

@@ -1,40 +1,41 @@
-"""GoldenStore: a directory that is a Zarr v3 group, one child array per (test id, seed).
+"""GoldenStore: a Zarr v3 group, one child array per (test id, seed), in a local folder or
+behind an s3:// URL (storage.Place).
 
-Writes are atomic: a golden is built in `<root>/.staging/` and renamed into place, so a
-reader sees a whole golden or none, and a writer killed at any point leaves at most
-debris under `.staging/` (ignored, removed once its writer is gone). Overwriting renames
-the old golden into `<root>/.trash/` first, renames the new one in, then deletes the old.
-Nothing is fsynced: the store survives killed processes, not power loss mid-write.
-A write that fails (disk full, read-only store) removes its staging and raises
-GoldenWriteError; goldens already in place are never touched by a failed write.
+Writes are atomic per golden: each golden is a unit of its place, published whole (see
+storage/base.py). On a local disk it is built in `<root>/.staging/` and renamed into place;
+overwriting renames the old golden into `<root>/.trash/` first. On an object store, which
+has no rename, its data objects are written first and its `zarr.json` last, and readers
+ignore a golden whose `zarr.json` is missing. A write that fails (disk full, read-only
+store, an unreachable service) raises GoldenWriteError; goldens already in place are never
+touched by a failed write (on an object store, one being replaced is invisible until its
+new version is complete).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
-from .packed import META, PackError, pack, read_data, read_metadata, unpack, write_packed
-from .keys import seed_of_key, store_key
 from ..errors import OpdiffError
+from ..storage import StorageError, is_url, open_place
+from ..storage.local import STAGING, TRASH
+from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
+from .keys import seed_of_key, store_key
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
-from .validate import definition_findings, problems as metadata_problems
+from .packed import META, PackError, pack, packed_objects, parse_metadata, read_data, unpack
+from .validate import definition_findings
+from .validate import problems as metadata_problems
 
-STAGING, TRASH = ".staging", ".trash"
 ROOT_ATTRS = {"opdiff_snap_goldens": {"format": FORMAT, "layout": "docs/goldens-layout.md"}}
 DEBRIS_MAX_AGE_S = 3600.0
 
 
 class GoldenWriteError(OpdiffError):
-    """The store could not be written (disk full, read-only, not a folder); what was
-    already recorded is untouched."""
+    """The store could not be written (disk full, read-only, not a folder, an unreachable
+    service); what was already recorded is untouched."""
 
 
 @dataclass(frozen=True)
@@ -50,17 +51,31 @@ class Finding:
 
 class GoldenStore:
     def __init__(self, root: Path | str):
-        self.root = Path(root)
+        self.remote = is_url(root)
+        self.root: Path | str = str(root).rstrip("/") if self.remote else Path(root)
         self._ready = False
-        if self.root.exists() and not self.root.is_dir():
+        if not self.remote and self.root.exists() and not self.root.is_dir():
             raise OpdiffError(f"the golden store {self.root} is a file, not a folder: point --goldens "
                               "(or [tool.opdiff] goldens) at the folder that holds the goldens "
                               "(default ./goldens).")
+        self.place = open_place(self.root)
+        # zarr.json bytes of goldens already read (a remote store reads them in one batch)
+        self._meta: dict[str, bytes] = {}
+        self._listed: set[str] | None = None
 
     # ------------------------------------------------------------------ queries
 
     def exists(self) -> bool:
-        return (self.root / META).is_file()
+        return self.place.exists(META)
+
+    def where(self, key: str = "") -> str | Path:
+        """How messages name the store, or one golden (or object) in it."""
+        return (self.root / key if key else self.root) if isinstance(self.root, Path) else self.place.where(key)
+
+    def _present(self, key: str) -> bool:
+        if self._listed is not None:
+            return key in self._listed
+        return self.place.unit_exists(key, META)
 
     def key(self, test_id: str, seed: int) -> str:
         return store_key(test_id, seed)
@@ -69,11 +84,15 @@ class GoldenStore:
         """Metadata only; None when there is no golden. Unreadable metadata gives an info
         with `problem` set (and an empty spec hash, so record sees it as stale)."""
         key = store_key(test_id, seed)
-        if not (self.root / key).is_dir():
+        if self.remote and self._listed is None:
+            self.index()   # one listing and a batch of reads instead of two requests per golden
+        if not self._present(key):
             return None
         try:
             attrs = self._attrs(key, test_id, seed)
             return info_from_attrs(attrs, key)
+        except MissingGolden:
+            return None
         except CorruptGolden as exc:
             return GoldenInfo(test_id, seed, "", "", "", "", {}, "", key, problem=exc.reason)
         except (KeyError, TypeError, ValueError) as exc:
@@ -84,7 +103,12 @@ class GoldenStore:
         """Every golden, sorted by test id then seed. Goldens whose metadata cannot be read
         are included with `problem` set and whatever id could be recovered."""
         infos = []
-        for key in self._keys():
+        keys = self._keys()
+        if self.remote:
+            fetched = self.place.get_many(f"{k}/{META}" for k in keys if k not in self._meta)
+            self._meta.update({k.rsplit("/", 1)[0]: v for k, v in fetched.items() if v is not None})
+            self._listed = set(keys)
+        for key in keys:
             try:
                 infos.append(info_from_attrs(self._attrs(key), key))
             except (CorruptGolden, KeyError, TypeError, ValueError) as exc:
@@ -96,9 +120,19 @@ class GoldenStore:
         """The whole golden, every array checked (crc32c and sha256); raises MissingGolden
         or CorruptGolden."""
         key = store_key(test_id, seed)
-        if not (self.root / key).is_dir():
+        if not self.remote and not self.place.unit_exists(key, META):
             raise MissingGolden(test_id, seed, self.root)
-        path = self.root / key
+        try:
+            return self._read(key, test_id, seed)
+        except CorruptGolden:
+            if not self.remote or key not in self._meta:
+                raise
+        # a remote golden replaced since its metadata was read: read it afresh, once
+        self._meta.pop(key, None)
+        return self._read(key, test_id, seed)
+
+    def _read(self, key: str, test_id: str, seed: int) -> Golden:
+        path = self.where(key)
         meta = self._metadata(key, test_id, seed)
         attrs = meta["attributes"]
         shape = meta.get("shape")
@@ -106,14 +140,15 @@ class GoldenStore:
         found = metadata_problems(attrs, nbytes)
         if found:
             more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-            raise CorruptGolden(test_id, seed, "", "; ".join(found[:3]) + more, path / META)
+            raise CorruptGolden(test_id, seed, "", "; ".join(found[:3]) + more, self.where(f"{key}/{META}"))
         try:
             info_from_attrs(attrs, key)
             records = tensor_records(attrs)
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptGolden(test_id, seed, "", f"malformed attributes ({exc})", path / META) from None
+            raise CorruptGolden(test_id, seed, "", f"malformed attributes ({exc})",
+                                self.where(f"{key}/{META}")) from None
         try:
-            data = read_data(path, meta)
+            data = read_data(lambda name: self.place.get(f"{key}/{name}"), meta, lambda: self._zarr_array(key))
             tensors = unpack(data, records)
         except PackError as exc:
             array = next((n for n in records if f"'{n}'" in str(exc)), "")
@@ -122,17 +157,24 @@ class GoldenStore:
             return decode(attrs, tensors)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptGolden(test_id, seed, "", "its attributes do not match its tensors "
-                                f"({type(exc).__name__}: {exc})", path / META) from None
+                                f"({type(exc).__name__}: {exc})", self.where(f"{key}/{META}")) from None
+
+    def _zarr_array(self, key: str):
+        import zarr
+
+        if self.remote:
+            return zarr.open_array(store=self.place.zarr_store(), path=key, mode="r")
+        return zarr.open_array(str(self.root / key), mode="r")
 
     def read_definition(self, test_id: str, seed: int) -> dict[str, Any]:
         """The expanded test definition stored with the golden (metadata only)."""
         key = store_key(test_id, seed)
-        if not (self.root / key).is_dir():
+        if not self._present(key):
             raise MissingGolden(test_id, seed, self.root)
         definition = self._attrs(key, test_id, seed).get("definition")
         if not isinstance(definition, dict):
             raise CorruptGolden(test_id, seed, "", "the stored test definition is missing",
-                                self.root / key / META)
+                                self.where(f"{key}/{META}"))
         return definition
 
     def verify(self, test_id: str | None = None, *, definitions: bool = True) -> list[tuple[GoldenInfo, str]]:
@@ -172,13 +214,16 @@ class GoldenStore:
         """Raise GoldenWriteError unless goldens can be written here (creates the store)."""
         try:
             self._ensure_root()
-            probe = self.root / STAGING / _unique("probe")
-            probe.mkdir()
-            probe.rmdir()
+            probe = f"{STAGING}/{_unique('probe')}" if not self.remote else f".opdiff-probe-{_unique('w')}"
+            self.place.put(probe, b"")
+            self.place.delete(probe)
         except OSError as exc:
             raise GoldenWriteError(f"cannot write to the golden store {self.root} ({_why(exc)}). "
                                    "Make it writable, or point --goldens at a writable folder; nothing "
                                    "was recorded.") from None
+        except StorageError as exc:
+            raise GoldenWriteError(f"cannot write to the golden store {self.root}, so nothing was "
+                                   f"recorded: {exc}") from None
 
     # ------------------------------------------------------------------ writes
 
@@ -189,21 +234,27 @@ class GoldenStore:
             self._ensure_root()
         except OSError as exc:
             raise self._write_error(golden, exc) from None
+        except StorageError as exc:
+            raise GoldenWriteError(f"cannot write the golden of test '{golden.test_id}' seed {golden.seed}: "
+                                   f"{exc}") from None
         key = store_key(golden.test_id, golden.seed)
         attrs, named = encode(golden)
         records, data = pack(named)
         attrs["tensors"] = {name: rec.to_json() for name, rec in records.items()}
-        stage = self.root / STAGING / _unique(key)
+        objects = packed_objects(attrs, data)
         try:
-            stage.mkdir()
-            try:
-                write_packed(stage, attrs, data)
-                self._publish(stage, key)
-            except BaseException:
-                shutil.rmtree(stage, ignore_errors=True)
-                raise
+            self.place.publish(key, objects, META)
         except OSError as exc:
             raise self._write_error(golden, exc) from None
+        except StorageError as exc:
+            raise GoldenWriteError(f"cannot write the golden of test '{golden.test_id}' seed {golden.seed}: "
+                                   f"{exc} Goldens already in the store are whole (a golden becomes "
+                                   "visible only once all of it is written); run `opdiff record` again: "
+                                   "it records only what is missing.") from None
+        if self.remote:
+            self._meta[key] = objects[META]
+        if self._listed is not None:
+            self._listed.add(key)
         return key
 
     def _write_error(self, golden: Golden, exc: OSError) -> GoldenWriteError:
@@ -216,96 +267,56 @@ class GoldenStore:
 
     def delete(self, test_id: str, seed: int) -> None:
         key = store_key(test_id, seed)
-        if not (self.root / key).is_dir():
+        if not self._present(key):
             raise MissingGolden(test_id, seed, self.root)
         self._remove(key)
 
     def delete_key(self, key: str) -> None:
         """Delete by store key (GoldenInfo.key): works for goldens whose metadata, and so
         whose test id, cannot be read."""
-        if "/" in key or key.startswith(".") or not (self.root / key).is_dir():
+        if "/" in key or key.startswith(".") or not self._present(key):
             raise OpdiffError(f"{self.root}: no golden under key '{key}'.")
         self._remove(key)
 
     def clean_debris(self, max_age_s: float = DEBRIS_MAX_AGE_S) -> int:
-        """Remove staging and trash left by writers that died (their process is gone on this
-        host, or the debris is older than `max_age_s`). Returns how many entries went."""
-        removed = 0
-        now = time.time()
-        for sub in (STAGING, TRASH):
-            try:
-                entries = list(os.scandir(self.root / sub))
-            except FileNotFoundError:
-                continue
-            for entry in entries:
-                if entry.name == META or entry.name.startswith(f".{META}."):
-                    continue
-                pid = _pid_of(entry.name)
-                try:
-                    old = now - entry.stat(follow_symlinks=False).st_mtime > max_age_s
-                except FileNotFoundError:
-                    continue
-                if old or (pid is not None and not _alive(pid)):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                    removed += 1
-        return removed
+        """Remove what writers that died left behind: local staging and trash whose process
+        is gone on this host or older than `max_age_s`; on an object store, goldens without
+        their zarr.json older than that. Returns how many entries went."""
+        return self.place.clean_debris(max_age_s, META, keep=(META,))
 
     # ------------------------------------------------------------------ internals
 
     def _ensure_root(self) -> None:
-        """Create the root group; safe when several writers do it at once."""
+        """Create the root group; safe when several writers do it at once (create-only)."""
         if self._ready:
             return
-        for sub, attrs in (("", ROOT_ATTRS), (STAGING, {}), (TRASH, {})):
-            # .staging and .trash are (empty) groups too, so zarr lists the root cleanly
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-            if not (self.root / sub / META).is_file():
-                _write_json(self.root / sub / META, {"zarr_format": 3, "node_type": "group", "attributes": attrs})
+        subs = ("",) if self.remote else ("", STAGING, TRASH)
+        for sub, attrs in ((sub, ROOT_ATTRS if not sub else {}) for sub in subs):
+            # locally .staging and .trash are (empty) groups too, so zarr lists the root cleanly
+            key = f"{sub}/{META}" if sub else META
+            if not self.place.exists(key):
+                body = {"zarr_format": 3, "node_type": "group", "attributes": attrs}
+                self.place.put(key, json.dumps(body, separators=(",", ":")).encode(), create=True)
         self.clean_debris()
         self._ready = True
 
-    def _publish(self, stage: Path, key: str) -> None:
-        final = self.root / key
-        for _ in range(20):
-            try:
-                os.rename(stage, final)
-                return
-            except OSError:
-                if not final.exists():
-                    raise
-            trash = self.root / TRASH / _unique(key)
-            try:
-                os.rename(final, trash)
-            except FileNotFoundError:
-                continue  # another writer moved it first; try again
-            try:
-                os.rename(stage, final)
-            finally:
-                shutil.rmtree(trash, ignore_errors=True)
-            return
-        raise OSError(f"could not move the golden {key} into {self.root} after 20 tries")
-
     def _remove(self, key: str) -> None:
-        trash = self.root / TRASH / _unique(key)
         try:
-            (self.root / TRASH).mkdir(parents=True, exist_ok=True)
-            os.rename(self.root / key, trash)
-        except FileNotFoundError:
-            return
+            self.place.remove(key, META)
         except OSError as exc:
             raise GoldenWriteError(f"cannot delete the golden {key} from the golden store {self.root} "
                                    f"({_why(exc)}); it is still there, unchanged.") from None
-        shutil.rmtree(trash, ignore_errors=True)
+        self._meta.pop(key, None)
+        if self._listed is not None:
+            self._listed.discard(key)
 
     def _keys(self) -> list[str]:
         try:
-            entries = list(os.scandir(self.root))
-        except FileNotFoundError:
-            return []
+            names = self.place.units(META)
         except OSError as exc:
             raise OpdiffError(f"cannot list the golden store {self.root} ({_why(exc)}); check --goldens "
                               "and its permissions.") from None
-        return [e.name for e in entries if seed_of_key(e.name) is not None and e.is_dir()]
+        return [n for n in names if seed_of_key(n) is not None]
 
     def _attrs(self, key: str, test_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
         return self._metadata(key, test_id, seed)["attributes"]
@@ -313,12 +324,15 @@ class GoldenStore:
     def _metadata(self, key: str, test_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
         """The golden array's zarr.json; raises CorruptGolden if unreadable or if they
         name another (test id, seed) than asked."""
-        path = self.root / key / META
+        path = self.where(f"{key}/{META}")
         tid = test_id if test_id is not None else f"<unknown: {key}>"
         sd = seed if seed is not None else (seed_of_key(key) or 0)
         try:
-            meta = read_metadata(self.root / key)
+            raw = self._meta.get(key)
+            meta = parse_metadata(raw if raw is not None else self.place.get(f"{key}/{META}"))
         except FileNotFoundError:
+            if self.remote and test_id is not None:   # not (or not yet) a whole golden: none
+                raise MissingGolden(test_id, sd, self.root) from None
             raise CorruptGolden(tid, sd, "", f"{META} is missing", path) from None
         except OSError as exc:
             raise CorruptGolden(tid, sd, "", f"{META} is unreadable ({exc})", path) from None
@@ -337,37 +351,11 @@ class GoldenStore:
                           problem=problem)
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    """Write a JSON file atomically (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.{_unique('tmp')}")
-    text = json.dumps(obj, separators=(",", ":"))
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _why(exc: OSError) -> str:
     return f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else (exc.strerror or str(exc))
 
 
 def _unique(prefix: str) -> str:
+    import os
+
     return f"{prefix}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-
-
-def _pid_of(name: str) -> int | None:
-    parts = name.rsplit(".", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

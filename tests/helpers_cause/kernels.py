@@ -15,9 +15,8 @@ import signal
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from helpers_numerics.backends import WrongKernelBackend, _Eager, mode_repro_source
+from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
 

@@ -1,0 +1,153 @@
+"""Split the planned jobs of a check into N shards, deterministically and evenly by
+expected cost; the N shards together cover every (test, seed, preset) exactly once.
+
+Cost of a job: what its latest result in the history took (export + load + every timed
+and warm-up call, plus a fixed dispatch cost), where the history has one; otherwise the
+median of the known costs of its preset; with no history at all every job costs the
+same (an even split by count). Items decided without running (NO_GOLDEN, STALE, SKIPPED,
+...) cost nothing. The split is the longest-processing-time rule: jobs in decreasing
+cost (ties by key) each go to the shard with the least cost so far (ties: the lowest
+shard).
+
+The shards of one group must agree on the split, but each reads the history when it
+starts, and a shard that finished earlier changes the history. So the first shard to plan
+stores the split in the history store (`shards/<digest>.json`, written create-only) and
+every other shard of the same plan and group uses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import OpdiffError
+from .storage import StorageError, open_place
+
+Key = tuple[str, int, str]          # (test id, seed, preset)
+DISPATCH_MS = 25.0                  # a job's cost beyond its own timings: pickling, the pipe, judging
+HISTORY_RUNS = 30                   # the newest check runs whose results give costs
+NOT_RUN = {"NO_GOLDEN", "STALE", "CORRUPT", "SKIPPED"}
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`K/N` (1 <= K <= N) -> (K, N)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m or not (1 <= int(m.group(1)) <= int(m.group(2))):
+        raise OpdiffError(f"--shard '{text}': write K/N with 1 <= K <= N, e.g. --shard 2/4 for the second "
+                          "of four shards.")
+    return int(m.group(1)), int(m.group(2))
+
+
+def job_cost(item: dict, repeats: int, warmup: int) -> float | None:
+    """Milliseconds a history item's job took, or None when it did not run."""
+    if item.get("status") in NOT_RUN:
+        return None
+    times = [t for t in (item.get("infer_ms_all") or []) if isinstance(t, (int, float))]
+    infer = item.get("infer_ms") if isinstance(item.get("infer_ms"), (int, float)) else None
+    if times:
+        median = statistics.median(times)
+        calls = median * (repeats + warmup)
+    else:
+        calls = (infer or 0.0) * (repeats + warmup)
+    parts = [item.get("export_ms"), item.get("load_ms")]
+    return DISPATCH_MS + calls + sum(p for p in parts if isinstance(p, (int, float)))
+
+
+def history_costs(history_dir: Path | None, repeats: int, warmup: int) -> dict[tuple[str, str], float]:
+    """(test id, preset) -> cost of its latest result among the newest check runs."""
+    from .history import read_run
+
+    if history_dir is None:
+        return {}
+    runs = sorted((Path(history_dir) / "runs").glob("*.jsonl"), reverse=True)
+    out: dict[tuple[str, str], float] = {}
+    seen = 0
+    for path in runs:
+        try:
+            run = read_run(path)
+        except OSError:
+            continue
+        if (run.meta or {}).get("command") != "check":
+            continue
+        seen += 1
+        for item in reversed(run.items):
+            key = (str(item.get("id")), str(item.get("preset")))
+            if key in out:
+                continue
+            cost = job_cost(item, repeats, warmup)
+            if cost is not None:
+                out[key] = cost
+        if seen >= HISTORY_RUNS:
+            break
+    return out
+
+
+def expected_costs(keys: Sequence[Key], known: dict[tuple[str, str], float],
+                   decided: Iterable[Key] = ()) -> dict[Key, float]:
+    """A cost for every key: its history, else its preset's median, else 1 (counts)."""
+    decided = set(decided)
+    by_preset: dict[str, list[float]] = {}
+    for (_, preset), c in known.items():
+        by_preset.setdefault(preset, []).append(c)
+    every = [c for cs in by_preset.values() for c in cs]
+    fallback = statistics.median(every) if every else 1.0
+    medians = {p: statistics.median(cs) for p, cs in by_preset.items()}
+    out = {}
+    for key in keys:
+        if key in decided:
+            out[key] = 0.0
+        else:
+            out[key] = known.get((key[0], key[2]), medians.get(key[2], fallback))
+    return out
+
+
+def partition(keys: Sequence[Key], costs: dict[Key, float], n: int) -> list[list[Key]]:
+    """N lists of keys, each key in exactly one, balanced by cost (see the module doc)."""
+    shards: list[list[Key]] = [[] for _ in range(n)]
+    loads = [0.0] * n
+    for key in sorted(set(keys), key=lambda k: (-costs.get(k, 1.0), k)):
+        i = min(range(n), key=lambda j: (loads[j], j))
+        shards[i].append(key)
+        loads[i] += costs.get(key, 1.0)
+    return [sorted(s) for s in shards]
+
+
+def split_digest(keys: Sequence[Key], n: int, group: str) -> str:
+    blob = json.dumps([sorted([list(k) for k in set(keys)]), n, group]).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def agreed_split(store: Path | str, keys: Sequence[Key], n: int, group: str,
+                 compute) -> tuple[list[list[Key]], bool]:
+    """The split the shards of `group` use for exactly these keys: the stored one, or
+    `compute()` stored now (create-only, so the first shard's split wins). Returns the
+    split and whether this call stored it."""
+    place = open_place(store)
+    name = f"shards/{split_digest(keys, n, group)}.json"
+
+    def load() -> list[list[Key]] | None:
+        try:
+            data = json.loads(place.get(name))
+            return [[(str(t), int(s), str(p)) for t, s, p in shard] for shard in data["shards"]]
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise OpdiffError(f"the stored shard split {place.where(name)} is unreadable ({exc}); delete "
+                              "it and start the shards of this group again.") from None
+
+    try:
+        found = load()
+        if found is not None:
+            return found, False
+        split = compute()
+        body = json.dumps({"group": group, "count": n, "shards": [[list(k) for k in s] for s in split]})
+        if place.put(name, body.encode(), create=True):
+            return split, True
+        found = load()
+        return (found if found is not None else split), False
+    except (StorageError, OSError) as exc:
+        raise OpdiffError(f"cannot agree on the shard split in the history store {store}: {exc}") from None

@@ -1,0 +1,290 @@
+"""A place in an S3-compatible bucket (AWS S3, MinIO, R2, GCS's S3 API), through obstore.
+
+Credentials come from the standard AWS chain: the environment (AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, web identity, container and instance
+credentials, read by obstore itself) and, when no key is in the environment, a profile of
+~/.aws/config and ~/.aws/credentials (AWS_PROFILE) through boto3 where it is installed.
+The endpoint of a service other than AWS comes from AWS_ENDPOINT_URL (or
+AWS_ENDPOINT_URL_S3), which `--s3-endpoint` and `[tool.opdiff] s3-endpoint` set.
+
+Errors become StorageError naming the URL and what to do; a credential never appears in
+one (messages are built from the service's error code, and any text quoted from the
+service is scrubbed of the environment's secrets).
+
+Units (see base.Place) are written data objects first and the marker last, then the data
+objects are read back: if another writer replaced them in between, the unit is written
+again, so the marker never stays beside another writer's data. Replacing or removing a
+unit deletes its marker first, so readers skip it meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .base import Entry, Place, StorageError
+
+THREADS = 16
+_CLIENTS: dict[tuple, Any] = {}
+
+
+def _endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def split_url(url: str) -> tuple[str, str]:
+    m = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
+    if not m or not m.group(1):
+        raise StorageError(f"'{url}' is not an S3 location: write s3://BUCKET/PREFIX (the prefix may be "
+                           "empty).")
+    return m.group(1), m.group(2).strip("/")
+
+
+def _client(bucket: str, prefix: str):
+    """An obstore S3Store for bucket/prefix (one per process and location)."""
+    endpoint = _endpoint()
+    key = (bucket, prefix, endpoint, os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_PROFILE"))
+    if key in _CLIENTS:
+        return _CLIENTS[key]
+    try:
+        from obstore.store import S3Store
+    except ImportError:
+        raise StorageError("s3:// stores need obstore: pip install 'opdiff-snap[s3]'.") from None
+    config: dict[str, str] = {}
+    if endpoint:
+        config["endpoint"] = endpoint
+        if endpoint.startswith("http://"):
+            config["allow_http"] = "true"
+    kwargs: dict[str, Any] = {}
+    if not os.environ.get("AWS_ACCESS_KEY_ID") and _profile_configured():
+        try:
+            import boto3
+            from obstore.auth.boto3 import Boto3CredentialProvider
+
+            session = boto3.Session()
+            kwargs["credential_provider"] = Boto3CredentialProvider(session)
+            if session.region_name and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+                config["region"] = session.region_name
+        except ImportError:
+            pass   # obstore alone: environment, web identity, container and instance credentials
+    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "region" in config):
+        config["region"] = "us-east-1"
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=20),
+             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2),
+                         "base": 2.0}}
+    client = S3Store(bucket, prefix=prefix or None, config=config, retry_config=retry,
+                     client_options={"connect_timeout": "5s", "timeout": "120s"}, **kwargs)
+    _CLIENTS[key] = client
+    return client
+
+
+def _profile_configured() -> bool:
+    if os.environ.get("AWS_PROFILE"):
+        return True
+    files = [os.environ.get("AWS_SHARED_CREDENTIALS_FILE"), os.environ.get("AWS_CONFIG_FILE"),
+             str(Path.home() / ".aws" / "credentials"), str(Path.home() / ".aws" / "config")]
+    return any(f and os.path.isfile(f) for f in files)
+
+
+def scrub(text: str) -> str:
+    """`text` without any credential of the environment in it."""
+    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def storage_error(exc: BaseException, doing: str, where: str) -> StorageError:
+    """A clear error for what the service or the network said while `doing` `where`."""
+    text = str(exc)
+    endpoint = _endpoint() or "AWS S3"
+    chain = ("Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+             "AWS_SESSION_TOKEN, AWS_PROFILE or ~/.aws/credentials)")
+    if any(code in text for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+                                      "ExpiredToken", "AuthorizationHeaderMalformed")) \
+            or type(exc).__name__ == "UnauthenticatedError":
+        code = next((c for c in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken",
+                                 "AuthorizationHeaderMalformed") if c in text), "unauthenticated")
+        return StorageError(f"the S3 service ({endpoint}) refused the credentials while {doing} {where} "
+                            f"({code}). {chain}: check them, and that --s3-endpoint (or AWS_ENDPOINT_URL) "
+                            "names the service they belong to.")
+    if "NoSuchBucket" in text:
+        bucket = where.split("/")[2] if where.startswith("s3://") else where
+        return StorageError(f"the bucket '{bucket}' does not exist on the S3 service ({endpoint}), so "
+                            f"{doing} {where} failed. Create it (`aws s3 mb s3://{bucket}`) or fix the "
+                            "bucket name in --goldens/--store/--cache (or [tool.opdiff]).")
+    if "AccessDenied" in text or type(exc).__name__ == "PermissionDeniedError":
+        return StorageError(f"the S3 service ({endpoint}) denied {doing} {where} (AccessDenied): the "
+                            "credentials are valid but lack the permission. Grant s3:GetObject, "
+                            f"s3:PutObject, s3:DeleteObject and s3:ListBucket on it. {chain}.")
+    lowered = text.lower()
+    if any(s in lowered for s in ("error sending request", "connection refused", "dns error", "timed out",
+                                  "connection reset", "broken pipe", "connection closed", "tcp connect")):
+        return StorageError(f"cannot reach the S3 service ({endpoint}) while {doing} {where}: the "
+                            "connection failed. Check that the service is up and that --s3-endpoint (or "
+                            "AWS_ENDPOINT_URL) names it; what was already stored is unchanged, and the "
+                            "command can be run again once it is reachable.")
+    first = scrub(text.split("\n\nDebug source", 1)[0]).strip().splitlines()[0][:300] if text.strip() else ""
+    return StorageError(f"the S3 service ({endpoint}) failed while {doing} {where}: {type(exc).__name__}: "
+                        f"{first}")
+
+
+class S3Place(Place):
+    remote = True
+
+    def __init__(self, url: str):
+        self.bucket, self.prefix = split_url(url)
+        self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        self._store = _client(self.bucket, self.prefix)
+
+    def child(self, sub: str) -> "S3Place":
+        return S3Place(f"{self.url}/{sub.strip('/')}")
+
+    def _call(self, doing: str, key: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except FileNotFoundError as exc:
+            if "NoSuchBucket" in str(exc):
+                raise storage_error(exc, doing, self.where(key)) from None
+            raise FileNotFoundError(self.where(key)) from None
+        except StorageError:
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "AlreadyExistsError":
+                raise
+            raise storage_error(exc, doing, self.where(key)) from None
+
+    # ------------------------------------------------------------ objects
+
+    def get(self, key: str) -> bytes:
+        import obstore
+
+        return bytes(self._call("reading", key, lambda: obstore.get(self._store, key).bytes()))
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        keys = list(keys)
+
+        def one(key: str) -> bytes | None:
+            try:
+                return self.get(key)
+            except FileNotFoundError:
+                return None
+
+        if len(keys) <= 1:
+            return {k: one(k) for k in keys}
+        with ThreadPoolExecutor(min(THREADS, len(keys))) as pool:
+            return dict(zip(keys, pool.map(one, keys)))
+
+    def put(self, key: str, data: bytes, *, create: bool = False) -> bool:
+        import obstore
+
+        try:
+            self._call("writing", key, obstore.put, self._store, key, data,
+                       mode="create" if create else "overwrite")
+        except Exception as exc:
+            if type(exc).__name__ == "AlreadyExistsError":
+                return False
+            raise
+        return True
+
+    def put_many(self, objects: Mapping[str, bytes]) -> None:
+        items = list(objects.items())
+        if len(items) <= 1:
+            for k, v in items:
+                self.put(k, v)
+            return
+        with ThreadPoolExecutor(min(THREADS, len(items))) as pool:
+            list(pool.map(lambda kv: self.put(*kv), items))
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        try:
+            self._call("deleting", key, obstore.delete, self._store, key)
+        except FileNotFoundError:
+            pass
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        import obstore
+
+        keys = list(keys)
+        for i in range(0, len(keys), 1000):
+            self._call("deleting", keys[i], obstore.delete, self._store, keys[i:i + 1000])
+
+    def list(self, prefix: str = "") -> list[Entry]:
+        import obstore
+
+        def run():
+            out = []
+            for batch in obstore.list(self._store, prefix.strip("/") or None, chunk_size=1000):
+                for meta in batch:
+                    out.append(Entry(meta["path"], int(meta["size"]), meta["last_modified"].timestamp()))
+            return out
+
+        return sorted(self._call("listing", prefix, run), key=lambda e: e.key)
+
+    def exists(self, key: str) -> bool:
+        import obstore
+
+        try:
+            self._call("looking up", key, obstore.head, self._store, key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    # ------------------------------------------------------------ units
+
+    def units(self, marker: str) -> list[str]:
+        """Units whose marker object is there; the others are being written (or their writer
+        died) and stay invisible."""
+        return sorted({e.key[:-len(marker) - 1] for e in self.list()
+                       if e.key.endswith("/" + marker) and e.key.count("/") == 1})
+
+    def unit_exists(self, name: str, marker: str) -> bool:
+        return self.exists(f"{name}/{marker}")
+
+    def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:
+        data = {f"{name}/{k}": v for k, v in objects.items() if k != marker}
+        for attempt in range(5):
+            self.delete(f"{name}/{marker}")
+            self.put_many(data)
+            self.put(f"{name}/{marker}", objects[marker])
+            back = self.get_many(data)
+            if all(back[k] == v for k, v in data.items()):
+                return
+            time.sleep(0.05 * (attempt + 1))   # another writer replaced our data: write again
+        raise StorageError(f"could not write {self.where(name)}: another writer kept replacing it; "
+                           "run the command again.")
+
+    def remove(self, name: str, marker: str) -> None:
+        self.delete(f"{name}/{marker}")
+        self.delete_many(e.key for e in self.list(name))
+
+    def clean_debris(self, max_age_s: float, marker: str = "", keep: tuple[str, ...] = ()) -> int:
+        """Delete units without their marker whose newest object is older than `max_age_s`
+        (a writer that died mid-write)."""
+        groups: dict[str, list[Entry]] = {}
+        for e in self.list():
+            if "/" in e.key:
+                groups.setdefault(e.key.split("/", 1)[0], []).append(e)
+        now = time.time()
+        gone = 0
+        for name, entries in groups.items():
+            if any(e.key == f"{name}/{marker}" for e in entries):
+                continue
+            if now - max(e.mtime for e in entries) > max_age_s:
+                self.delete_many(e.key for e in entries)
+                gone += 1
+        return gone
+
+    def zarr_store(self):
+        """The same location as a read-only zarr store (zarr's own obstore-backed store)."""
+        from zarr.storage import ObjectStore
+
+        return ObjectStore(self._store, read_only=True)
