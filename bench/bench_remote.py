@@ -130,7 +130,8 @@ print(json.dumps({{
   "unsharded_items": t(f"SELECT count(*) FROM ({{u}})")[0][0],
   "only_in_group": t(f"SELECT count(*) FROM (({{g}}) EXCEPT ({{u}}))")[0][0],
   "only_in_unsharded": t(f"SELECT count(*) FROM (({{u}}) EXCEPT ({{g}}))")[0][0],
-  "per_shard": t("SELECT shard, count(*) FROM results JOIN runs USING (run_id) WHERE run_group = 'bench-group' GROUP BY shard ORDER BY shard"),
+  "per_shard": t("SELECT shard, count(*) FROM results JOIN runs USING (run_id) "
+                 "WHERE run_group = 'bench-group' GROUP BY shard ORDER BY shard"),
 }}))
 """
     p = subprocess.run([sys.executable, "-c", code], cwd=proj, env=env, capture_output=True, text=True)

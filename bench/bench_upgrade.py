@@ -56,7 +56,8 @@ def main() -> None:
            *(x for w in withs for x in ("--with", w)), *(x for b in backends for x in ("-b", b))]
     if args.test_ids:
         cmd += ["--test-ids", args.test_ids]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path}
     for n in (1, 2):
         before = {r["run"] for r in runs(store)} if store.exists() else set()
         print(f"upgrade #{n}: load {load()} before", flush=True)

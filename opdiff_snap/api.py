@@ -257,7 +257,7 @@ def validate(suites=None, *, imports: bool = False, settings=None, in_process: b
     return cases
 
 
-def golden_case(test_id: str, seed: int, goldens: Path = Path("goldens"), trust_goldens: bool = False):
+def golden_case(test_id: str, seed: int, goldens: Path | str = Path("goldens"), trust_goldens: bool = False):
     """(TestCase, Golden) of one stored golden: the case rebuilt from the definition the
     golden was recorded from, so it always matches the stored inputs and weights (under
     the trust rules of goldens/cases.py)."""
@@ -270,7 +270,7 @@ def golden_case(test_id: str, seed: int, goldens: Path = Path("goldens"), trust_
 
 
 def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
-             goldens: Path = Path("goldens"), ops: bool = False, tolerance=None, settings=None,
+             goldens: Path | str = Path("goldens"), ops: bool = False, tolerance=None, settings=None,
              in_process: bool = False, trust_goldens: bool = False):
     """Where `test_id` first diverges on `backend`: the first leaf submodule, and below it
     (when no leaf diverges, or `ops`) the first ATen node or node range (see
@@ -301,7 +301,7 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
 
 
 def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_options=None,
-          goldens: Path = Path("goldens"), trust_goldens: bool = False, node: str | None = None,
+          goldens: Path | str = Path("goldens"), trust_goldens: bool = False, node: str | None = None,
           scope: str = "", timeout_s: float = 300.0, in_process: bool = False) -> Path:
     """Write a standalone script reproducing `test_id` on `backend` (see cause.repro).
     `node` ("N" or "N-M", as localize names them): reproduce those ATen nodes of `scope`

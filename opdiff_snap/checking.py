@@ -139,11 +139,11 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
             if state == "missing":
                 plan.items.append(Planned(case.id, seed, case, None, Verdict.NO_GOLDEN,
                                           "no golden recorded; run `opdiff record`"))
-            elif state == "CORRUPT":
+            elif state == "CORRUPT" and info is not None:
                 item = _corrupt(case.id, seed, info, info.problem)
                 item.case = case
                 plan.items.append(item)
-            elif state == "STALE":
+            elif state == "STALE" and info is not None:
                 plan.items.append(Planned(case.id, seed, case, info, Verdict.STALE, _stale_message(info, case)))
             else:
                 plan.items.append(Planned(case.id, seed, case, info))
@@ -215,12 +215,12 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
     if outcome.status is not None:
         result.verdict = outcome.status
         return result
-    actual = restore_outputs(outcome.output_structure, outcome.outputs)
+    actual = restore_outputs(outcome.output_structure, outcome.outputs or [])
     rounding = Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision)
     cmp = compare(golden.outputs, actual, tol, rounding=rounding)
     result.verdict, result.message = cmp.verdict, cmp.message
     result.metrics = cmp.metrics.to_json() if cmp.metrics is not None else None
-    if case.pair is not None:
+    if case is not None and case.pair is not None:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
         _check_grads(result, pending, outcome)
@@ -239,10 +239,12 @@ def _judge_pair(result: Result, case: TestCase, golden: Golden, actual: Any, tol
     impls = {"a": case.call.impl, "b": case.pair.impl if case.pair else None}
     drifted = [side for side in ("a", "b") if any(p.startswith(f"out[{side!r}]") for p in cmp.failing)]
     named = " and ".join(f"side {side}" + (f" ({impls[side]})" if impls[side] else "") for side in drifted)
-    notes = [f"{named} {'drift' if len(drifted) > 1 else 'drifts'} from {'their' if len(drifted) > 1 else 'its'} golden"] if drifted else []
+    verb, whose = ("drift", "their") if len(drifted) > 1 else ("drifts", "its")
+    notes = [f"{named} {verb} from {whose} golden"] if drifted else []
     if not on_target.passed and compare(golden.outputs["a"], golden.outputs["b"], tol).passed:
+        max_abs = on_target.metrics.max_abs if on_target.metrics else float("nan")
         notes.append(f"the golden's sides agree but on {result.preset} they do not (b vs a: "
-                     f"{on_target.verdict.value}, max_abs={(on_target.metrics.max_abs if on_target.metrics else float('nan')):.3g})")
+                     f"{on_target.verdict.value}, max_abs={max_abs:.3g})")
     if notes:
         result.message = "; ".join(notes) + ": " + result.message
 
@@ -287,10 +289,11 @@ def _prior_results(path: Path) -> list[Result]:
 # ---------------------------------------------------------------- check
 
 def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
-          preset_options: dict[str, str | dict] | None = None, seeds: int | None = None,
+          preset_options: Mapping[str, str | dict] | None = None, seeds: int | None = None,
           seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
           tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
-          tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
+          tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False,
+          use_cache: bool = True,
           trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
           listener: Listener | None = None, python: str | Path | None = None,
           shard: tuple[int, int] | None = None, run_group: str | None = None) -> RunReport:
@@ -350,7 +353,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
     results: list[Result] = []      # this session's
     prior: list[Result] = []
-    pool = make_pool(settings, in_process, listener, python)
+    pool = make_pool(settings, in_process, listener, Path(python) if python is not None else None)
     try:   # a worker interpreter that cannot serve is refused before anything is written
         env = pool.environment()
     except BaseException:
@@ -375,7 +378,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
             def accept(run: history.RunFile) -> None:
                 _same_plan(run, identity)
-                stored.update(run.meta["plan"].get("shard") or {})
+                stored.update((run.meta or {}).get("plan", {}).get("shard") or {})
 
             writer, done = history.RunWriter.resume(settings.store, resume, accept=accept)
             if shard is not None:
@@ -462,6 +465,7 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
             out(preset, verdict, str(exc))
         return decided, []
     runs = []
+    assert item.case is not None, "a planned item without a verdict has its test case"
     for preset in runnable:
         tol = tolerance_for(item.case.tolerance, preset, tolerance)
         job = Job(case=item.case, seed=item.seed, invocation=golden.invocation, preset=preset,
@@ -501,7 +505,8 @@ def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequenc
                       "seed_list": list(seed_list or []), "skips": [list(x) for x in skips],
                       "trust_goldens": bool(trust_goldens)},
         "presets": {p.name: dict(p.options) for p in presets},
-        "tolerance": None if tolerance is None else {k: getattr(tolerance, k) for k in ("atol", "rtol", "baseline_factor")},
+        "tolerance": None if tolerance is None else {k: getattr(tolerance, k)
+                                                     for k in ("atol", "rtol", "baseline_factor")},
         "items": [[i.test_id, i.seed, (i.case.spec_hash if i.case is not None else None) or
                    (i.info.spec_hash if i.info is not None else "")] for i in plan.items],
     }))
@@ -513,9 +518,10 @@ def _same_plan(run: history.RunFile, identity: dict[str, Any]) -> None:
     resumable, why = history.resumability(run.meta or {})
     if not resumable:
         raise OpdiffError(f"run '{run_id}' cannot be resumed: {why}.")
-    differences = plan_differences(run.meta["plan"], identity)
+    meta = run.meta or {}
+    differences = plan_differences(meta["plan"], identity)
     if differences:
-        argv = " ".join(a for a in (run.meta.get("argv") or []) if a != "--resume")
+        argv = " ".join(a for a in (meta.get("argv") or []) if a != "--resume")
         raise OpdiffError(f"run '{run_id}' planned something else, so resuming it with this command "
                           f"would mix two runs: {'; '.join(differences)}. Resume with the original command "
                           f"(`opdiff {argv} --resume {run_id}`), or start a new run.")

@@ -109,7 +109,9 @@ def _patterns(values: tuple[str, ...]) -> list[str] | None:
 
 
 def _settings(ctx: click.Context, **overrides) -> Settings:
-    return ctx.find_object(Context).settings.with_overrides(**overrides)
+    found = ctx.find_object(Context)
+    assert found is not None, "the main group makes the context"
+    return found.settings.with_overrides(**overrides)
 
 
 def _seed_list(text: str | None) -> list[int] | None:
@@ -254,6 +256,7 @@ def _executor_option(fn):
             except OpdiffError as exc:
                 raise click.BadParameter(str(exc).removeprefix(f"--executor {value!r}: ")) from None
             found = ctx.find_object(Context)
+            assert found is not None, "the main group makes the context"
             found.settings = found.settings.with_overrides(executor=value)
         return value
 

@@ -340,7 +340,8 @@ class RunWriter:
                 raise HistoryWriteError(f"cannot create a run file in {runs} ({_why(exc)}): the history "
                                         "store must be writable. Fix its permissions or point --store at a "
                                         "writable folder; nothing was run.") from None
-            if remote is None or _remote_call(remote, "create the run in", lambda: remote.claim(run_id), path):
+            if remote is None or _remote_call(remote, "create the run in", lambda r=remote, i=run_id: r.claim(i),
+                                              path):
                 break
             path.unlink(missing_ok=True)   # another machine has a run of this id
         meta = {"type": "meta", "run_id": run_id, "command": command, "argv": list(argv),
@@ -363,7 +364,7 @@ class RunWriter:
         return writer
 
     @classmethod
-    def resume(cls, store_dir: Path, run_id: str, *, fsync: bool = False,
+    def resume(cls, store_dir: Path | str, run_id: str, *, fsync: bool = False,
                accept: Callable[[RunFile], None] | None = None) -> tuple["RunWriter", set[ItemKey]]:
         """Reopen an interrupted run for appending. Returns the writer and the
         (test id, seed, preset) keys already in the file, which the caller skips.

@@ -204,8 +204,9 @@ class _Recorder:
 
     def _golden(self, item: Planned, outcome: Outcome) -> Golden:
         case = item.case
-        outputs = restore_outputs(outcome.output_structure, outcome.outputs)
+        outputs = restore_outputs(outcome.output_structure, outcome.outputs or [])
         reference, note = reference_of(outcome, outputs)
+        assert outcome.invocation is not None, "a record job sends back the invocation it materialised"
         return Golden(test_id=case.id, seed=item.seed, spec_hash=case.spec_hash, suite=str(case.suite),
                       definition=dict(case.definition), test_type=case.test_type,
                       baseline={"name": self.preset.name, **self.preset.to_json()}, env=self.env,

@@ -18,7 +18,7 @@ import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager, Sequence
+from typing import Any, ContextManager, Protocol, Sequence
 
 from . import history
 from .analytics.reports import RunDiff, diff_runs
@@ -32,18 +32,30 @@ from .results import Listener, RunReport
 from .workerenvs import WorkerEnv, ensure_environment, parse_with, requirements_for
 
 
-class UpgradeUI:
-    """What upgrade tells its caller as it goes; the CLI shows it, the API default is silent."""
+class UpgradeUI(Protocol):
+    """What upgrade tells its caller as it goes (the CLI shows it)."""
 
     def installing(self, line: str) -> None:
         """A line of the environment build (installer progress)."""
 
     def check(self, label: str) -> ContextManager[Listener | None]:
         """The listener for one of the two checks."""
-        return contextlib.nullcontext(None)
 
     def reused(self, run_id: str) -> None:
         """The current environment's check was not run again: this fresh run was taken."""
+
+
+class SilentUI:
+    """The API's default: nothing is shown."""
+
+    def installing(self, line: str) -> None:
+        pass
+
+    def check(self, label: str) -> ContextManager[Listener | None]:
+        return contextlib.nullcontext(None)
+
+    def reused(self, run_id: str) -> None:
+        pass
 
 
 @dataclass
@@ -64,7 +76,7 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
             ui: UpgradeUI | None = None) -> UpgradeReport:
     """Check the goldens in an environment with `withs` (NAME==VERSION) replaced, and here,
     and diff the two runs (A: here, B: there)."""
-    ui = ui or UpgradeUI()
+    ui = ui or SilentUI()
     named = parse_with(withs)
     if not backends:
         raise OpdiffError("upgrade needs at least one -b PRESET to check in both environments.")
@@ -74,6 +86,9 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline torch_cpu_fp32` "
                           "first, or point --goldens at an existing store; nothing was built or run.")
     history.check_store_dir(settings.store)
+    if not isinstance(settings.cache, Path):
+        raise OpdiffError(f"upgrade builds its environments in the local artifact cache, and --cache is "
+                          f"{settings.cache}; give a local folder (--cache .opdiff-cache). Nothing was built.")
     env = ensure_environment(requirements_for(named, [p.family for p in presets]), settings.cache,
                              ui.installing, named)
     common = dict(backends=list(backends), preset_options=options, seeds=seeds, seed_list=seed_list,
@@ -98,11 +113,11 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
     return UpgradeReport(env, changed, before_run, before is None, before, after, diff)
 
 
-def _meta(store: Path, run_id: str) -> dict[str, Any]:
+def _meta(store: Path | str, run_id: str) -> dict[str, Any]:
     return next((r.meta for r in history.list_runs(store) if r.run_id == run_id), {})
 
 
-def changed_packages(store: Path, run_a: str, run_b: str, env: WorkerEnv) -> list[tuple[str, Any, Any]]:
+def changed_packages(store: Path | str, run_a: str, run_b: str, env: WorkerEnv) -> list[tuple[str, Any, Any]]:
     """(package, version in A, version in B): the named packages and every library whose
     version the two runs' environments record differently."""
     ea, eb = _meta(store, run_a).get("env") or {}, _meta(store, run_b).get("env") or {}

@@ -162,7 +162,7 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True)
     and, with `warn`, also issued as `HistoryWarning`s.
     """
     if is_url(store_dir):   # a remote store: read its local mirror, synced incrementally first
-        store_dir = readable_dir(store_dir)
+        store_dir = readable_dir(str(store_dir))
     store = Path(store_dir)
     if store.exists() and not store.is_dir():
         raise OpdiffError(f"history store '{store}' is a file, not a folder: point --store at the "

@@ -499,7 +499,8 @@ def format_report(report: LocalizeReport, context: int = 3) -> str:
             keep = [x for x in ops.rows if x.status not in NOT_DIVERGED]
         before = [x for x in ops.rows if x not in keep and (f is None or x.node.index < f.start)]
         if before:
-            lines.append(f"  {'...':>4}  {len(before)} nodes pass alone ({before[0].node.index}-{before[-1].node.index})")
+            span = f"{before[0].node.index}-{before[-1].node.index}"
+            lines.append(f"  {'...':>4}  {len(before)} nodes pass alone ({span})")
         show = keep
         for x in show:
             mark = ">" if x.node.index == culprit else ""

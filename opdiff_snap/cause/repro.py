@@ -394,7 +394,7 @@ def write_node_repro(case: TestCase, graph: Any, start: int, stop: int, preset: 
                           "written into a repro script.")
     slot: dict[Any, str] = {}
     k = 0
-    for i, (r, constant) in enumerate(zip(frag.inputs, frag.constant_inputs)):
+    for r, constant in zip(frag.inputs, frag.constant_inputs):
         if constant:
             slot[r], k = f"self.c{k}", k + 1
     acts = [r for r, constant in zip(frag.inputs, frag.constant_inputs) if not constant]

@@ -71,10 +71,16 @@ def _version(package: str) -> str:
         return "absent"
 
 
+def _invocation(job: Subject) -> Any:
+    assert job.invocation is not None, "an artifact is keyed by the invocation it was exported for"
+    return job.invocation
+
+
 def _states_digest(job: Subject) -> str:
     h = hashlib.sha256()
-    for side in sorted(job.invocation.states):
-        for name, t in sorted(job.invocation.states[side].items()):
+    states = _invocation(job).states
+    for side in sorted(states):
+        for name, t in sorted(states[side].items()):
             t = t.detach().cpu().contiguous().reshape(-1)
             h.update(f"{side}/{name}/{t.dtype}/{tuple(t.shape)}".encode())
             h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
@@ -84,7 +90,8 @@ def _states_digest(job: Subject) -> str:
 def _inputs_signature(job: Subject) -> Any:
     """What export bakes in besides the weights: every non-tensor argument, and the
     shapes and dtypes of the tensor ones (artifacts are exported for static shapes)."""
-    structure, leaves = trees.flatten((list(job.invocation.args), dict(job.invocation.kwargs)))
+    invocation = _invocation(job)
+    structure, leaves = trees.flatten((list(invocation.args), dict(invocation.kwargs)))
     return [structure, [[str(t.dtype), list(t.shape)] for t in leaves]]
 
 

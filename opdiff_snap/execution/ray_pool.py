@@ -289,7 +289,8 @@ class RayPool:
         if gone:
             text += f"; {', '.join(n.label for n in gone)}, which did, died during the run"
         example = "{" + ", ".join(f'"{n}": 1' for n in sorted(needs)) + "}" if needs else None
-        start = f"ray start --address {self.address or 'HEAD:PORT'}" + (f" --resources '{example}'" if example else " --num-cpus N")
+        start = (f"ray start --address {self.address or 'HEAD:PORT'}"
+                 + (f" --resources '{example}'" if example else " --num-cpus N"))
         return f"{text}. Add such a node with `{start}` (docs/distributed.md)"
 
     # ------------------------------------------------------------ actors

@@ -58,7 +58,7 @@ class Job:
     preset: Preset
     repeats: int = 1
     warmup: int = 1
-    cache_dir: Path | None = None   # artifact cache root; None disables the cache
+    cache_dir: Path | str | None = None   # artifact cache root (a folder or a URL); None: no cache
     key: str = ""                   # caller's handle, echoed back in the Outcome
     reference: bool = False         # also run the module eagerly in float64 (record)
     # gradients too: "record" (eager CPU, the golden's), or the recorded cotangent to

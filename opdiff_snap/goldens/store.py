@@ -54,7 +54,7 @@ class GoldenStore:
         self.remote = is_url(root)
         self.root: Path | str = str(root).rstrip("/") if self.remote else Path(root)
         self._ready = False
-        if not self.remote and self.root.exists() and not self.root.is_dir():
+        if isinstance(self.root, Path) and self.root.exists() and not self.root.is_dir():
             raise OpdiffError(f"the golden store {self.root} is a file, not a folder: point --goldens "
                               "(or [tool.opdiff] goldens) at the folder that holds the goldens "
                               "(default ./goldens).")
@@ -162,9 +162,9 @@ class GoldenStore:
     def _zarr_array(self, key: str):
         import zarr
 
-        if self.remote:
-            return zarr.open_array(store=self.place.zarr_store(), path=key, mode="r")
-        return zarr.open_array(str(self.root / key), mode="r")
+        if isinstance(self.root, Path):
+            return zarr.open_array(str(self.root / key), mode="r")
+        return zarr.open_array(store=self.place.zarr_store(), path=key, mode="r")  # type: ignore[attr-defined]
 
     def read_definition(self, test_id: str, seed: int) -> dict[str, Any]:
         """The expanded test definition stored with the golden (metadata only)."""

@@ -208,7 +208,7 @@ class GoldenFixture:
         case = TestCase(id=test_id, suite=Path(file), call=Call("module" if is_module else "op", _name(fn)),
                         inputs=(), kwargs={}, spec_hash=spec.spec_hash, definition=definition)
         store = self.store
-        run.used.add((store.root.resolve(), test_id))
+        run.used.add((str(store.where()), test_id))
         tol = Tolerance(atol, rtol) if atol is not None or rtol is not None else None
         call = _Call(run, self.node, store, case, shipped, presets, baseline, tol)
         results = call.results(spec, Invocation(args, kwargs, {"a": _detached(dict(fn.state_dict()))}
@@ -336,7 +336,7 @@ def sweep(run: Any) -> None:
         if not store.exists():
             continue
         for info in store.index():
-            if info.problem or (store.root.resolve(), info.test_id) in run.used:
+            if info.problem or (str(store.where()), info.test_id) in run.used:
                 continue
             file = (root / info.suite).resolve()
             if file.exists() and file not in run.collected_files:

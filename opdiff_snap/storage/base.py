@@ -10,6 +10,7 @@ first, so readers skip a unit whose marker is missing.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 from abc import ABC, abstractmethod
@@ -99,7 +100,7 @@ class Place(ABC):
     # ------------------------------------------------------------ units
 
     @abstractmethod
-    def units(self, marker: str) -> list[str]:
+    def units(self, marker: str) -> "builtins.list[str]":
         """The names of the units in this place that readers may look at."""
 
     @abstractmethod

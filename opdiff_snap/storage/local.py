@@ -11,6 +11,7 @@ processes, not power loss mid-write.
 
 from __future__ import annotations
 
+import builtins
 import os
 import shutil
 import time
@@ -88,7 +89,7 @@ class LocalPlace(Place):
 
     # ------------------------------------------------------------ units
 
-    def units(self, marker: str) -> list[str]:
+    def units(self, marker: str) -> "builtins.list[str]":
         """Every folder that is not debris: a folder without its marker is damage here (units
         appear by rename), which the caller reports."""
         try:

@@ -19,6 +19,7 @@ unit deletes its marker first, so readers skip it meanwhile.
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import time
@@ -77,7 +78,7 @@ def _client(bucket: str, prefix: str):
     retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=20),
              "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2),
                          "base": 2.0}}
-    client = S3Store(bucket, prefix=prefix or None, config=config, retry_config=retry,
+    client = S3Store(bucket, prefix=prefix or None, config=config, retry_config=retry,  # type: ignore[arg-type]
                      client_options={"connect_timeout": "5s", "timeout": "120s"}, **kwargs)
     _CLIENTS[key] = client
     return client
@@ -240,7 +241,7 @@ class S3Place(Place):
 
     # ------------------------------------------------------------ units
 
-    def units(self, marker: str) -> list[str]:
+    def units(self, marker: str) -> "builtins.list[str]":
         """Units whose marker object is there; the others are being written (or their writer
         died) and stay invisible."""
         return sorted({e.key[:-len(marker) - 1] for e in self.list()

@@ -4,6 +4,7 @@ no other file there includes (an orchestrator runs its includes once)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import OpdiffError
 from .document import read_suite_file
@@ -26,7 +27,7 @@ def discover_suites(root: Path) -> list[Path]:
     return [f for f in files if f.resolve() not in included]
 
 
-def suite_paths(paths: list[Path] | None, default_dir: Path) -> list[Path]:
+def suite_paths(paths: Sequence[Path] | None, default_dir: Path) -> list[Path]:
     """The suite files named (directories expanded), or every suite under `default_dir`."""
     if paths:
         out: list[Path] = []

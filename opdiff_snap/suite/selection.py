@@ -24,8 +24,8 @@ def id_matches(test_id: str, items: list[str]) -> bool:
     return False
 
 
-def select(cases: list[TestCase], patterns: list[str] | None = None,
-           tags: list[str] | None = None) -> list[TestCase]:
+def select(cases: list[TestCase], patterns: Sequence[str] | None = None,
+           tags: Sequence[str] | None = None) -> list[TestCase]:
     """Cases whose id matches any pattern item (all when none given) and that carry any
     of `tags` (all when none given); suite order is kept."""
     items = parse_patterns(patterns)
