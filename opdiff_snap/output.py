@@ -274,9 +274,7 @@ def _value_rows(prefix: str, value) -> list[tuple[str, object]]:
 def _values_table(title: str, rows: list[tuple[str, object]]) -> Table:
     import torch
 
-    table = Table(title=escape(title))
-    for col in ("value", "shape", "dtype", "summary"):
-        table.add_column(col, overflow="fold")
+    table = _table(["value", "shape", "dtype", "summary"], title=escape(title))
     for name, value in rows:
         if isinstance(value, torch.Tensor):
             table.add_row(escape(name), str(tuple(value.shape)), str(value.dtype).removeprefix("torch."),
@@ -315,11 +313,17 @@ def describe_golden(console: Console, golden) -> None:
 
 # ---------------------------------------------------------------- tables of the listing commands
 
+
+def _table(columns: Sequence[str], title: str | None = None) -> Table:
+    """A table whose columns wrap (fold) rather than truncate."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
 def presets_table(rows) -> Table:
     """`opdiff list-presets`: (Preset, Availability) rows."""
-    table = Table()
-    for col in ("preset", "export", "run", "why not"):
-        table.add_column(col, overflow="fold")
+    table = _table(["preset", "export", "run", "why not"])
     for preset, a in rows:
         table.add_row(preset.name, "yes" if a.can_export else "no", "yes" if a.can_run else "no",
                       "" if a.can_export and a.can_run else escape(a.reason))
@@ -328,9 +332,7 @@ def presets_table(rows) -> Table:
 
 def runs_table(runs) -> Table:
     """`opdiff runs`: history.RunSummary rows."""
-    table = Table()
-    for col in ("run", "command", "started", "complete", "counts", "group"):
-        table.add_column(col, overflow="fold")
+    table = _table(["run", "command", "started", "complete", "counts", "group"])
     for r in runs:
         state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
         group = f"{r.run_group} ({r.shard})" if r.shard else (r.run_group or "")
@@ -341,9 +343,7 @@ def runs_table(runs) -> Table:
 
 def run_groups_table(groups) -> Table:
     """`opdiff runs`: history.GroupSummary rows, one logical run each."""
-    table = Table(title="run groups (one logical run each)")
-    for col in ("group", "runs", "complete", "counts"):
-        table.add_column(col, overflow="fold")
+    table = _table(["group", "runs", "complete", "counts"], title="run groups (one logical run each)")
     for g in groups:
         state = "yes" if g.complete else ("NO: shards missing " + ", ".join(g.missing_shards)
                                           if g.missing_shards else "NO: a shard is unfinished")
@@ -353,9 +353,7 @@ def run_groups_table(groups) -> Table:
 
 def goldens_table(rows) -> Table:
     """`opdiff goldens ls`: api.GoldenRow rows."""
-    table = Table()
-    for col in ("test", "seeds", "baseline", "torch", "created", "state"):
-        table.add_column(col, overflow="fold")
+    table = _table(["test", "seeds", "baseline", "torch", "created", "state"])
     for row in rows:
         first = row.infos[0]
         table.add_row(escape(row.test_id), ",".join(str(i.seed) for i in row.infos), first.baseline,
