@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -71,14 +72,15 @@ def parse_with(values: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 def current_pins() -> dict[str, tuple[str, str]]:
     """{normalized name: (name, version)} of every distribution installed in the running
-    environment (under sys.prefix: not what PYTHONPATH adds) that an index can provide again
-    (editable and local-directory installs are left out)."""
+    environment's site-packages (not what PYTHONPATH adds, nor copies a package vendors on a
+    path of its own, as ray does) that an index can provide again (editable and
+    local-directory installs are left out)."""
     out: dict[str, tuple[str, str]] = {}
-    prefix = Path(sys.prefix).resolve()
+    site_dirs = {Path(d).resolve() for d in site.getsitepackages()}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         try:
-            inside = Path(str(dist.locate_file(""))).resolve().is_relative_to(prefix)
+            inside = Path(str(dist.locate_file(""))).resolve() in site_dirs
         except (OSError, ValueError):
             inside = False
         if not name or not inside:

@@ -207,7 +207,6 @@ class RayPool:
         self._refreshed = 0.0
         self._refresh(force=True)
 
-    @property
     def environment(self) -> dict:
         """The environment of the process that coordinates the run (for the meta line);
         the nodes' library versions are in `describe()`."""
@@ -215,6 +214,7 @@ class RayPool:
 
         return environment(threads=self.threads or 0)
 
+    @property
     def where(self) -> str:
         return f"the Ray cluster at {self.address}" if self.address else "the Ray instance started here"
 
