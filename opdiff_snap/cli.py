@@ -568,6 +568,22 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["table", "csv
                              default="table", show_default=True)
 
 
+def _runs_to_compare(f):
+    """RUN_A RUN_B, or --by LIB [--versions A B]: which two runs a diff compares."""
+    f = click.option("--versions", nargs=2, help="With --by: the two versions (default: the two latest).")(f)
+    f = click.option("--by", help="Compare the latest runs on two versions of this library instead of run ids.")(f)
+    f = click.argument("run_b", required=False)(f)
+    return click.argument("run_a", required=False)(f)
+
+
+def _diff_thresholds(f):
+    """What counts as drift and as a latency change in a diff."""
+    f = click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
+                     help="Relative latency change that counts (never below 3x the repeat spread).")(f)
+    return click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True,
+                        help="max_abs growth that counts as drift.")(f)
+
+
 def _print_table(table, fmt: str, title: str | None = None) -> None:
     from .analytics import format_table
 
@@ -666,15 +682,9 @@ def report_html(ctx, output) -> None:
 
 
 @report.command("upgrade")
-@click.argument("run_a", required=False)
-@click.argument("run_b", required=False)
-@click.option("--by", help="Compare the latest runs on two versions of this library instead of run ids.")
-@click.option("--versions", nargs=2, help="With --by: the two versions (default: the two latest).")
+@_runs_to_compare
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("upgrade.html"), show_default=True)
-@click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True,
-              help="max_abs growth that counts as drift.")
-@click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
-              help="Relative latency change that counts (never below 3x the repeat spread).")
+@_diff_thresholds
 @click.pass_context
 @guarded
 def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latency_threshold) -> None:
@@ -690,14 +700,8 @@ def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latenc
 
 
 @main.command("diff-runs")
-@click.argument("run_a", required=False)
-@click.argument("run_b", required=False)
-@click.option("--by", help="Compare the latest runs on two versions of this library instead of run ids.")
-@click.option("--versions", nargs=2, help="With --by: the two versions (default: the two latest).")
-@click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True,
-              help="max_abs growth that counts as drift.")
-@click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
-              help="Relative latency change that counts (never below 3x the repeat spread).")
+@_runs_to_compare
+@_diff_thresholds
 @FORMAT_OPTION
 @click.pass_context
 @guarded
@@ -742,10 +746,7 @@ class _UpgradeUI:
 @click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
 @click.option("--rerun-current", is_flag=True, help="Check this environment again even when a fresh run exists.")
 @click.option("--html", type=click.Path(path_type=Path), help="Also write the comparison as one HTML page.")
-@click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True,
-              help="max_abs growth that counts as drift.")
-@click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
-              help="Relative latency change that counts (never below 3x the repeat spread).")
+@_diff_thresholds
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
 @click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1).")
 @click.option("--repeats", type=click.IntRange(min=1), help="Timed calls per job (median reported).")

@@ -176,7 +176,7 @@ def test_every_verdict_maps_to_its_outcome_and_junit_has_one_case_per_item(pytes
     runs = history_runs(verdicts)
     assert len(runs) == 1 and runs[0].complete
     run = runs[0]
-    assert run.meta["runner"] == "pytest" and run.meta["command"] == "check" and run.meta["group"]
+    assert run.meta["runner"] == "pytest" and run.meta["command"] == "check" and run.meta["run_group"]
     assert {(i["id"], i["preset"]) for i in run.items} == {
         (k.split("::")[1].split("[")[0], k.split("-", 1)[1].rstrip("]")) for k in EXPECTED}
     assert run.end["counts"]["CRASH"] == 1 and run.end["counts"]["TIMEOUT"] == 1
@@ -189,7 +189,7 @@ def test_xdist_gives_the_same_outcomes_with_one_history_run_per_worker(pytester,
     outcomes(result, verdicts)
     runs = history_runs(verdicts)
     assert len(runs) == 2 and all(r.complete for r in runs)
-    assert len({r.meta["group"] for r in runs}) == 1
+    assert len({r.meta["run_group"] for r in runs}) == 1
     assert {r.meta["xdist_worker"] for r in runs} == {"gw0", "gw1"}
     keys = [(i["id"], i["preset"]) for r in runs for i in r.items]
     assert len(keys) == len(set(keys)) == len(EXPECTED)

@@ -9,8 +9,9 @@ the next one it was handed), so the pool's workers stay busy while pytest walks 
 items one by one; each item then waits for its own result.
 
 History: one run file per session, or per xdist worker, written as `opdiff check`
-writes them (results.Result lines, session.emit) with `runner: "pytest"` and a `group`
-id in the meta line that the xdist workers of one session share. The run file is
+writes them (results.Result lines, session.emit) with `runner: "pytest"` and a
+`run_group` the xdist workers of one session share, so `opdiff runs` and the reports take
+them as one logical run, as they do the shards of a check. The run file is
 created with the first result, so a session that checks nothing writes nothing.
 """
 
@@ -255,14 +256,14 @@ class SessionRun:
         pool = self.dispatcher.pool
         suites = [str(p) for p in self._plan.suite_paths] if self._plan is not None else []
         presets = {p.name: p.to_json() for p in self._presets.values()}
-        extra = {"runner": "pytest", "group": self.group}
+        extra = {"runner": "pytest"}
         if self.worker_id is not None:
             extra["xdist_worker"] = self.worker_id
         try:
             return history.RunWriter.start(
                 self.settings.store, "check", list(self.config.invocation_params.args), suites, presets,
                 settings_json(self.settings, False, self.use_cache, pool), env=environment(threads=pool.threads),
-                extra=extra)
+                extra=extra, run_group=self.group)
         except OpdiffError as exc:
             pytest.exit(f"opdiff: error: {exc}", returncode=2)
 
