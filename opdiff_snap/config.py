@@ -102,10 +102,14 @@ def load_settings(start: Path | None = None) -> Settings:
             if not isinstance(value, str) or not value:
                 raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be a path (a non-empty string), "
                                   f"not {value!r}.")
-            if name in LOCATIONS and "://" in value and not is_url(value):
-                raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} = {value!r}: only local paths and "
-                                  "s3://bucket/prefix URLs are supported.")
-            value = value.rstrip("/") if name in LOCATIONS and is_url(value) else pyproject.parent / value
+            if name in LOCATIONS:
+                try:
+                    where = location(value)
+                except OpdiffError as exc:
+                    raise OpdiffError(f"{pyproject}: [tool.opdiff] {key}: {exc}") from None
+                value = where if isinstance(where, str) else pyproject.parent / where
+            else:
+                value = pyproject.parent / value
         elif name == "executor":
             parse_executor(value, f"{pyproject}: [tool.opdiff] {key}")
         elif isinstance(default, (int, float)):

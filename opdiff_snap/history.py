@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .environment import environment
 from .errors import OpdiffError
-from .history_sync import RemoteRuns, Uploads, readable_dir
+from .history_sync import RemoteRuns, Uploads, last_line, match_run_id, readable_dir
 from .storage import StorageError, is_url
 from .trees import json_safe
 
@@ -145,23 +145,8 @@ def find_run(store_dir: Path | str, run_id: str) -> Path:
     its spool file (downloaded unless this machine has at least as much of it)."""
     if is_url(store_dir):
         return RemoteRuns(str(store_dir)).fetch(run_id)
-    files = _run_files(store_dir)
-    exact = [p for p in files if p.stem == run_id]
-    if exact:
-        return exact[0]
-    prefixed = [p for p in files if p.stem.startswith(run_id)] if run_id else []
-    if len(prefixed) == 1:
-        return prefixed[0]
-    runs_dir = Path(store_dir) / RUNS_DIR
-    if not files:
-        raise OpdiffError(f"run '{run_id}' not found: there are no runs in {runs_dir}. "
-                          "Check --store, or start a new run instead of resuming one.")
-    if len(prefixed) > 1:
-        raise OpdiffError(f"run id '{run_id}' is ambiguous in {runs_dir}: it starts "
-                          f"{', '.join(p.stem for p in prefixed[-5:])}. Give the full run id.")
-    latest = ", ".join(p.stem for p in files[-5:])
-    raise OpdiffError(f"run '{run_id}' not found in {runs_dir}. The latest runs are: {latest} "
-                      "(`opdiff runs` lists them all).")
+    files = {p.stem: p for p in _run_files(store_dir)}
+    return files[match_run_id(list(files), run_id, Path(store_dir) / RUNS_DIR)]
 
 
 @dataclass
@@ -201,15 +186,6 @@ def _tally(items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def _last_line(path: Path, size: int = 65536) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        n = f.tell()
-        f.seek(max(0, n - size))
-        chunk = f.read()
-    return chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-
-
 def list_runs(store_dir: Path | str) -> list[RunSummary]:
     """Every run in the store, oldest first. A complete run is summarised from its meta
     and end lines without reading its items; an incomplete one is tallied from them."""
@@ -217,7 +193,7 @@ def list_runs(store_dir: Path | str) -> list[RunSummary]:
     for path in _run_files(store_dir):
         end = None
         try:
-            last = json.loads(_last_line(path))
+            last = json.loads(last_line(path))
             if isinstance(last, dict) and last.get("type") == "end":
                 end = last
         except ValueError:
@@ -496,6 +472,12 @@ class RunWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
 
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown
+        try:
+            self.close(upload=False)
+        except Exception:
+            pass
+
 
 def _remote_call(remote: RemoteRuns, doing: str, fn, path: Path | None = None):
     """Run a call on a remote history store, its failure as one clear HistoryWriteError."""
@@ -506,10 +488,4 @@ def _remote_call(remote: RemoteRuns, doing: str, fn, path: Path | None = None):
             path.unlink(missing_ok=True)
         raise HistoryWriteError(f"cannot {doing} the history store {remote.url}: {exc} Nothing was "
                                 "run.") from None
-
-    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown
-        try:
-            self.close(upload=False)
-        except Exception:
-            pass
 

@@ -17,6 +17,7 @@ docs/benchmarks.md.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -48,8 +49,10 @@ class RemoteRuns:
         self.place.upload(path, path.name)
 
     def push_pending(self) -> int:
-        """Upload spooled runs the store has less of (a final upload that failed); a finished
-        one leaves the spool once uploaded. Returns how many went up."""
+        """Upload finished spooled runs the store has less of (a final upload that failed),
+        then drop them from the spool. A run still being written (here, by another process)
+        uploads itself; pushing its partial copy could land after its final upload. Returns
+        how many went up."""
         if not self.spool.is_dir():
             return 0
         local = {p.name: p for p in self.spool.glob("*.jsonl")}
@@ -58,12 +61,12 @@ class RemoteRuns:
         remote = {e.key: e.size for e in self.place.list()}
         pushed = 0
         for name, path in sorted(local.items()):
-            size = path.stat().st_size
-            if remote.get(name, -1) < size:
+            if not _ended(path):
+                continue
+            if remote.get(name, -1) < path.stat().st_size:
                 self.upload(path)
                 pushed += 1
-            if _ended(path):
-                path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
         return pushed
 
     def fetch(self, run_id: str) -> Path:
@@ -71,18 +74,7 @@ class RemoteRuns:
         unless this machine's spool already has at least as much of it."""
         remote = {e.key[:-6]: e.size for e in self.place.list() if e.key.endswith(".jsonl")}
         local = {p.stem: p.stat().st_size for p in self.spool.glob("*.jsonl")} if self.spool.is_dir() else {}
-        ids = sorted(set(remote) | set(local))
-        match = [run_id] if run_id in ids else [i for i in ids if run_id and i.startswith(run_id)]
-        if len(match) != 1:
-            if not ids:
-                raise OpdiffError(f"run '{run_id}' not found: there are no runs in {self.place.url}. "
-                                  "Check --store, or start a new run instead of resuming one.")
-            if match:
-                raise OpdiffError(f"run id '{run_id}' is ambiguous in {self.place.url}: it starts "
-                                  f"{', '.join(match[-5:])}. Give the full run id.")
-            raise OpdiffError(f"run '{run_id}' not found in {self.place.url}. The latest runs are: "
-                              f"{', '.join(ids[-5:])} (`opdiff runs` lists them all).")
-        found = match[0]
+        found = match_run_id(sorted(set(remote) | set(local)), run_id, self.place.url)
         path = self.spool / f"{found}.jsonl"
         if local.get(found, -1) < remote.get(found, -1):
             self.spool.mkdir(parents=True, exist_ok=True)
@@ -113,17 +105,41 @@ class RemoteRuns:
         return self.mirror_root
 
 
+def last_line(path: Path, size: int = 65536) -> bytes:
+    """The last line of a run file (its end line, when the run finished)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        n = f.tell()
+        f.seek(max(0, n - size))
+        chunk = f.read()
+    return chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+
+
 def _ended(path: Path) -> bool:
     """Whether a run file ends with its end line."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            n = f.tell()
-            f.seek(max(0, n - 65536))
-            tail = f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    except OSError:
+        line = json.loads(last_line(path))
+    except (OSError, ValueError):
         return False
-    return b'"type": "end"' in tail
+    return isinstance(line, dict) and line.get("type") == "end"
+
+
+def match_run_id(ids: list[str], run_id: str, where: object) -> str:
+    """The one id of `ids` (oldest first) that is `run_id` or starts with it; otherwise
+    one clear error naming the store (`where`)."""
+    if run_id in ids:
+        return run_id
+    match = [i for i in ids if run_id and i.startswith(run_id)]
+    if len(match) == 1:
+        return match[0]
+    if not ids:
+        raise OpdiffError(f"run '{run_id}' not found: there are no runs in {where}. "
+                          "Check --store, or start a new run instead of resuming one.")
+    if match:
+        raise OpdiffError(f"run id '{run_id}' is ambiguous in {where}: it starts "
+                          f"{', '.join(match[-5:])}. Give the full run id.")
+    raise OpdiffError(f"run '{run_id}' not found in {where}. The latest runs are: "
+                      f"{', '.join(ids[-5:])} (`opdiff runs` lists them all).")
 
 
 def readable_dir(store: Path | str) -> Path:

@@ -26,11 +26,12 @@ from typing import Iterable, Sequence
 
 from .errors import OpdiffError
 from .storage import StorageError, open_place
+from .verdicts import PLANNED
 
 Key = tuple[str, int, str]          # (test id, seed, preset)
 DISPATCH_MS = 25.0                  # a job's cost beyond its own timings: pickling, the pipe, judging
 HISTORY_RUNS = 30                   # the newest check runs whose results give costs
-NOT_RUN = {"NO_GOLDEN", "STALE", "CORRUPT", "SKIPPED"}
+NOT_RUN = {v.value for v in PLANNED}   # decided by planning: no latency to learn from
 
 
 def parse_shard(text: str) -> tuple[int, int]:

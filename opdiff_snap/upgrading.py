@@ -25,7 +25,7 @@ from .analytics.reports import RunDiff, diff_runs
 from .backends.registry import get_preset
 from .checking import check
 from .config import Settings
-from .environment import versions
+from .environment import DISTRIBUTIONS, versions
 from .errors import OpdiffError
 from .goldens import GoldenStore
 from .results import Listener, RunReport
@@ -113,21 +113,19 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
     return UpgradeReport(env, changed, before_run, before is None, before, after, diff)
 
 
-def _meta(store: Path | str, run_id: str) -> dict[str, Any]:
-    return next((r.meta for r in history.list_runs(store) if r.run_id == run_id), {})
-
-
 def changed_packages(store: Path | str, run_a: str, run_b: str, env: WorkerEnv) -> list[tuple[str, Any, Any]]:
     """(package, version in A, version in B): the named packages and every library whose
     version the two runs' environments record differently."""
-    ea, eb = _meta(store, run_a).get("env") or {}, _meta(store, run_b).get("env") or {}
+    metas = {r.run_id: r.meta for r in history.list_runs(store) if r.run_id in (run_a, run_b)}
+    ea, eb = metas.get(run_a, {}).get("env") or {}, metas.get(run_b, {}).get("env") or {}
+    here = versions_here() if env.versions else {}
     out = {}
     for name, version in env.versions.items():   # named, possibly outside what environment() reports
         key = name.replace("-", "_").lower()
-        out[key] = (name, ea.get(key, versions_here().get(key)), eb.get(key, version))
+        out[key] = (name, ea.get(key, here.get(key)), eb.get(key, version))
+    reported = {"python", *DISTRIBUTIONS}
     for key in sorted(set(ea) & set(eb)):   # a library installed in only one of them is no change
-        if key in ("python", "torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy", "zarr",
-                   "duckdb") and ea[key] and eb[key] and ea[key] != eb[key] and key not in out:
+        if key in reported and ea[key] and eb[key] and ea[key] != eb[key] and key not in out:
             out[key] = (key, ea[key], eb[key])
     return list(out.values())
 
@@ -144,7 +142,7 @@ def versions_here() -> dict[str, Any]:
 
 def fresh_run_here(settings: Settings, planned_like: str) -> str | None:
     """The latest complete check run that planned what run `planned_like` planned, ran here
-    (this interpreter, these versions) with the same repeats and warmup, after the newest
+    (this interpreter, these versions, workers on this machine) with the same repeats and warmup, after the newest
     golden was written; None when there is none."""
     runs = history.list_runs(settings.store)
     target = next((r.meta for r in runs if r.run_id == planned_like), None)
@@ -161,6 +159,7 @@ def fresh_run_here(settings: Settings, planned_like: str) -> str | None:
                 or not isinstance(meta.get("plan"), dict) or "python" in meta["plan"]):
             continue
         if (meta["plan"] == plan and env.get("executable") == sys.executable
+                and (meta.get("settings") or {}).get("executor") in (None, "local")   # not a Ray run's nodes
                 and all(env.get(k) == v for k, v in now.items())
                 and {k: (meta.get("settings") or {}).get(k) for k in timing} == timing
                 and str(meta.get("started") or "") > newest):

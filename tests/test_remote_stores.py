@@ -280,7 +280,9 @@ def test_the_server_dying_mid_record_and_mid_check(server, tmp_path, monkeypatch
     assert run.returncode == 2 and "cannot reach the S3 service" in err and "Traceback" not in err, err
     cache = server.keys(bucket, "cache/")
     # a shared entry is used only with its `complete` marker, written after its files
-    for marker in (k for k in cache if k.endswith("/complete")):
+    markers = [k for k in cache if k.endswith("/complete")]
+    assert markers, "the checked item's artifact reached the shared cache"
+    for marker in markers:
         entry = marker[:-len("complete")]
         assert {entry + "entry.json", entry + "work/model.onnx"} <= set(cache)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import duckdb
 
 from ..errors import OpdiffError
+from ..history import check_store_dir
 from ..history_sync import readable_dir
-from ..storage import is_url
 from . import ingest
 from .sandbox import check_query, lock, refusal
 from .table import Table
@@ -161,12 +161,8 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True)
     Warnings about unreadable lines are kept in `.warnings` ("file:line: message")
     and, with `warn`, also issued as `HistoryWarning`s.
     """
-    if is_url(store_dir):   # a remote store: read its local mirror, synced incrementally first
-        store_dir = readable_dir(str(store_dir))
-    store = Path(store_dir)
-    if store.exists() and not store.is_dir():
-        raise OpdiffError(f"history store '{store}' is a file, not a folder: point --store at the "
-                          "folder that holds runs/*.jsonl (default ./store).")
+    check_store_dir(str(store_dir))
+    store = readable_dir(str(store_dir))   # a remote store: its local mirror, synced incrementally
     if not store.is_dir():
         raise OpdiffError(f"history store '{store}' does not exist: run `opdiff check` first, "
                           "or point --store at the folder that holds runs/*.jsonl.")

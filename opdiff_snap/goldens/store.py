@@ -14,14 +14,13 @@ new version is complete).
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import OpdiffError
 from ..storage import StorageError, is_url, open_place
-from ..storage.local import STAGING, TRASH
+from ..storage.local import STAGING, TRASH, unique
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
 from .keys import seed_of_key, store_key
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
@@ -214,7 +213,7 @@ class GoldenStore:
         """Raise GoldenWriteError unless goldens can be written here (creates the store)."""
         try:
             self._ensure_root()
-            probe = f"{STAGING}/{_unique('probe')}" if not self.remote else f".opdiff-probe-{_unique('w')}"
+            probe = f"{STAGING}/{unique('probe')}" if not self.remote else f".opdiff-probe-{unique('w')}"
             self.place.put(probe, b"")
             self.place.delete(probe)
         except OSError as exc:
@@ -353,9 +352,3 @@ class GoldenStore:
 
 def _why(exc: OSError) -> str:
     return f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else (exc.strerror or str(exc))
-
-
-def _unique(prefix: str) -> str:
-    import os
-
-    return f"{prefix}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
