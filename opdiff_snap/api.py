@@ -285,9 +285,6 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
 
     settings = settings or Settings()
     case, golden = golden_case(test_id, seed, goldens, trust_goldens)
-    if case.test_type != "module":
-        raise OpdiffError(f"test '{test_id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "
-                          "localize needs a module test (it hooks the module's submodules).")
     preset = get_preset(backend, preset_options)
     with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
         report = find(case, golden.invocation, preset, lambda p: tolerance_for(case.tolerance, p, tolerance),

@@ -327,11 +327,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         raise OpdiffError(f"--preset-options names '{unknown[0]}', which is not a --backend of this "
                           f"check ({', '.join(backends)}).")
     presets = [get_preset(name, options.get(name)) for name in backends]
-    if use_cache:
-        why = cache_unusable(settings.cache)
-        if why:
-            warn(listener, cache_fallback_message(settings.cache, why))
-            use_cache = False
+    use_cache = use_cache and cache_usable(settings, listener)
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
@@ -573,9 +569,15 @@ def _all_present(writer: history.RunWriter, planned: set[tuple[str, int, str]]) 
                       f"Its file is {writer.path}; `opdiff runs` shows it, and a new check starts clean.")
 
 
-def cache_fallback_message(cache: Path | str, why: str) -> str:
-    return (f"the artifact cache {cache} cannot be written ({why}); this check exports without it, "
-            "as with --no-cache (its run records cache: false). Make it writable, or pass --cache DIR.")
+def cache_usable(settings: Settings, listener: Listener | None) -> bool:
+    """Whether the artifact cache can be used; when not, the listener is warned once and the
+    check exports without it."""
+    why = cache_unusable(settings.cache)
+    if why:
+        warn(listener, f"the artifact cache {settings.cache} cannot be written ({why}); this check exports "
+                       "without it, as with --no-cache (its run records cache: false). Make it writable, "
+                       "or pass --cache DIR.")
+    return not why
 
 
 def _check_definition(golden: Golden, store: GoldenStore) -> None:

@@ -53,20 +53,6 @@ class Piece:
     where: str
 
 
-def residuals(reference: list[torch.Tensor | None] | None, expected: list[torch.Tensor]) -> list | None:
-    """float64 reference minus the baseline's value, per flat output (None where unknown)."""
-    if reference is None:
-        return None
-    out: list[torch.Tensor | None] = []
-    for ref, e in zip(reference, expected):
-        if ref is None or not isinstance(e, torch.Tensor) or tuple(ref.shape) != tuple(e.shape) \
-                or not e.is_floating_point():
-            out.append(None)
-        else:
-            out.append((ref.double() - e.double()).float())
-    return out + [None] * (len(expected) - len(out))
-
-
 def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Tolerance,
               baseline_precision: str = "fp32", backend: Backend | None = None,
               threads: int = 0) -> PieceResult:
@@ -74,6 +60,7 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
     from ..compare import Rounding, compare
     from ..errors import error_text
     from ..execution import Job, prepare_call, run_job
+    from ..execution.prepare import nest_residuals
 
     try:
         prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)
@@ -85,7 +72,9 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
     outcome = run_job(job, backend, threads)
     if outcome.status is not None:
         return PieceResult(key, outcome.status, error_message=outcome.error_message or "")
-    rounding = Rounding(residuals(outcome.reference, piece.expected), baseline_precision, preset.precision)
+    flat = {"list": [{"tensor": i} for i in range(len(piece.expected))]}   # a piece compares flat outputs
+    residuals = None if outcome.reference is None else nest_residuals(flat, outcome.reference, list(piece.expected))
+    rounding = Rounding(residuals, baseline_precision, preset.precision)
     result = compare(list(piece.expected), list(outcome.outputs or []), tol, rounding=rounding)
     return PieceResult(key, result.verdict, result.metrics.to_json() if result.metrics else {},
                        result.message or "")

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import OpdiffError
 from ..execution.prepare import flat_values
+from ..suite.construct import resolve_op
 from ..suite.model import Invocation, TestCase
 from .alone import Piece, PieceTask
 
@@ -74,7 +75,6 @@ class NodeGraph:
 
     scope: str                                  # "" for the whole module; "name" or "name#k"
     nodes: list[GraphNode] = field(default_factory=list)
-    inputs: dict[str, str] = field(default_factory=dict)   # placeholder -> "input 0", "parameter fc1.weight"
     outputs: list[Ref] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)   # placeholder / node name -> baseline value
     constants: set[str] = field(default_factory=set)       # weights, constants, and nodes computed from them only
@@ -137,15 +137,6 @@ def fill(template: Any, lookup: Callable[[Ref], Any]) -> Any:
     if isinstance(template, dict):
         return {k: fill(v, lookup) for k, v in template.items()}
     return template
-
-
-def resolve(op: str, overload: str) -> torch._ops.OpOverload:
-    """torch.ops.<namespace>.<name>.<overload> from "namespace::name" and the overload."""
-    namespace, _, name = op.partition("::")
-    try:
-        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
-    except (AttributeError, RuntimeError) as exc:
-        raise OpdiffError(f"operator {op}.{overload} is not available in this torch ({exc}).") from None
 
 
 _SHORT_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
@@ -244,21 +235,17 @@ def export_scope(module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any
     sig = program.graph_signature
     user_inputs = iter(prepared.fresh_inputs())
     feed: list[Any] = []
-    kinds: dict[str, str] = {}
-    graph = NodeGraph(scope, inputs=kinds)
+    graph = NodeGraph(scope)
     for spec in sig.input_specs:
         name, kind, target = spec.arg.name, spec.kind.name, spec.target
         if kind == "USER_INPUT":
             value = next(user_inputs)
-            kinds[name] = f"input {len([k for k in kinds.values() if k.startswith('input')])}"
         elif kind in ("PARAMETER", "BUFFER"):
             graph.constants.add(name)
             value = program.state_dict[target] if target in program.state_dict else program.constants[target]
-            kinds[name] = f"{kind.lower()} {re.sub(r'^side_a.', '', target)}"
         elif kind == "CONSTANT_TENSOR":
             graph.constants.add(name)
             value = program.constants[target]
-            kinds[name] = f"constant {target}"
         else:
             raise OpdiffError(f"{where}: its exported graph takes a {kind.lower()} input ('{name}'), which "
                               "localize cannot feed.")
@@ -354,7 +341,7 @@ class Fragment:
         if self.single_op():
             node = self.nodes[0]
             known = dict(zip(self.inputs, self.input_values))
-            return (resolve(node.op, node.overload), list(fill(node.args, known.__getitem__)),
+            return (resolve_op(f"{node.op}.{node.overload}"), list(fill(node.args, known.__getitem__)),
                     dict(fill(node.kwargs, known.__getitem__)))
         return self.module(), list(self.activations), {}
 
@@ -379,7 +366,7 @@ class Fragment:
             return env[r]
 
         for node in self.nodes:
-            env[Ref(node.name)] = g.create_node("call_function", resolve(node.op, node.overload),
+            env[Ref(node.name)] = g.create_node("call_function", resolve_op(f"{node.op}.{node.overload}"),
                                                 fill(node.args, lookup), fill(node.kwargs, lookup),
                                                 name=node.name)
         g.output(tuple(lookup(r) for r in self.outputs))

@@ -356,6 +356,10 @@ class _Search:
         self.diverges(graph, [(0, last)], cache)
         whole = cache[(0, last)]
         ops.whole_graph = whole.status
+        if whole.status is Verdict.SKIPPED:
+            ops.note = (f"all {len(graph.nodes)} nodes of the scope are computed from weights and constants "
+                        "only (backends fold them at export): there is no op to run alone.")
+            return ops
         if whole.status is Verdict.PASS:
             ops.note = (f"all {len(graph.nodes)} nodes reproduce the baseline alone, and so does the whole ATen "
                         "graph of the scope: the divergence comes from how the backend takes the module "
@@ -407,7 +411,8 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
              seed: int = 0) -> LocalizeReport:
     """Find where `case` first diverges on `preset` (see the module docstring).
 
-    `pool` runs every task (default: this process, no isolation); `backend` replaces the
+    `pool` runs every task (default: one isolated worker; this process when `backend` is
+    given, as a test's own backend class may not be importable in a worker); `backend` replaces the
     registry's backend for the preset (tests pass their own; it travels with each task).
     `ops`: descend to ATen nodes even when a leaf submodule diverges."""
     from ..compare import tolerance_for
@@ -425,7 +430,8 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
                           "localize needs to run the target. Try it where the preset is available.")
     tol = tol_for(preset) if tol_for is not None else tolerance_for(case.tolerance, preset)
     own_pool = pool is None
-    pool = pool if pool is not None else WorkerPool(jobs=1, in_process=True)
+    # isolated workers by default; a Backend object given here cannot travel to one, so it runs here
+    pool = pool if pool is not None else WorkerPool(jobs=1, in_process=backend is not None)
     try:
         return _localize(_Search(case, invocation, preset, tol, pool, backend, baseline_precision), ops, seed)
     finally:

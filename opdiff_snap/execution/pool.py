@@ -259,13 +259,6 @@ class WorkerPool:
             while len(self._workers) < self.n:
                 self._spawn()
 
-    def unavailable(self, preset) -> str | None:
-        """Why no job of `preset` can run on this machine (None: it can)."""
-        from ..backends.registry import availability
-
-        found = availability(preset)
-        return None if found.can_export and found.can_run else found.reason or "it cannot run here"
-
     def close(self) -> None:
         """Stop every worker: ask politely, then kill whoever is still there after 2 s."""
         workers, self._workers = list(self._workers), []

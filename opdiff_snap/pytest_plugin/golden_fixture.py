@@ -44,7 +44,6 @@ import torch
 from .. import history, trees
 from ..checking import Pending, Planned, judge
 from ..compare import tolerance_for
-from ..environment import environment
 from ..errors import OpdiffError
 from ..execution import Outcome, restore_outputs
 from ..execution.user_call import NotShippable, UserCallJob, ship
@@ -310,7 +309,7 @@ class _Call:
         return Golden(test_id=self.case.id, seed=SEED, spec_hash=self.case.spec_hash, suite=str(self.case.suite),
                       definition=dict(self.case.definition), test_type=self.case.test_type,
                       baseline={"name": self.baseline.name, **self.baseline.to_json()},
-                      env=environment(threads=self.run.dispatcher.pool.threads), created=history.utc_now(),
+                      env=self.run.dispatcher.pool.environment(), created=history.utc_now(),
                       invocation=invocation, outputs=outputs, reference=reference, reference_note=note)
 
     def _judge(self, golden: Golden, info: GoldenInfo, preset: Any, outcome: Outcome) -> Result:

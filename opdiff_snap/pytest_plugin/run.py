@@ -17,6 +17,7 @@ created with the first result, so a session that checks nothing writes nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -27,16 +28,14 @@ import pytest
 from .. import history
 from ..backends.base import Preset
 from ..backends.registry import get_preset
-from ..checking import Pending, cache_fallback_message, item_work, judge
+from ..checking import Pending, cache_usable, item_work, judge
 from ..config import Settings, load_settings
-from ..environment import environment
 from ..errors import OpdiffError
-from ..execution.cache import cache_unusable
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
 from ..results import Result, RunReport
-from ..session import emit, make_pool, settings_json, warn
+from ..session import emit, make_pool, settings_json
 from .options import Options
 
 PATH_SETTINGS = ("suites", "goldens", "store", "cache")
@@ -99,7 +98,12 @@ class SessionRun:
             self.preset(name)
         _ = self.presets   # resolving them is the check
         history.check_store_dir(self.settings.store)
-        GoldenStore(self.settings.goldens)
+        _ = self.goldens   # opening the store is the check
+
+    @functools.cached_property
+    def goldens(self) -> GoldenStore:
+        """The project's golden store, opened once (a remote one caches what it has read)."""
+        return GoldenStore(self.settings.goldens)
 
     def preset(self, name: str) -> Preset:
         if name not in self._presets:
@@ -114,10 +118,7 @@ class SessionRun:
     @property
     def use_cache(self) -> bool:
         if self._use_cache is None:
-            why = cache_unusable(self.settings.cache)
-            if why:
-                warn(None, cache_fallback_message(self.settings.cache, why))
-            self._use_cache = not why
+            self._use_cache = cache_usable(self.settings, None)
         return self._use_cache
 
     def header(self) -> list[str]:
@@ -233,7 +234,7 @@ class SessionRun:
 
     def _maker(self, item: Any) -> Callable[[], Task | Ready]:
         def make() -> Task | Ready:
-            decided, runs = item_work(item.planned, [item.preset], GoldenStore(self.settings.goldens),
+            decided, runs = item_work(item.planned, [item.preset], self.goldens,
                                       settings=self.settings, use_cache=self.use_cache)
             if decided:
                 return Ready(decided[0])
@@ -262,7 +263,7 @@ class SessionRun:
         try:
             return history.RunWriter.start(
                 self.settings.store, "check", list(self.config.invocation_params.args), suites, presets,
-                settings_json(self.settings, False, self.use_cache, pool), env=environment(threads=pool.threads),
+                settings_json(self.settings, False, self.use_cache, pool), env=pool.environment(),
                 extra=extra, run_group=self.group)
         except OpdiffError as exc:
             pytest.exit(f"opdiff: error: {exc}", returncode=2)

@@ -31,11 +31,10 @@ class SuitePlan:
         if run is None:
             return
         from ..checking import plan_from_goldens, plan_from_suites
-        from ..goldens import GoldenStore
         from ..suite import load_suites, suite_paths
 
         settings = run.settings
-        store = GoldenStore(settings.goldens)
+        store = run.goldens
         self.suite_paths = suite_paths(None, settings.suites)
         if self.suite_paths:
             plan = plan_from_suites(load_suites(self.suite_paths), store, report_orphans=True)
