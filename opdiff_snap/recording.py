@@ -42,7 +42,7 @@ from .results import Listener, Result, RunReport
 from .session import emit, make_pool, set_total, settings_json
 from .suite import load_suites, select
 from .suite import suite_paths as find_suites
-from .suite.model import TestCase
+from .suite.model import Invocation, TestCase
 from .suite.selection import check_seeds, seeds_for, skip_reason
 from .verdicts import Verdict
 
@@ -203,15 +203,21 @@ class _Recorder:
         self.emit(result)
 
     def _golden(self, item: Planned, outcome: Outcome) -> Golden:
-        case = item.case
-        outputs = restore_outputs(outcome.output_structure, outcome.outputs or [])
-        reference, note = reference_of(outcome, outputs)
         assert outcome.invocation is not None, "a record job sends back the invocation it materialised"
-        return Golden(test_id=case.id, seed=item.seed, spec_hash=case.spec_hash, suite=str(case.suite),
-                      definition=dict(case.definition), test_type=case.test_type,
-                      baseline={"name": self.preset.name, **self.preset.to_json()}, env=self.env,
-                      created=history.utc_now(), invocation=outcome.invocation, outputs=outputs,
-                      grads=outcome.grads, reference=reference, reference_note=note)
+        return golden_of(item.case, item.seed, self.preset, self.env, outcome.invocation, outcome)
+
+
+def golden_of(case: TestCase, seed: int, baseline: Preset, env: dict[str, Any], invocation: Invocation,
+              outcome: Outcome, grads: bool = True) -> Golden:
+    """The golden of a baseline outcome: its outputs restored, the float64 residuals, the
+    definition and where it was recorded (`grads`: keep the recorded gradients)."""
+    outputs = restore_outputs(outcome.output_structure, outcome.outputs or [])
+    reference, note = reference_of(outcome, outputs)
+    return Golden(test_id=case.id, seed=seed, spec_hash=case.spec_hash, suite=str(case.suite),
+                  definition=dict(case.definition), test_type=case.test_type,
+                  baseline={"name": baseline.name, **baseline.to_json()}, env=env,
+                  created=history.utc_now(), invocation=invocation, outputs=outputs,
+                  grads=outcome.grads if grads else None, reference=reference, reference_note=note)
 
 
 def reference_of(outcome: Outcome, outputs: Any) -> tuple[Any, str | None]:

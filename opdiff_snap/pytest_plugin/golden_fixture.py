@@ -41,14 +41,14 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from .. import history, trees
+from .. import trees
 from ..checking import Pending, Planned, judge
 from ..compare import tolerance_for
 from ..errors import OpdiffError
-from ..execution import Outcome, restore_outputs
+from ..execution import Outcome
 from ..execution.user_call import NotShippable, UserCallJob, ship
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden
-from ..recording import reference_of
+from ..recording import golden_of
 from ..results import Result
 from ..suite.model import Call, Invocation, TestCase, Tolerance
 from ..verdicts import Verdict
@@ -282,7 +282,10 @@ class _Call:
         self.run.note(f"goldens {how} on {self.baseline.name}", f"{self.case.id} ({self.store.root}/{key})")
         info = GoldenInfo(golden.test_id, SEED, golden.spec_hash, golden.suite, golden.test_type,
                           self.baseline.name, golden.env, golden.created, key)
-        return [self._judge(golden, info, p, outcomes[p.name]) for p in self.presets]
+        # the baseline's result is the recording itself: judging it on the golden it just
+        # wrote would only show that it ran twice the same way
+        return [self._result(p, Verdict.RECORDED, "").with_outcome(recorded) if p.name == self.baseline.name
+                else self._judge(golden, info, p, outcomes[p.name]) for p in self.presets]
 
     def _run_all(self, invocation: Invocation, record: bool) -> dict[str, Outcome]:
         """Every backend's outcome (and the baseline's recording), run side by side."""
@@ -299,18 +302,15 @@ class _Call:
         if record:
             submit("\0record", self.baseline, repeats=1, warmup=0, reference=True)
         for preset in self.presets:
+            if record and preset.name == self.baseline.name:
+                continue   # the recording is its result
             submit(preset.name, preset, repeats=settings.repeats, warmup=settings.warmup,
                    cache_dir=settings.cache if run.use_cache else None)
         return {label: run.wait(key) for label, key in keys.items()}
 
     def _golden(self, invocation: Invocation, outcome: Outcome) -> Golden:
-        outputs = restore_outputs(outcome.output_structure, outcome.outputs or [])
-        reference, note = reference_of(outcome, outputs)
-        return Golden(test_id=self.case.id, seed=SEED, spec_hash=self.case.spec_hash, suite=str(self.case.suite),
-                      definition=dict(self.case.definition), test_type=self.case.test_type,
-                      baseline={"name": self.baseline.name, **self.baseline.to_json()},
-                      env=self.run.dispatcher.pool.environment(), created=history.utc_now(),
-                      invocation=invocation, outputs=outputs, reference=reference, reference_note=note)
+        return golden_of(self.case, SEED, self.baseline, self.run.dispatcher.pool.environment(), invocation,
+                         outcome, grads=False)
 
     def _judge(self, golden: Golden, info: GoldenInfo, preset: Any, outcome: Outcome) -> Result:
         tol = tolerance_for(self.case.tolerance, preset, self.tolerance)
