@@ -225,8 +225,8 @@ def test_record_and_check_on_ray_agree_with_a_local_run(cluster, site, project):
 def test_a_node_that_dies_mid_run_loses_no_item(cluster, site, project):
     """A third node (advertising `doomed`) is killed, process group and all, while the run
     uses it: jobs it was running that another node can take run again there; those only it
-    could run are CRASH naming it, or UNAVAILABLE saying it died; every item is written once
-    and the run ends."""
+    could run are CRASH naming it (the one it was running, and those queued for it, which
+    say it died); every item is written once, the run ends and it fails."""
     import ray
 
     if not (project / "goldens").exists():
@@ -259,15 +259,16 @@ def test_a_node_that_dies_mid_run_loses_no_item(cluster, site, project):
     assert {i["status"] for i in sleepy} == {"PASS"}
     doomed = [i for k, i in items.items() if k[2] == "doomed_cpu_fp32"]
     passed = [i for i in doomed if i["status"] == "PASS"]
-    crashed = [i for i in doomed if i["status"] == "CRASH"]
-    unavailable = [i for i in doomed if i["status"] == "UNAVAILABLE"]
-    assert len(passed) >= 2 and len(passed) + len(crashed) + len(unavailable) == 11 and len(crashed) <= 1
-    assert unavailable, "the items queued for the dead node must be reported"
-    assert proc.returncode == (1 if crashed else 0), out + err   # CRASH fails a run, UNAVAILABLE does not
+    crashed = [i for i in doomed if i["status"] == "CRASH" and "died while running the job" in i["error_message"]]
+    stranded = [i for i in doomed if i["status"] == "CRASH" and i not in crashed]
+    assert not [i for i in doomed if i["status"] == "UNAVAILABLE"], "a lost node is not a quiet UNAVAILABLE"
+    assert len(passed) >= 2 and len(passed) + len(crashed) + len(stranded) == 11 and len(crashed) <= 1
+    assert stranded, "the items queued for the dead node must be reported"
+    assert proc.returncode == 1, out + err   # a node lost mid-run fails the run
     for i in crashed:
         assert doomed_label in i["error_message"] and "died while running the job" in i["error_message"]
-    for i in unavailable:
+    for i in stranded:
         assert "advertises doomed" in i["error_message"] and doomed_label in i["error_message"]
-        assert "died during the run" in i["error_message"]
+        assert "died during the run" in i["error_message"] and i["error_class"] == "NodeDied"
     # whatever the node was running: a CRASH naming it, or a job retried elsewhere
     assert crashed or ("retried elsewhere" in out and doomed_label in out)

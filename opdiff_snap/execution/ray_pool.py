@@ -462,6 +462,10 @@ class RayPool:
         if item.lost:   # it was running when its node went away, and nothing else can take it
             return item.task.failed(Verdict.CRASH, "NodeDied", "; ".join(item.lost)
                                     + f"; it could not be retried elsewhere: {why}")
+        if any(not n.alive and n.offers(item.needs) for n in self._nodes.values()):
+            # the cluster had the hardware when the run started: a node lost is a failed run,
+            # never a quiet UNAVAILABLE
+            return item.task.failed(Verdict.CRASH, "NodeDied", why)
         return item.task.failed(Verdict.UNAVAILABLE, None, why)
 
     def _overdue(self, flight: _Flight):
