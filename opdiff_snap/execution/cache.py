@@ -42,6 +42,7 @@ from .. import __version__, trees
 from ..backends.base import Artifact, Preset
 from ..errors import OpdiffError
 from ..storage import StorageError, is_url, local_copy_dir, open_place
+from ..storage.local import LocalPlace
 from ..suite.model import Invocation, TestCase
 
 
@@ -160,6 +161,7 @@ class ArtifactCache:
     def __init__(self, root: Path | str):
         self.remote = open_place(str(root)) if is_url(root) else None
         self.root = local_copy_dir(str(root), "artifacts") if is_url(root) else Path(root)
+        self.local = LocalPlace(self.root)
 
     def entry_dir(self, key: str) -> Path:
         return self.root / key[:2] / key
@@ -199,10 +201,7 @@ class ArtifactCache:
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
-            try:
-                os.rename(staging, final)
-            except OSError:
-                shutil.rmtree(staging, ignore_errors=True)   # another process brought it first
+            self.local.publish_dir(name, staging)   # False: another process brought it first
             return True
         except (StorageError, OSError):
             return False
@@ -215,10 +214,9 @@ class ArtifactCache:
         try:
             if self.remote.exists(f"{name}/{MARKER}"):
                 return
-            files = {f"{name}/{p.relative_to(path).as_posix()}": p for p in sorted(path.rglob("*"))
-                     if p.is_file() and p.name != MARKER}
-            self.remote.put_many({k: p.read_bytes() for k, p in files.items()})
-            self.remote.put(f"{name}/{MARKER}", b"")
+            objects = {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*"))
+                       if p.is_file() and p.name != MARKER}
+            self.remote.publish(name, {**objects, MARKER: b""}, MARKER)   # data first, the marker last
         except (StorageError, OSError):
             pass   # the artifact is cached here all the same; another runner will export it
 
@@ -265,14 +263,11 @@ class ArtifactCache:
             meta = {"key": key, "export_ms": export_ms, "artifact": rel, "created": time.time(), **info}
             (staging / "entry.json").write_text(json.dumps(meta, indent=1, default=str))
             (staging / "complete").write_text("")
-            try:
-                os.rename(staging, final)
-            except OSError:
-                # published by someone else meanwhile (rename onto a non-empty dir fails)
-                shutil.rmtree(staging, ignore_errors=True)
-                entry = self.lookup(key)
+            if not self.local.publish_dir(f"{key[:2]}/{key}", staging):
+                entry = self.lookup(key)   # published by someone else meanwhile
                 if entry is None:
-                    raise
+                    raise OpdiffError(f"the artifact cache entry {final} vanished while it was published; "
+                                      "run again.")
                 return entry, export_ms
             self._upload(key)
             return CacheEntry(key, final, export_ms), export_ms

@@ -144,9 +144,6 @@ class S3Place(Place):
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self._store = _client(self.bucket, self.prefix)
 
-    def child(self, sub: str) -> "S3Place":
-        return S3Place(f"{self.url}/{sub.strip('/')}")
-
     def _call(self, doing: str, key: str, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
