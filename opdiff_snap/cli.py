@@ -210,22 +210,32 @@ def validate(ctx, suites, imports, timeout_s) -> None:
 
 # ---------------------------------------------------------------- record / check
 
-def _run_options(fn):
-    for opt in reversed([
+def _apply(fn, options: list):
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _jobs_and_selection(fn):
+    """How jobs run and which (test, seed) pairs: shared by record, check and upgrade."""
+    return _apply(fn, [
         click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores)."),
         click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1)."),
         click.option("--repeats", type=click.IntRange(min=1), help="Timed calls per job (median reported)."),
         click.option("--warmup", type=click.IntRange(min=0), help="Untimed warm-up calls per job."),
-        click.option("--in-process", is_flag=True, help="Run jobs in this process (debugging; no isolation)."),
         click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable."),
         click.option("--tags", multiple=True, help="Only tests with this tag; repeatable."),
         click.option("--seeds", type=click.IntRange(min=1), help="Use seeds 0..N-1 instead of each test's."),
         click.option("--seed-list", help="Use exactly these seeds, e.g. 0,3,7."),
+    ])
+
+
+def _run_options(fn):
+    return _jobs_and_selection(_apply(fn, [
+        click.option("--in-process", is_flag=True, help="Run jobs in this process (debugging; no isolation)."),
         click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text"),
         click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too."),
-    ]):
-        fn = opt(fn)
-    return fn
+    ]))
 
 
 def _opdiff_options(fn):
@@ -747,19 +757,13 @@ class _UpgradeUI:
 @click.option("--rerun-current", is_flag=True, help="Check this environment again even when a fresh run exists.")
 @click.option("--html", type=click.Path(path_type=Path), help="Also write the comparison as one HTML page.")
 @_diff_thresholds
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
-@click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1).")
-@click.option("--repeats", type=click.IntRange(min=1), help="Timed calls per job (median reported).")
-@click.option("--warmup", type=click.IntRange(min=0), help="Untimed warm-up calls per job.")
-@click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable.")
-@click.option("--tags", multiple=True, help="Only tests with this tag; repeatable.")
-@click.option("--seed-list", help="Use exactly these seeds, e.g. 0,3,7.")
+@_jobs_and_selection
 @FORMAT_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
 @click.pass_context
 @guarded
 def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, drift_factor, latency_threshold,
-            jobs, timeout_s, repeats, warmup, test_ids, tags, seed_list, fmt, verbose) -> None:
+            jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
     """Check the goldens in an environment with --with packages replaced, and here; diff the two.
 
     \b
@@ -775,7 +779,7 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     rep = api.upgrade(list(withs), backends=list(backends), suites=list(suites) or None,
                       preset_options=_preset_options(preset_options), test_ids=_patterns(test_ids),
-                      tags=_patterns(tags), seed_list=_seed_list(seed_list), settings=settings,
+                      tags=_patterns(tags), seeds=seeds, seed_list=_seed_list(seed_list), settings=settings,
                       argv=sys.argv[1:], rerun_current=rerun_current, drift_factor=drift_factor,
                       latency_threshold=latency_threshold, ui=_UpgradeUI(console, verbose))
     how = "reused" if rep.env.reused else f"built with {rep.env.installer}"

@@ -80,6 +80,16 @@ class NodeGraph:
     constants: set[str] = field(default_factory=set)       # weights, constants, and nodes computed from them only
     graph_vs_eager: float | None = None         # max |graph output - the scope's eager output|
     error: str | None = None                    # why there is no graph
+    _last_use: dict[Ref, int] | None = field(default=None, repr=False, compare=False)
+
+    def last_use(self) -> dict[Ref, int]:
+        """The index of the last node reading each value (past the last node: a graph output),
+        computed once: a scan asks it of every node."""
+        if self._last_use is None:
+            last = {r: i for i, n in enumerate(self.nodes) for r in refs_in((n.args, n.kwargs))}
+            last.update({r: len(self.nodes) for r in self.outputs})
+            self._last_use = last
+        return self._last_use
 
     def value(self, ref: Ref) -> Any:
         v = self.values[ref.name]
@@ -101,9 +111,8 @@ class NodeGraph:
                 if r.name not in inside and r not in inputs:
                     inputs.append(r)
         if outputs is None:
-            used_after = {r for n in self.nodes[stop + 1:] for r in refs_in((n.args, n.kwargs))}
-            used_after |= set(self.outputs)
-            outputs = [r for n in nodes for r in n.produces() if r in used_after] or nodes[-1].produces()
+            last = self.last_use()
+            outputs = [r for n in nodes for r in n.produces() if last.get(r, -1) > stop] or nodes[-1].produces()
         return Fragment(start, stop, nodes, inputs, [self.value(r) for r in inputs],
                         [r.name in self.constants for r in inputs], list(outputs),
                         flat_values([self.value(r) for r in outputs]))
