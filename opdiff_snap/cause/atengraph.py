@@ -335,10 +335,16 @@ class Fragment:
         """The values that are inputs of the module (the rest are its buffers)."""
         return [v for v, c in zip(self.input_values, self.constant_inputs) if not c]
 
+    def buffer_names(self) -> dict[Ref, str]:
+        """The buffer name of each constant input: c0, c1, ... (the module and repro scripts
+        hold them so)."""
+        consts = [r for r, c in zip(self.inputs, self.constant_inputs) if c]
+        return {r: f"c{k}" for k, r in enumerate(consts)}
+
     def buffers(self) -> dict[str, Any]:
-        """The constant inputs by the buffer names the module gives them: c0, c1, ..."""
-        consts = [v for v, c in zip(self.input_values, self.constant_inputs) if c]
-        return {f"c{i}": v for i, v in enumerate(consts)}
+        """The constant inputs by their buffer names."""
+        names = self.buffer_names()
+        return {names[r]: v for r, v in zip(self.inputs, self.input_values) if r in names}
 
     def single_op(self) -> bool:
         """One node whose whole output is wanted and that reads no weight: the bare OpOverload."""
@@ -365,9 +371,8 @@ class Fragment:
         for r, constant in zip(self.inputs, self.constant_inputs):
             if not constant:
                 env[r] = g.placeholder(re.sub(r"\W", "_", f"{r.name}_{r.item}" if r.item is not None else r.name))
-        consts = [r for r, constant in zip(self.inputs, self.constant_inputs) if constant]
-        for k, r in enumerate(consts):
-            env[r] = g.get_attr(f"c{k}")
+        for r, name in self.buffer_names().items():
+            env[r] = g.get_attr(name)
 
         def lookup(r: Ref) -> torch.fx.Node:
             if r not in env:   # one output of a multi-output node of the range

@@ -392,11 +392,7 @@ def write_node_repro(case: TestCase, graph: Any, start: int, stop: int, preset: 
     if not all(isinstance(v, torch.Tensor) for v in frag.input_values):
         raise OpdiffError(f"test '{case.id}' {frag.label}: a value it reads is not a tensor; it cannot be "
                           "written into a repro script.")
-    slot: dict[Any, str] = {}
-    k = 0
-    for r, constant in zip(frag.inputs, frag.constant_inputs):
-        if constant:
-            slot[r], k = f"self.c{k}", k + 1
+    slot: dict[Any, str] = {r: f"self.{name}" for r, name in frag.buffer_names().items()}
     acts = [r for r, constant in zip(frag.inputs, frag.constant_inputs) if not constant]
     slot.update({r: f"t[{i}]" for i, r in enumerate(acts)})
 
