@@ -64,7 +64,6 @@ class Planned:
     info: GoldenInfo | None
     verdict: Verdict | None = None
     message: str = ""
-    definition_checked: bool = False   # planning from goldens already rebuilt and hashed the definition
 
     @property
     def baseline(self) -> str | None:
@@ -198,7 +197,7 @@ def plan_from_goldens(store: GoldenStore, *, seeds: int | None = None,
         if case.spec_hash != info.spec_hash:
             plan.items.append(Planned(case.id, info.seed, case, info, Verdict.STALE, _stale_message(info, case)))
         else:
-            plan.items.append(Planned(case.id, info.seed, case, info, definition_checked=True))
+            plan.items.append(Planned(case.id, info.seed, case, info))
     if untrusted:
         raise UntrustedGolden(untrusted)
     return plan
@@ -455,8 +454,7 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
         return decided, []
     try:
         golden = store.read(item.test_id, item.seed)
-        if not item.definition_checked:
-            _check_definition(golden, store)
+        _check_definition(golden, store)
     except (CorruptGolden, MissingGolden) as exc:
         verdict = Verdict.CORRUPT if isinstance(exc, CorruptGolden) else Verdict.NO_GOLDEN
         for preset in runnable:
@@ -585,8 +583,9 @@ def cache_usable(settings: Settings, listener: Listener | None) -> bool:
 def _check_definition(golden: Golden, store: GoldenStore) -> None:
     """Raise CorruptGolden when the golden's stored definition does not rebuild, or does
     not hash to its spec hash (the check `opdiff goldens verify` makes too). Reached only
-    for goldens planning from suites found current (planning from goldens checks it
-    itself), so a mismatch here is an edited definition."""
+    for goldens planning found current, so a mismatch here is an edited definition. Not
+    redundant after planning from goldens: a module test rebuilt there from its suite on
+    disk hashes as recorded even when the stored definition was edited."""
     found = definition_findings(golden.test_id, golden.definition, golden.suite, golden.spec_hash,
                                 golden.test_type)
     wrong = found.problems or found.stale
