@@ -100,24 +100,39 @@ def _too_many(mark: Mark, expanded: bool) -> YamlSyntaxError:
 
 def _check_events(text: str) -> None:
     """Refuse too deep or too many values while parsing, before composing anything
-    (libyaml's composer recurses per level and would crash on very deep input)."""
-    depth = values = 0
+    (libyaml's composer recurses per level and would crash on very deep input).
+
+    MAX_DEPTH is ours and sits below any parser's own limit, but libyaml scans ahead
+    of the events it hands out and may stop at its own nesting limit before we see
+    level MAX_DEPTH + 1; the pure-Python parser, which has no such limit, then finds
+    where ours was crossed. Any other parse error is left to compose, which reports it
+    with its position."""
     try:
-        for event in yaml.parse(text, Loader=_Loader):
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise _too_deep((event.start_mark.line + 1, event.start_mark.column + 1))
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-                continue
-            elif not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
-                continue
-            values += 1
-            if values > MAX_VALUES:
-                raise _too_many((event.start_mark.line + 1, event.start_mark.column + 1), expanded=False)
+        _scan_events(text, _Loader)
     except yaml.YAMLError:
-        return  # compose reports syntax errors with their position
+        if _Loader is yaml.SafeLoader:
+            return
+        try:
+            _scan_events(text, yaml.SafeLoader)
+        except yaml.YAMLError:
+            return
+
+
+def _scan_events(text: str, loader: Any) -> None:
+    depth = values = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _too_deep((event.start_mark.line + 1, event.start_mark.column + 1))
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+            continue
+        elif not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+            continue
+        values += 1
+        if values > MAX_VALUES:
+            raise _too_many((event.start_mark.line + 1, event.start_mark.column + 1), expanded=False)
 
 
 def _check_expansion(root: yaml.Node) -> None:

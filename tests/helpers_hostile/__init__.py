@@ -132,10 +132,11 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def assert_clean_failure(code: int, out: str, err: str, expect_code: int, fragment: str) -> None:
+def assert_clean_failure(code: int, out: str, err: str, expect_code: int, *fragments: str) -> None:
     text = out + err
     assert code == expect_code, f"exit {code}, expected {expect_code}:\n{text[-3000:]}"
-    assert fragment in text, f"{fragment!r} not in:\n{text[-3000:]}"
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in:\n{text[-3000:]}"
     assert "Traceback" not in text, text[-3000:]
     assert "internal error" not in text, text[-3000:]
 
