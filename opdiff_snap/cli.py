@@ -863,7 +863,7 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
     with _writing(out, "-o/--output"):
         path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
                          goldens=_settings(ctx).goldens, trust_goldens=trust_goldens, node=node, scope=scope,
-                         timeout_s=_settings(ctx).timeout_s)
+                         timeout_s=_settings(ctx).timeout_s, suites=_settings(ctx).suites)
     click.echo(f"wrote {path}; run: python {path}")
 
 
