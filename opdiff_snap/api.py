@@ -257,15 +257,19 @@ def validate(suites=None, *, imports: bool = False, settings=None, in_process: b
     return cases
 
 
-def golden_case(test_id: str, seed: int, goldens: Path | str = Path("goldens"), trust_goldens: bool = False):
+def golden_case(test_id: str, seed: int, goldens: Path | str = Path("goldens"), trust_goldens: bool = False,
+                suites: Path | str = Path("suites")):
     """(TestCase, Golden) of one stored golden: the case rebuilt from the definition the
     golden was recorded from, so it always matches the stored inputs and weights (under
-    the trust rules of goldens/cases.py)."""
+    the trust rules of goldens/cases.py: only the suites under `suites` may vouch for
+    code the definition names)."""
     from .goldens import GoldenStore
     from .goldens.cases import GoldenCases
+    from .suite import suite_paths
 
     golden = GoldenStore(goldens).read(test_id, seed)
-    case = GoldenCases(trust_goldens).case(test_id, seed, golden.definition, golden.suite)
+    vouching = GoldenCases(trust_goldens, suite_paths(None, Path(suites)))
+    case = vouching.case(test_id, seed, golden.definition, golden.suite)
     return case, golden
 
 
@@ -284,7 +288,7 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
     from .execution import WorkerPool
 
     settings = settings or Settings()
-    case, golden = golden_case(test_id, seed, goldens, trust_goldens)
+    case, golden = golden_case(test_id, seed, goldens, trust_goldens, settings.suites)
     preset = get_preset(backend, preset_options)
     with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
         report = find(case, golden.invocation, preset, lambda p: tolerance_for(case.tolerance, p, tolerance),
@@ -299,7 +303,8 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
 
 def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_options=None,
           goldens: Path | str = Path("goldens"), trust_goldens: bool = False, node: str | None = None,
-          scope: str = "", timeout_s: float = 300.0, in_process: bool = False) -> Path:
+          scope: str = "", timeout_s: float = 300.0, in_process: bool = False,
+          suites: Path | str = Path("suites")) -> Path:
     """Write a standalone script reproducing `test_id` on `backend` (see cause.repro).
     `node` ("N" or "N-M", as localize names them): reproduce those ATen nodes of `scope`
     ("" for the module itself, "name" or "name#k" for a submodule call) instead, on the
@@ -309,7 +314,7 @@ def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_option
     from .compare import tolerance_for
     from .errors import OpdiffError
 
-    case, golden = golden_case(test_id, seed, goldens, trust_goldens)
+    case, golden = golden_case(test_id, seed, goldens, trust_goldens, suites)
     preset = get_preset(backend, preset_options)
     tol = tolerance_for(case.tolerance, preset)
     if node is None:

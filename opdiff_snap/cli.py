@@ -400,8 +400,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
 @click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact exists.")
 @click.option("--trust-goldens", is_flag=True,
-              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
-                   "user packages); they are imported in workers, and the run says which.")
+              help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
+                   "user packages, ops with effects); they run in workers, and the run says which.")
 @click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 "
                                 "(default: all but PASS, SKIPPED, UNAVAILABLE).")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
@@ -527,8 +527,8 @@ def goldens_prune(ctx, yes) -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging; no isolation).")
 @click.option("--trust-goldens", is_flag=True,
-              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
-                   "user packages); they are imported in workers, and the run says which.")
+              help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
+                   "user packages, ops with effects); they run in workers, and the run says which.")
 @click.pass_context
 @guarded
 def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> None:
@@ -811,8 +811,8 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
 @click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1).")
 @click.option("--in-process", is_flag=True, help="Run the jobs in this process (debugging; no isolation).")
 @click.option("--trust-goldens", is_flag=True,
-              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
-                   "user packages); they are imported in workers, and the run says which.")
+              help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
+                   "user packages, ops with effects); they run in workers, and the run says which.")
 @click.pass_context
 @guarded
 def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, jobs, timeout_s,
@@ -847,8 +847,8 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
                                           "('name' or 'name#K' for its K-th call; default: the module itself).")
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
 @click.option("--trust-goldens", is_flag=True,
-              help="Let goldens alone name code beyond ATen ops and torch.nn classes (file: modules, "
-                   "user packages); they are imported in workers, and the run says which.")
+              help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
+                   "user packages, ops with effects); they run in workers, and the run says which.")
 @click.pass_context
 @guarded
 def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trust_goldens) -> None:
@@ -863,7 +863,7 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
     with _writing(out, "-o/--output"):
         path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
                          goldens=_settings(ctx).goldens, trust_goldens=trust_goldens, node=node, scope=scope,
-                         timeout_s=_settings(ctx).timeout_s)
+                         timeout_s=_settings(ctx).timeout_s, suites=_settings(ctx).suites)
     click.echo(f"wrote {path}; run: python {path}")
 
 

@@ -255,7 +255,7 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
     preset = get_preset("torch_cpu_fp32")
     results: list[Result] = []
     pending: dict[str, Golden] = {}
-    rebuild = GoldenCases(trust_goldens)
+    rebuild = GoldenCases(trust_goldens, paths)
 
     def done(result: Result) -> None:
         results.append(result)

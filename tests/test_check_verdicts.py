@@ -16,6 +16,7 @@ from opdiff_snap.compare import BASELINE_FACTOR
 from opdiff_snap.config import Settings
 from opdiff_snap.errors import OpdiffError
 from opdiff_snap.goldens import GoldenStore, store_key
+from opdiff_snap.goldens.cases import UntrustedGolden
 from opdiff_snap.history import read_run
 from opdiff_snap.suite.model import Tolerance
 from opdiff_snap.verdicts import Verdict
@@ -215,8 +216,8 @@ def test_corrupt_chunk_and_corrupt_metadata(site, project):
     goldens = project / "goldens"
     flip_byte(goldens / store_key("tol_test", 0) / "0")
     (goldens / store_key("int_add", 0) / "zarr.json").write_text('{"zarr_format": 3, "node_t')
-    for suites in (True, False):
-        _, res = check(project, ["torch_cpu_fp32"], suites=suites)
+    for suites in (True, False):   # without suites, scale_file's file: module needs --trust-goldens
+        _, res = check(project, ["torch_cpu_fp32"], suites=suites, trust_goldens=not suites)
         assert res["tol_test", "torch_cpu_fp32"].verdict is Verdict.CORRUPT
         assert "re-record" in res["tol_test", "torch_cpu_fp32"].message.lower()
         corrupt = [k for k, r in res.items() if r.verdict is Verdict.CORRUPT]
@@ -229,7 +230,12 @@ def test_corrupt_chunk_and_corrupt_metadata(site, project):
 
 
 def test_goldens_only_mode_uses_stored_definitions_tags_and_seeds(site, project):
-    report, res = check(project, ["torch_cpu_fp32"], suites=False)
+    # no suite given vouches for the file: module of scale_file (its recorded suite path,
+    # read from the golden, never does): refused unless the store is trusted
+    with pytest.raises(UntrustedGolden) as refused:
+        check(project, ["torch_cpu_fp32"], suites=False)
+    assert [(tid, paths) for tid, _, paths in refused.value.found] == [("scale_file", ["file:mods.py::Scale"])]
+    report, res = check(project, ["torch_cpu_fp32"], suites=False, trust_goldens=True)
     assert len(res) == 11 and report.counts() == {"PASS": 11}
     _, res = check(project, ["torch_cpu_fp32"], suites=False, tags=["tol"])
     assert sorted(k[0] for k in res) == ["tol_default", "tol_glob", "tol_suite", "tol_test"]
@@ -240,7 +246,7 @@ def test_goldens_only_mode_uses_stored_definitions_tags_and_seeds(site, project)
     # a file: module edited after record still makes the golden STALE without suites
     mods = project / "suites" / "mods.py"
     mods.write_text(mods.read_text() + "\n# edited\n")
-    _, res = check(project, ["torch_cpu_fp32"], suites=False, test_ids=["scale_file"])
+    _, res = check(project, ["torch_cpu_fp32"], suites=False, test_ids=["scale_file"], trust_goldens=True)
     assert res["scale_file", "torch_cpu_fp32"].verdict is Verdict.STALE
 
 

@@ -546,13 +546,16 @@ def test_verify_and_check_agree_on_edited_goldens(project, test_id, change, kind
     assert_clean_failure(code, out, err, 1, "CORRUPT")
     [result] = json.loads(out)["results"]
     assert result["status"] == "CORRUPT", result
-    # check from the goldens alone: the same verdict; a module test is rebuilt from the suite
-    # it was recorded from (still on disk, unchanged), so its edited definition is CORRUPT too
+    # check from the goldens alone: the same verdict; a test whose file: module no suite given
+    # vouches for (its recorded suite path never does) is refused before anything runs
     code, out, err = cli_inproc(project, "--suites", "no-suites-here", "check", "-b", "torch_cpu_fp32",
                                 "--test-ids", test_id, "--format", "json", *FAST)
-    assert "Traceback" not in out + err
-    [result] = json.loads(out)["results"]
-    assert result["status"] == "CORRUPT", result
+    if test_id == "scale":
+        assert_clean_failure(code, out, err, 2, "'scale' seed 0: file:models.py::Scale")
+    else:
+        assert "Traceback" not in out + err
+        [result] = json.loads(out)["results"]
+        assert result["status"] == "CORRUPT", result
     assert snapshot(project) == before
 
 

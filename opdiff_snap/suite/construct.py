@@ -100,17 +100,22 @@ def resolve_op(name: str):
     if not sep or not rest:
         raise OpdiffError(f"op '{name}' is not of the form aten::name[.overload].")
     op_name, _, overload = rest.partition(".")
-    try:
-        packet = getattr(getattr(torch.ops, ns), op_name)
+    try:   # only operators: an attribute of the namespace object (`aten::__setattr__`) is not one
+        packet = getattr(getattr(torch.ops, ns), op_name) if op_name.isidentifier() else None
     except (AttributeError, RuntimeError):
-        raise OpdiffError(f"op '{name}': torch has no operator {ns}::{op_name}.") from None
+        packet = None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        raise OpdiffError(f"op '{name}': torch has no operator {ns}::{op_name}.")
     if not overload:
         return packet
     try:
-        return getattr(packet, overload)
+        op = getattr(packet, overload) if overload.isidentifier() else None
     except (AttributeError, RuntimeError):
+        op = None
+    if not isinstance(op, torch._ops.OpOverload):
         raise OpdiffError(f"op '{name}': {ns}::{op_name} has no overload '{overload}'"
-                          f"{suggest(overload, packet.overloads())}.") from None
+                          f"{suggest(overload, packet.overloads())}.")
+    return op
 
 
 def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | None = None,
