@@ -213,3 +213,27 @@ def test_every_op_and_class_the_shipped_suites_name_may_come_from_a_golden():
     assert len(paths) > 200
     refused = {p: refusal(p) for p in sorted(paths) if refusal(p) is not None}
     assert not refused
+
+
+# ---------------------------------------------------------------- files a golden's definition names
+
+def test_the_spec_hash_reads_only_regular_files(tmp_path):
+    """A golden's definition chooses which `file:` paths the spec hash reads: a device
+    that never ends or a FIFO that never opens hashes as a marker (the golden is then
+    stale), instead of a read that never returns."""
+    import threading
+
+    from opdiff_snap.suite.spechash import spec_hash
+
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    real = tmp_path / "real.py"
+    real.write_text("x = 1\n")
+    out: dict[str, str] = {}
+    worker = threading.Thread(target=lambda: out.update(
+        dev=spec_hash({"op": "x"}, (Path("/dev/zero"),)), fifo=spec_hash({"op": "x"}, (fifo,)),
+        folder=spec_hash({"op": "x"}, (tmp_path,)), real=spec_hash({"op": "x"}, (real,))), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "hashing a device or a FIFO did not return"
+    assert out["dev"] == out["fifo"] == out["folder"] != out["real"]

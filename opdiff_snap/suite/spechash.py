@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -46,8 +48,20 @@ def spec_hash(definition: Mapping[str, Any], source_files: tuple[Path, ...]) -> 
     h.update(canonical_json(body).encode())
     for f in source_files:
         h.update(b"\0file\0")
-        try:
-            h.update(f.read_bytes())
-        except OSError:
-            h.update(b"\0missing\0")  # the golden then reads as stale rather than crashing
+        _hash_file(h, f)
     return h.hexdigest()
+
+
+def _hash_file(h: Any, path: Path) -> None:
+    """Stream a regular file into `h`. Anything else (missing, a device such as
+    /dev/zero, a FIFO, a folder) hashes as a marker, so the golden reads as stale
+    instead of the read never ending: a golden's definition chooses these paths."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            h.update(b"\0not a regular file\0")
+            return
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        h.update(b"\0missing\0")
