@@ -399,7 +399,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--python", "python", type=click.Path(path_type=Path),
               help="Run the workers under this interpreter (another venv, conda or uv environment): "
                    "its packages run the jobs; goldens, tolerances and the store stay these.")
-@click.option("--shard", metavar="K/N", help="Run the K-th of N shards of the planned jobs (with --run-group).")
+@click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _shard(value, ctx, param),
+              help="Run the K-th of N shards of the planned jobs (with --run-group).")
 @click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it).")
 @_run_options
 @_opdiff_options
@@ -436,15 +437,19 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
         skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
         use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
-        argv=sys.argv[1:], listener=listener, python=python, shard=_shard(shard),
+        argv=sys.argv[1:], listener=listener, python=python, shard=shard,
         run_group=run_group),
-        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard}")
+        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard[0]}/{shard[1]}")
 
 
-def _shard(text: str | None):
+def _shard(text: str | None, ctx: click.Context, param: click.Parameter) -> tuple[int, int] | None:
+    """--shard K/N, read when the flags are parsed."""
     from .sharding import parse_shard
 
-    return parse_shard(text) if text else None
+    try:
+        return parse_shard(text) if text else None
+    except OpdiffError as exc:
+        raise FlagError(str(exc).removeprefix(f"--shard {text!r}: "), text, ctx, param) from None
 
 
 @main.command()

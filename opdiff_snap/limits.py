@@ -108,6 +108,7 @@ SEED = Range(0, MAX_SEED, whole=True)
 NON_NEGATIVE = Range(0.0)                  # tolerances, thresholds (0: off)
 POSITIVE = Range(0.0, low_open=True)       # factors, steps
 ENTRIES = Range(1, 2**31 - 1, whole=True)
+SHARDS = Range(1, 1024, whole=True)        # N of --shard K/N
 THREADS = Range(0, 1024, whole=True)       # a runtime's thread count (0: its default)
 OPTION_INT = Range(-(2**31), 2**31 - 1, whole=True)   # a whole-number preset option, as C APIs take it
 

@@ -96,6 +96,17 @@ def test_seed_list_values_are_checked(empty, command, seeds, fragment):
     assert_clean_failure(code, out, err, 2, f"--seed-list {seeds!r}: {fragment}")
 
 
+@pytest.mark.parametrize("shard, fragment", [
+    (f"1/{HUGE}", "the number of shards N is out of range; give a whole number from 1 to 1024"),
+    ("1/1025", "the number of shards N is out of range; give a whole number from 1 to 1024"),
+    (f"{'9' * 5000}/4", "write K/N with 1 <= K <= N"),
+    ("0/4", "write K/N with 1 <= K <= N"),
+])
+def test_shard_counts_are_checked(empty, shard, fragment):
+    code, out, err = cli_inproc(empty, *CHECK, "--run-group", "g", "--shard", shard)
+    assert_clean_failure(code, out, err, 2, f"opdiff: error: --shard {shard!r}: {fragment}")
+
+
 SETTINGS = [
     ("timeout_s = nan", "timeout_s must be a finite number of seconds from 0.1 to 604800, not nan"),
     ("timeout_s = inf", "timeout_s must be a finite number of seconds from 0.1 to 604800, not inf"),
