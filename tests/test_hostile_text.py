@@ -8,6 +8,7 @@ the key that id belongs to, as someone with write access to a shared store could
 
 from __future__ import annotations
 
+import ast
 import html
 import json
 import re
@@ -223,3 +224,23 @@ def test_pytest_failure_text_is_escaped():
     text = describe(Result(EVIL, 0, "torch_cpu_fp32", Verdict.CORRUPT, message=f"bad golden {EVIL}\nsecond line"))
     assert not ACTING.findall(text)
     assert f"CORRUPT on torch_cpu_fp32 (test '{SHOWN}' seed 0): bad golden {SHOWN}\nsecond line" in text
+
+
+@pytest.mark.slow
+def test_a_repro_script_keeps_the_id_in_its_docstring(tmp_path):
+    """A test id may hold quotes: the repro script names it in its docstring, and nothing
+    in it ends the string literal (it would run as code when the script runs)."""
+    tid = 'q"""+__import__("pathlib").Path("PWNED").touch()+"""'
+    project = tmp_path / "p"
+    (project / "suites").mkdir(parents=True)
+    (project / "suites" / "s.yaml").write_text(
+        f"tests:\n  - id: '{tid}'\n    op: aten::relu\n    in: [{{type: tensor, shape: [2], dtype: float32}}]\n")
+    code, out, err = cli_inproc(project, "record", *FAST)
+    assert code == 0, out + err
+    code, out, err = cli_inproc(project, "repro", tid, "-b", "torch_cpu_fp32", "-o", "r.py")
+    assert code == 0, out + err
+    source = (project / "r.py").read_text()
+    assert ast.get_docstring(ast.parse(source)).startswith(f"Reproducer: test {tid!r} seed 0")
+    proc = subprocess.run([PY, "r.py"], cwd=project, capture_output=True, text=True, env=env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (project / "PWNED").exists()
