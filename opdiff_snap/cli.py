@@ -175,7 +175,7 @@ def list_tests(ctx, suites, test_ids, tags, long_) -> None:
                                tags=_patterns(tags), settings=_settings(ctx)):
         if long_:
             _echo(f"{case.id}\t{case.test_type}\tseeds={list(case.seeds)}\t"
-                       f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
+                  f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
         else:
             _echo(case.id)
 
@@ -542,7 +542,7 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
         if r.verdict.value == "BASELINE_FAIL" or (r.verdict.value == "RECORDED" and "added" not in r.message):
             _echo(f"{r.verdict.value} {r.test_id} seed={r.seed}: {r.message}")
     _echo(f"{counts.get('RECORDED', 0)} goldens measured, {counts.get('KEPT', 0)} already had a "
-               f"reference, {counts.get('BASELINE_FAIL', 0)} could not be rebuilt")
+          f"reference, {counts.get('BASELINE_FAIL', 0)} could not be rebuilt")
     sys.exit(1 if counts.get("BASELINE_FAIL") else 0)
 
 
@@ -563,8 +563,8 @@ def goldens_verify(ctx) -> None:
     count = {kind: len({f.info.key for f in findings if f.kind == kind})
              for kind in ("CORRUPT", "STALE", "UNCHECKED")}
     _echo(f"{n} goldens checked, {count['CORRUPT']} corrupt"
-               + (f", {count['STALE']} stale" if count["STALE"] else "")
-               + (f", {count['UNCHECKED']} with a spec hash not checked from here" if count["UNCHECKED"] else ""))
+          + (f", {count['STALE']} stale" if count["STALE"] else "")
+          + (f", {count['UNCHECKED']} with a spec hash not checked from here" if count["UNCHECKED"] else ""))
     sys.exit(1 if count["CORRUPT"] or count["STALE"] else 0)
 
 
@@ -671,7 +671,7 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
         with _writing(png_dir, "--png-dir"):
             png_dir.mkdir(parents=True, exist_ok=True)
             _echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
-                       f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
+                  f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
 
 
 @report.command("html")
@@ -896,7 +896,7 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries) -> None:
         _echo(rep.format())
     failed = [r.test_id for r in reports if not r.passed]
     _echo(f"{len(reports) - len(failed)} of {len(reports)} tests pass gradcheck"
-               + (f"; failing: {', '.join(failed)}" if failed else ""))
+          + (f"; failing: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
 
 
