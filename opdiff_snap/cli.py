@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import sys
 import traceback
 from pathlib import Path
@@ -12,9 +11,18 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from . import limits
 from .config import Settings, load_settings
 from .errors import OpdiffError
+from .limits import FlagError, Number
+from .safetext import printable
 from .suite.model import Tolerance
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """A line for the terminal: whatever in it came from goldens, the history or a library
+    is shown with its control characters escaped (newlines and tabs kept)."""
+    click.echo(printable(text, lines=True), err=err)
 
 
 class Context:
@@ -35,51 +43,33 @@ def guarded(fn):
         except OpdiffError as exc:
             if debug:
                 traceback.print_exc()
-            click.echo(f"opdiff: error: {exc}", err=True)
+            _echo(f"opdiff: error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except BrokenPipeError:  # output piped into `head` and the like
             sys.stderr = None
             sys.exit(0)
         except KeyboardInterrupt:
-            click.echo("opdiff: interrupted; history of this run stays resumable (`opdiff runs`).", err=True)
+            _echo("opdiff: interrupted; history of this run stays resumable (`opdiff runs`).", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug of ours or of a library: say so plainly
             if debug:
                 traceback.print_exc()
-            click.echo(f"opdiff: internal error: {type(exc).__name__}: {exc}. Re-run with --debug for the "
-                       "traceback and report it; nothing already recorded was changed.", err=True)
+            _echo(f"opdiff: internal error: {type(exc).__name__}: {exc}. Re-run with --debug for the "
+                  "traceback and report it; nothing already recorded was changed.", err=True)
             sys.exit(3)
 
     return wrapper
 
 
-class FiniteFloat(click.ParamType):
-    """A float flag that must be finite (no nan, no inf) and at least `min` (above it
-    with `min_open`)."""
-
-    name = "number"
-
-    def __init__(self, min: float | None = None, min_open: bool = False):
-        self.min, self.min_open = min, min_open
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, float) and math.isfinite(value):
-            number = value
-        else:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                self.fail(f"{value!r} is not a number.", param, ctx)
-            if not math.isfinite(number):
-                self.fail(f"{value!r} is not a finite number; give a plain number such as 1e-5.", param, ctx)
-        if self.min is not None and (number < self.min or (self.min_open and number == self.min)):
-            bound = f"greater than {self.min:g}" if self.min_open else f"at least {self.min:g}"
-            self.fail(f"{value!r} must be {bound}.", param, ctx)
-        return number
-
-
-NON_NEGATIVE = FiniteFloat(min=0.0)
-POSITIVE = FiniteFloat(min=0.0, min_open=True)
+JOBS = Number(limits.JOBS)
+TIMEOUT_S = Number(limits.TIMEOUT_S)
+REPEATS = Number(limits.REPEATS)
+WARMUP = Number(limits.WARMUP)
+SEED_COUNT = Number(limits.SEED_COUNT)
+SEED = Number(limits.SEED)
+NON_NEGATIVE = Number(limits.NON_NEGATIVE)
+POSITIVE = Number(limits.POSITIVE)
+ENTRIES = Number(limits.ENTRIES)
 
 
 def _output_file(path: Path | None, flag: str) -> Path | None:
@@ -117,12 +107,13 @@ def _settings(ctx: click.Context, **overrides) -> Settings:
 def _seed_list(text: str | None) -> list[int] | None:
     if not text:
         return None
-    try:
-        seeds = [int(s) for s in text.replace(";", ",").split(",") if s.strip()]
-    except ValueError:
-        raise OpdiffError(f"--seed-list '{text}': give comma-separated non-negative integers like 0,3,7.") from None
-    if any(s < 0 for s in seeds):
-        raise OpdiffError(f"--seed-list '{text}': seeds must be non-negative.")
+    seeds = []
+    for part in (p for p in text.replace(";", ",").split(",") if p.strip()):
+        try:
+            seeds.append(int(limits.SEED.parse(part)))
+        except ValueError as exc:
+            raise OpdiffError(f"--seed-list {text!r}: seed {part.strip()!r}: {exc} (seeds are comma-separated, "
+                              "e.g. 0,3,7).") from None
     return list(dict.fromkeys(seeds))  # a seed given twice runs once
 
 
@@ -150,7 +141,7 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_
         settings = load_settings().with_overrides(suites=suites_dir, goldens=goldens, store=store, cache=cache,
                                                   s3_endpoint=s3_endpoint)
     except OpdiffError as exc:
-        click.echo(f"opdiff: error: {exc}", err=True)
+        _echo(f"opdiff: error: {exc}", err=True)
         sys.exit(2)
     apply_endpoint(settings)
     ctx.obj = Context(debug, settings)
@@ -183,17 +174,17 @@ def list_tests(ctx, suites, test_ids, tags, long_) -> None:
     for case in api.list_tests([Path(s) for s in suites] or None, test_ids=_patterns(test_ids),
                                tags=_patterns(tags), settings=_settings(ctx)):
         if long_:
-            click.echo(f"{case.id}\t{case.test_type}\tseeds={list(case.seeds)}\t"
-                       f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
+            _echo(f"{case.id}\t{case.test_type}\tseeds={list(case.seeds)}\t"
+                  f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
         else:
-            click.echo(case.id)
+            _echo(case.id)
 
 
 @main.command()
 @click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--imports", is_flag=True,
               help="Also import every user path (file: modules, packages) in a worker process.")
-@click.option("--timeout-s", type=click.FloatRange(min=0.1), help="Per-import timeout in seconds.")
+@click.option("--timeout-s", type=TIMEOUT_S, help="Per-import timeout in seconds.")
 @click.pass_context
 @guarded
 def validate(ctx, suites, imports, timeout_s) -> None:
@@ -205,7 +196,7 @@ def validate(ctx, suites, imports, timeout_s) -> None:
 
     cases = api.validate([Path(s) for s in suites] or None, imports=imports,
                          settings=_settings(ctx, timeout_s=timeout_s))
-    click.echo(f"ok: {len(cases)} tests")
+    _echo(f"ok: {len(cases)} tests")
 
 
 # ---------------------------------------------------------------- record / check
@@ -219,13 +210,13 @@ def _apply(fn, options: list):
 def _jobs_and_selection(fn):
     """How jobs run and which (test, seed) pairs: shared by record, check and upgrade."""
     return _apply(fn, [
-        click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores)."),
-        click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1)."),
-        click.option("--repeats", type=click.IntRange(min=1), help="Timed calls per job (median reported)."),
-        click.option("--warmup", type=click.IntRange(min=0), help="Untimed warm-up calls per job."),
+        click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores)."),
+        click.option("--timeout-s", type=TIMEOUT_S, help="Per-job timeout in seconds (>= 0.1)."),
+        click.option("--repeats", type=REPEATS, help="Timed calls per job (median reported)."),
+        click.option("--warmup", type=WARMUP, help="Untimed warm-up calls per job."),
         click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable."),
         click.option("--tags", multiple=True, help="Only tests with this tag; repeatable."),
-        click.option("--seeds", type=click.IntRange(min=1), help="Use seeds 0..N-1 instead of each test's."),
+        click.option("--seeds", type=SEED_COUNT, help="Use seeds 0..N-1 instead of each test's."),
         click.option("--seed-list", help="Use exactly these seeds, e.g. 0,3,7."),
     ])
 
@@ -248,7 +239,7 @@ def _opdiff_options(fn):
         click.option("--backend-overrides-file", type=click.Path(path_type=Path),
                      help="opdiff's per-preset options file (JSON or YAML: {preset: {options}})."),
         click.option("--backend-overrides-json", help="opdiff's per-preset options as inline JSON."),
-        click.option("--num-sampled-inputs", type=click.IntRange(min=1), help="opdiff's name for --seeds."),
+        click.option("--num-sampled-inputs", type=SEED_COUNT, help="opdiff's name for --seeds."),
     ]):
         fn = opt(fn)
     return fn
@@ -317,7 +308,7 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
     with ProgressDisplay(console, None, label, verbose) as progress:
         report = runner(progress)
     if fmt == "json":
-        click.echo(report_json(report))
+        _echo(report_json(report))
     else:
         print_summary(console, report)
     if junit:
@@ -408,7 +399,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--python", "python", type=click.Path(path_type=Path),
               help="Run the workers under this interpreter (another venv, conda or uv environment): "
                    "its packages run the jobs; goldens, tolerances and the store stay these.")
-@click.option("--shard", metavar="K/N", help="Run the K-th of N shards of the planned jobs (with --run-group).")
+@click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _shard(value, ctx, param),
+              help="Run the K-th of N shards of the planned jobs (with --run-group).")
 @click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it).")
 @_run_options
 @_opdiff_options
@@ -445,15 +437,19 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
         seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
         skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
         use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
-        argv=sys.argv[1:], listener=listener, python=python, shard=_shard(shard),
+        argv=sys.argv[1:], listener=listener, python=python, shard=shard,
         run_group=run_group),
-        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard}")
+        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard[0]}/{shard[1]}")
 
 
-def _shard(text: str | None):
+def _shard(text: str | None, ctx: click.Context, param: click.Parameter) -> tuple[int, int] | None:
+    """--shard K/N, read when the flags are parsed."""
     from .sharding import parse_shard
 
-    return parse_shard(text) if text else None
+    try:
+        return parse_shard(text) if text else None
+    except OpdiffError as exc:
+        raise FlagError(str(exc).removeprefix(f"--shard {text!r}: "), text, ctx, param) from None
 
 
 @main.command()
@@ -491,12 +487,12 @@ def goldens_ls(ctx, test_ids) -> None:
     settings = _settings(ctx)
     rows = api.goldens(settings, _patterns(test_ids))
     Console().print(goldens_table(rows))
-    click.echo(f"{sum(len(r.infos) for r in rows)} goldens of {len(rows)} tests in {settings.goldens}")
+    _echo(f"{sum(len(r.infos) for r in rows)} goldens of {len(rows)} tests in {settings.goldens}")
 
 
 @goldens.command("show")
 @click.argument("test_id")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.pass_context
 @guarded
 def goldens_show(ctx, test_id, seed) -> None:
@@ -517,14 +513,14 @@ def goldens_prune(ctx, yes) -> None:
 
     orphans = api.prune(_settings(ctx), delete=yes)
     for info in orphans:
-        click.echo(f"{'deleted' if yes else 'would delete'} {info.test_id} seed={info.seed}")
-    click.echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
+        _echo(f"{'deleted' if yes else 'would delete'} {info.test_id} seed={info.seed}")
+    _echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
 
 
 @goldens.command("reference")
 @click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable.")
 @click.option("--force", is_flag=True, help="Measure goldens that already have a reference again.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging; no isolation).")
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
@@ -544,9 +540,9 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
     for r in results:
         counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
         if r.verdict.value == "BASELINE_FAIL" or (r.verdict.value == "RECORDED" and "added" not in r.message):
-            click.echo(f"{r.verdict.value} {r.test_id} seed={r.seed}: {r.message}")
-    click.echo(f"{counts.get('RECORDED', 0)} goldens measured, {counts.get('KEPT', 0)} already had a "
-               f"reference, {counts.get('BASELINE_FAIL', 0)} could not be rebuilt")
+            _echo(f"{r.verdict.value} {r.test_id} seed={r.seed}: {r.message}")
+    _echo(f"{counts.get('RECORDED', 0)} goldens measured, {counts.get('KEPT', 0)} already had a "
+          f"reference, {counts.get('BASELINE_FAIL', 0)} could not be rebuilt")
     sys.exit(1 if counts.get("BASELINE_FAIL") else 0)
 
 
@@ -563,12 +559,12 @@ def goldens_verify(ctx) -> None:
 
     findings, n = api.verify(_settings(ctx))
     for f in findings:
-        click.echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
+        _echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
     count = {kind: len({f.info.key for f in findings if f.kind == kind})
              for kind in ("CORRUPT", "STALE", "UNCHECKED")}
-    click.echo(f"{n} goldens checked, {count['CORRUPT']} corrupt"
-               + (f", {count['STALE']} stale" if count["STALE"] else "")
-               + (f", {count['UNCHECKED']} with a spec hash not checked from here" if count["UNCHECKED"] else ""))
+    _echo(f"{n} goldens checked, {count['CORRUPT']} corrupt"
+          + (f", {count['STALE']} stale" if count["STALE"] else "")
+          + (f", {count['UNCHECKED']} with a spec hash not checked from here" if count["UNCHECKED"] else ""))
     sys.exit(1 if count["CORRUPT"] or count["STALE"] else 0)
 
 
@@ -598,12 +594,12 @@ def _print_table(table, fmt: str, title: str | None = None) -> None:
     from .analytics import format_table
 
     if title and fmt in ("table", "markdown"):
-        click.echo(f"\n{title}")
-    click.echo(format_table(table, fmt))
+        _echo(f"\n{title}")
+    _echo(format_table(table, fmt))
 
 
 def _warn(text: str) -> None:
-    click.echo(f"opdiff: warning: {text}", err=True)
+    _echo(f"opdiff: warning: {text}", err=True)
 
 
 @main.command()
@@ -652,7 +648,7 @@ def report_support(ctx, by, fmt, png) -> None:
         from .analytics.plots import support_heatmap
 
         with _writing(png, "--png"):
-            click.echo(f"wrote {support_heatmap(table, png)}", err=True)
+            _echo(f"wrote {support_heatmap(table, png)}", err=True)
 
 
 @report.command("latency")
@@ -674,8 +670,8 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
 
         with _writing(png_dir, "--png-dir"):
             png_dir.mkdir(parents=True, exist_ok=True)
-            click.echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
-                       f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
+            _echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
+                  f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
 
 
 @report.command("html")
@@ -688,7 +684,7 @@ def report_html(ctx, output) -> None:
 
     _output_file(output, "-o/--output")
     with _writing(output, "-o/--output"):
-        click.echo(f"wrote {api.html_report(output, _settings(ctx))}")
+        _echo(f"wrote {api.html_report(output, _settings(ctx))}")
 
 
 @report.command("upgrade")
@@ -706,7 +702,7 @@ def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latenc
         path = api.diff_page(output, run_a, run_b, by=by, versions=tuple(versions) if versions else None,
                              drift_factor=drift_factor, latency_threshold=latency_threshold,
                              settings=_settings(ctx), warn=_warn)
-    click.echo(f"wrote {path}")
+    _echo(f"wrote {path}")
 
 
 @main.command("diff-runs")
@@ -724,8 +720,20 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
                          settings=_settings(ctx), warn=_warn)
     for title, table in diff.sections():
         _print_table(table, fmt, f"{title} ({len(table)})")
-    click.echo(diff.summary())
+    _echo(diff.summary())
     sys.exit(1 if len(diff.newly_failing) else 0)
+
+
+def _requirements(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """--with values, each refused at parse time unless it is an exact NAME==VERSION pin."""
+    from .workerenvs import parse_requirement
+
+    for value in values:
+        try:
+            parse_requirement(value)
+        except OpdiffError as exc:
+            raise FlagError(str(exc).removeprefix(f"--with {value!r}: "), value, ctx, param) from None
+    return values
 
 
 class _UpgradeUI:
@@ -735,22 +743,23 @@ class _UpgradeUI:
         self.console, self.verbose = console, verbose
 
     def installing(self, line: str) -> None:
-        self.console.print(f"  | {line}", highlight=False, markup=False, soft_wrap=True)
+        self.console.print(f"  | {printable(line)}", highlight=False, markup=False, soft_wrap=True)
 
     def check(self, label: str):
         from .output import ProgressDisplay
 
-        self.console.print(f"== {label}", highlight=False, markup=False, soft_wrap=True)
+        self.console.print(f"== {printable(label)}", highlight=False, markup=False, soft_wrap=True)
         return ProgressDisplay(self.console, None, label, self.verbose)
 
     def reused(self, run_id: str) -> None:
-        self.console.print(f"== check here: reusing run {run_id} (same plan, same versions, newer than every "
-                           "golden; --rerun-current runs it again)", highlight=False, markup=False, soft_wrap=True)
+        self.console.print(f"== check here: reusing run {printable(run_id)} (same plan, same versions, newer than "
+                           "every golden; --rerun-current runs it again)", highlight=False, markup=False,
+                           soft_wrap=True)
 
 
 @main.command()
 @click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--with", "withs", multiple=True, metavar="PKG==VER",
+@click.option("--with", "withs", multiple=True, metavar="PKG==VER", callback=_requirements,
               help="A package version for the other environment; repeatable.")
 @click.option("-b", "--backend", "backends", multiple=True, help="Target preset; repeatable.")
 @click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
@@ -783,13 +792,13 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
                       argv=sys.argv[1:], rerun_current=rerun_current, drift_factor=drift_factor,
                       latency_threshold=latency_threshold, ui=_UpgradeUI(console, verbose))
     how = "reused" if rep.env.reused else f"built with {rep.env.installer}"
-    click.echo(f"\nenvironment {rep.env.root} ({how} in {rep.env.seconds:.1f} s)", err=fmt in ("csv", "json"))
+    _echo(f"\nenvironment {rep.env.root} ({how} in {rep.env.seconds:.1f} s)", err=fmt in ("csv", "json"))
     for title, table in rep.diff.sections():
         _print_table(table, fmt, f"{title} ({len(table)})")
-    click.echo(rep.diff.summary(), err=fmt in ("csv", "json"))
+    _echo(rep.diff.summary(), err=fmt in ("csv", "json"))
     if html:
         with _writing(html, "--html"):
-            click.echo(f"wrote {api.write_diff_page(rep.diff, html)}")
+            _echo(f"wrote {api.write_diff_page(rep.diff, html)}")
     sys.exit(1 if len(rep.diff.newly_failing) else 0)
 
 
@@ -798,7 +807,7 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
 @main.command()
 @click.argument("test_id")
 @click.option("-b", "--backend", required=True, help="Target preset.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--ops", is_flag=True,
               help="Descend to ATen nodes even when a leaf submodule diverges (they are searched anyway "
                    "when none does).")
@@ -807,8 +816,8 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
 @click.option("--rtol", type=NON_NEGATIVE, help="Override the relative tolerance, as for check.")
 @click.option("--baseline-factor", type=NON_NEGATIVE,
               help="Override how many times the baseline's own rounding error is allowed (0: none), as for check.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
-@click.option("--timeout-s", type=FiniteFloat(min=0.1), help="Per-job timeout in seconds (>= 0.1).")
+@click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
+@click.option("--timeout-s", type=TIMEOUT_S, help="Per-job timeout in seconds (>= 0.1).")
 @click.option("--in-process", is_flag=True, help="Run the jobs in this process (debugging; no isolation).")
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
@@ -832,14 +841,14 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
                           tolerance=Tolerance(*given) if any(v is not None for v in given) else None,
                           goldens=_settings(ctx).goldens, settings=_settings(ctx, jobs=jobs, timeout_s=timeout_s),
                           in_process=in_process, trust_goldens=trust_goldens)
-    click.echo(format_report(report))
+    _echo(format_report(report))
     sys.exit(1 if report.found else 0)
 
 
 @main.command()
 @click.argument("test_id")
 @click.option("-b", "--backend", required=True, help="Target preset.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Script path (default repro_<test>_<preset>.py).")
 @click.option("--node", help="ATen node N, or nodes N-M, of the scope (as `opdiff localize` names them): "
                              "reproduce that op alone, on the intermediate values the baseline computes for it.")
@@ -864,16 +873,16 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
         path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
                          goldens=_settings(ctx).goldens, trust_goldens=trust_goldens, node=node, scope=scope,
                          timeout_s=_settings(ctx).timeout_s, suites=_settings(ctx).suites)
-    click.echo(f"wrote {path}; run: python {path}")
+    _echo(f"wrote {path}; run: python {path}")
 
 
 @main.command()
 @click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--test-ids", multiple=True, help="Check these tests even without `grad: true`.")
 @click.option("--tags", multiple=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--eps", type=POSITIVE, default=1e-6, show_default=True, help="Finite-difference step.")
-@click.option("--max-entries", type=click.IntRange(min=1), default=32, show_default=True,
+@click.option("--max-entries", type=ENTRIES, default=32, show_default=True,
               help="Entries perturbed per tensor (a seeded sample beyond this).")
 @click.pass_context
 @guarded
@@ -884,10 +893,10 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries) -> None:
     reports = api.gradcheck(list(suites) or None, test_ids=_patterns(test_ids), tags=_patterns(tags),
                             seed=seed, eps=eps, max_entries=max_entries, settings=_settings(ctx))
     for rep in reports:
-        click.echo(rep.format())
+        _echo(rep.format())
     failed = [r.test_id for r in reports if not r.passed]
-    click.echo(f"{len(reports) - len(failed)} of {len(reports)} tests pass gradcheck"
-               + (f"; failing: {', '.join(failed)}" if failed else ""))
+    _echo(f"{len(reports) - len(failed)} of {len(reports)} tests pass gradcheck"
+          + (f"; failing: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
 
 

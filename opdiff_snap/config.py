@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from . import limits
 from .errors import OpdiffError, suggest
+from .limits import setting
 from .storage import is_url
 
 LOCATIONS = ("goldens", "store", "cache")   # may be s3:// URLs
+# the numeric settings and their ranges (the same as their flags')
+NUMBERS = {"jobs": limits.JOBS, "timeout_s": limits.TIMEOUT_S, "repeats": limits.REPEATS, "warmup": limits.WARMUP}
 
 
 def location(value: Any) -> Path | str:
@@ -113,23 +116,9 @@ def load_settings(start: Path | None = None) -> Settings:
         elif name == "executor":
             parse_executor(value, f"{pyproject}: [tool.opdiff] {key}")
         elif isinstance(default, (int, float)):
-            value = _number(pyproject, key, value, whole=isinstance(default, int),
-                            minimum=0 if name == "warmup" else (1 if isinstance(default, int) else None))
+            value = setting(f"{pyproject}: [tool.opdiff] {key}", value, NUMBERS[name])
         values[name] = value
     return replace(settings, **values)
-
-
-def _number(pyproject: Path, key: str, value: Any, whole: bool, minimum: int | None) -> int | float:
-    """A numeric setting: whole numbers >= minimum, or numbers > 0 when minimum is None."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and whole:
-        ok = isinstance(value, int) and value >= (minimum or 0)
-    elif ok:
-        ok = value > 0 and value == value and value != float("inf")
-    if not ok:
-        want = f"a whole number >= {minimum}" if whole else "a number > 0"
-        raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be {want}, not {value!r}.")
-    return value
 
 
 _ADDRESS = re.compile(r"auto|(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9_.-]*):[0-9]{1,5}")

@@ -1,9 +1,15 @@
-"""How a run's results are shown: live progress, the closing summary, JSON and JUnit XML."""
+"""How a run's results are shown: live progress, the closing summary, JSON and JUnit XML.
+
+Test ids, messages and versions come from goldens and the history, which are data anyone
+with write access may have edited: each reaches the terminal as a rich `Text` (never parsed
+as markup) or through `_markup`, and the JUnit file through `printable`, so no control
+character or markup in them acts."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -13,12 +19,24 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from .errors import ANSI, OpdiffError, suggest
 from .results import Result, RunReport
+from .safetext import printable
 from .verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
 GOOD = PASSING
+
+
+def _text(value: Any) -> Text:
+    """A table cell or line from data: shown as it is, escaped, never read as markup."""
+    return Text(printable(value))
+
+
+def _markup(value: Any) -> str:
+    """Data to put inside a rich markup string."""
+    return escape(printable(value))
 
 
 def _style(v: Verdict) -> str:
@@ -58,12 +76,13 @@ class ProgressDisplay:
         return self
 
     def warn(self, text: str) -> None:
-        Console(stderr=True, soft_wrap=True).print(f"opdiff: warning: {text}", highlight=False, markup=False)
+        Console(stderr=True, soft_wrap=True).print(f"opdiff: warning: {printable(text, lines=True)}",
+                                                   highlight=False, markup=False)
 
     def notice(self, text: str) -> None:
         """A line for the user before the results (what --trust-goldens imports, say)."""
         console = self._progress.console if self._progress is not None else self.console
-        console.print(f"note: {text}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"note: {printable(text, lines=True)}", highlight=False, markup=False, soft_wrap=True)
 
     def set_total(self, total: int) -> None:
         """Called by record/check once they know how many results to expect (for the ETA)."""
@@ -80,7 +99,7 @@ class ProgressDisplay:
         if self._progress is not None:
             self._progress.update(self._task, advance=1, counts=_counts_text(self.counts))
             if result.verdict not in GOOD | QUIET or self.verbose:
-                self._progress.console.print(_line(result), highlight=False)
+                self._progress.console.print(_line(result), highlight=False, markup=False)
         else:
             done = sum(self.counts.values())
             of = f"/{self.total}" if self.total else ""
@@ -109,13 +128,14 @@ def headline(message: str | None, width: int = 160) -> str:
 
 
 def _line(r: Result) -> str:
-    text = f"{r.verdict.value:<18} {r.test_id} seed={r.seed} {r.preset}"
+    """One result as a plain line (data escaped; print it with markup off)."""
+    text = f"{r.verdict.value:<18} {printable(r.test_id)} seed={r.seed} {printable(r.preset)}"
     if r.infer_ms is not None:
         text += f" infer={r.infer_ms:.3f}ms"
     if r.metrics and r.verdict not in GOOD:
         text += f" max_abs={r.metrics.get('max_abs')}"
     if r.message and r.verdict not in GOOD:
-        text += f" -- {headline(r.message, 200)}"
+        text += f" -- {printable(headline(r.message, 200))}"
     return text
 
 
@@ -139,31 +159,32 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
         for r in failing[:limit]:
             m = r.metrics or {}
             metrics = (_fmt(m.get("max_abs")), _fmt(m.get("min_atol"))) if with_metrics else ()
-            table.add_row(r.verdict.value, escape(r.test_id), str(r.seed), r.preset, *metrics,
-                          escape(headline(r.message)))
+            table.add_row(r.verdict.value, _text(r.test_id), str(r.seed), _text(r.preset), *metrics,
+                          _text(headline(r.message)))
         console.print(table)
         if len(failing) > limit:
             console.print(f"... and {len(failing) - limit} more (see `opdiff query` or --format json)")
         first = next((c for c in map(repro_command, failing) if c), None)
         if first and report.command == "check":
-            console.print(f"to reproduce a failure outside opdiff, e.g.: {escape(first)} -o bug.py "
+            console.print(f"to reproduce a failure outside opdiff, e.g.: {_markup(first)} -o bug.py "
                           "(--format json lists the command for each)", highlight=False)
     quiet = [r for r in report.results if r.verdict in QUIET]
     reasons = Counter((r.verdict.value, r.preset, (r.message or "").splitlines()[0][:100] if r.message else "")
                       for r in quiet)
     for (verdict, preset, reason), n in sorted(reasons.items()):
-        console.print(f"[yellow]{verdict}[/] {preset} x{n}: {escape(reason)}", highlight=False)
+        console.print(f"[yellow]{verdict}[/] {_markup(preset)} x{n}: {_markup(reason)}", highlight=False)
     parts = ", ".join(f"{n} {v.value}" for v, n in sorted(counts.items(), key=lambda kv: kv[0].value))
-    console.print(f"[bold]{report.command}[/] {report.run_id}: {len(report.results)} results in "
+    console.print(f"[bold]{_markup(report.command)}[/] {_markup(report.run_id)}: {len(report.results)} results in "
                   f"{report.wall_s:.1f} s: {parts or 'nothing to do'}", highlight=False)
-    console.print(f"history: {report.path}", highlight=False)
+    console.print(f"history: {_markup(report.path)}", highlight=False)
 
 
 def repro_command(r: Result) -> str | None:
-    """The command that writes a standalone script reproducing a failing check result."""
+    """The command that writes a standalone script reproducing a failing check result
+    (each argument quoted for a POSIX shell)."""
     if r.verdict not in REPRODUCIBLE:
         return None
-    return f"opdiff repro '{r.test_id}' -b {r.preset} --seed {r.seed}"
+    return f"opdiff repro {shlex.quote(r.test_id)} -b {shlex.quote(r.preset)} --seed {r.seed}"
 
 
 def _fmt(v) -> str:
@@ -184,27 +205,30 @@ def report_json(report: RunReport) -> str:
                      "metrics": r.metrics,
                      "tolerance": vars(r.tolerance) if r.tolerance else None,
                      "repro": repro_command(r) if report.command == "check" else None}
-                    for r in report.results]}, indent=1)
+                    for r in report.results]}, indent=1, ensure_ascii=True)   # every control character as \uXXXX
 
 
 def write_junit(report: RunReport, path: Path, fail_on: set[Verdict]) -> None:
-    """One <testcase> per (test, seed, preset); a <testsuite> per preset."""
-    root = ET.Element("testsuites", name=f"opdiff {report.command} {report.run_id}")
+    """One <testcase> per (test, seed, preset); a <testsuite> per preset. Every text from
+    the results goes through `printable`: XML 1.0 cannot hold most control characters, not
+    even as character references."""
+    root = ET.Element("testsuites", name=printable(f"opdiff {report.command} {report.run_id}"))
     by_preset: dict[str, list[Result]] = {}
     for r in report.results:
         by_preset.setdefault(r.preset, []).append(r)
     for preset, results in by_preset.items():
         fails = sum(r.verdict in fail_on for r in results)
         skipped = sum(r.verdict not in fail_on and r.verdict not in GOOD for r in results)
-        suite = ET.SubElement(root, "testsuite", name=preset, tests=str(len(results)),
+        suite = ET.SubElement(root, "testsuite", name=printable(preset), tests=str(len(results)),
                               failures=str(fails), errors="0", skipped=str(skipped))
         for r in results:
-            case = ET.SubElement(suite, "testcase", classname=f"opdiff.{preset}",
-                                 name=f"{r.test_id}[seed={r.seed}]",
+            case = ET.SubElement(suite, "testcase", classname=printable(f"opdiff.{preset}"),
+                                 name=printable(f"{r.test_id}[seed={r.seed}]"),
                                  time=f"{(r.infer_ms or 0) / 1000:.6f}")
             detail = f"{r.verdict.value}: {r.message}" if r.message else r.verdict.value
             if r.metrics:
                 detail += "\n" + json.dumps(r.metrics)
+            detail = printable(detail, lines=True)
             if r.verdict in fail_on:
                 ET.SubElement(case, "failure", message=detail.splitlines()[0][:500],
                               type=r.verdict.value).text = detail
@@ -274,13 +298,13 @@ def _value_rows(prefix: str, value) -> list[tuple[str, object]]:
 def _values_table(title: str, rows: list[tuple[str, object]]) -> Table:
     import torch
 
-    table = _table(["value", "shape", "dtype", "summary"], title=escape(title))
+    table = _table(["value", "shape", "dtype", "summary"], title=_markup(title))
     for name, value in rows:
         if isinstance(value, torch.Tensor):
-            table.add_row(escape(name), str(tuple(value.shape)), str(value.dtype).removeprefix("torch."),
+            table.add_row(_text(name), str(tuple(value.shape)), str(value.dtype).removeprefix("torch."),
                           _summary(value))
         else:
-            table.add_row(escape(name), "", type(value).__name__, escape(_summary(value)))
+            table.add_row(_text(name), "", type(value).__name__, _text(_summary(value)))
     return table
 
 
@@ -308,7 +332,7 @@ def describe_golden(console: Console, golden) -> None:
     meta = {"spec_hash": golden.spec_hash, "suite": golden.suite, "test_type": golden.test_type,
             "baseline": golden.baseline, "created": golden.created, "env": golden.env,
             "definition": golden.definition}
-    console.print_json(json.dumps(meta, default=str))
+    console.print_json(json.dumps(meta, default=str), ensure_ascii=True)
 
 
 # ---------------------------------------------------------------- tables of the listing commands
@@ -325,8 +349,8 @@ def presets_table(rows) -> Table:
     """`opdiff list-presets`: (Preset, Availability) rows."""
     table = _table(["preset", "export", "run", "why not"])
     for preset, a in rows:
-        table.add_row(preset.name, "yes" if a.can_export else "no", "yes" if a.can_run else "no",
-                      "" if a.can_export and a.can_run else escape(a.reason))
+        table.add_row(_text(preset.name), "yes" if a.can_export else "no", "yes" if a.can_run else "no",
+                      "" if a.can_export and a.can_run else _text(a.reason))
     return table
 
 
@@ -336,8 +360,8 @@ def runs_table(runs) -> Table:
     for r in runs:
         state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
         group = f"{r.run_group} ({r.shard})" if r.shard else (r.run_group or "")
-        table.add_row(r.run_id, str(r.command), str(r.started), escape(state),
-                      json.dumps(r.counts) if r.counts else "", escape(group))
+        table.add_row(_text(r.run_id), _text(r.command), _text(r.started), _text(state),
+                      _text(json.dumps(r.counts)) if r.counts else "", _text(group))
     return table
 
 
@@ -347,7 +371,7 @@ def run_groups_table(groups) -> Table:
     for g in groups:
         state = "yes" if g.complete else ("NO: shards missing " + ", ".join(g.missing_shards)
                                           if g.missing_shards else "NO: a shard is unfinished")
-        table.add_row(escape(g.run_group), str(len(g.runs)), escape(state), json.dumps(g.counts))
+        table.add_row(_text(g.run_group), str(len(g.runs)), _text(state), _text(json.dumps(g.counts)))
     return table
 
 
@@ -356,6 +380,6 @@ def goldens_table(rows) -> Table:
     table = _table(["test", "seeds", "baseline", "torch", "created", "state"])
     for row in rows:
         first = row.infos[0]
-        table.add_row(escape(row.test_id), ",".join(str(i.seed) for i in row.infos), first.baseline,
-                      str((first.env or {}).get("torch")), first.created[:19], row.state)
+        table.add_row(_text(row.test_id), ",".join(str(i.seed) for i in row.infos), _text(first.baseline),
+                      _text((first.env or {}).get("torch")), _text(first.created[:19]), _text(row.state))
     return table

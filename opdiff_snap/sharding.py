@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import OpdiffError
+from .limits import SHARDS
 from .storage import StorageError, open_place
 from .verdicts import PLANNED
 
@@ -35,11 +36,17 @@ NOT_RUN = {v.value for v in PLANNED}   # decided by planning: no latency to lear
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """`K/N` (1 <= K <= N) -> (K, N)."""
+    """`K/N` (1 <= K <= N <= SHARDS.high) -> (K, N)."""
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
-    if not m or not (1 <= int(m.group(1)) <= int(m.group(2))):
-        raise OpdiffError(f"--shard '{text}': write K/N with 1 <= K <= N, e.g. --shard 2/4 for the second "
+    if m and len(m.group(2)) > 9:     # no int() of an arbitrarily long digit string
+        raise OpdiffError(f"--shard {text!r}: the number of shards N is out of range; give "
+                          f"{SHARDS.describe()}.")
+    if not m or len(m.group(1)) > 9 or not (1 <= int(m.group(1)) <= int(m.group(2))):
+        raise OpdiffError(f"--shard {text!r}: write K/N with 1 <= K <= N, e.g. --shard 2/4 for the second "
                           "of four shards.")
+    why = SHARDS.problem(int(m.group(2)))
+    if why:
+        raise OpdiffError(f"--shard {text!r}: the number of shards N is {why}.")
     return int(m.group(1)), int(m.group(2))
 
 

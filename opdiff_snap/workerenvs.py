@@ -4,7 +4,9 @@
 holds with the named packages replaced. Its requirement set is:
 
 - install: this opdiff-snap (editable from its checkout, else the released version), with
-  the extras of the presets to check, and each `--with` requirement;
+  the extras of the presets to check, and each `--with` requirement (parsed as a PEP 508
+  requirement, an exact `==` pin from an index, and written back from the parsed form:
+  no text a user typed reaches the installer as an option);
 - constraints: every distribution installed here, pinned to its version here (torch
   included, so a bare `torch` never pulls another build), minus the named packages.
 
@@ -29,7 +31,11 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from .errors import OpdiffError
 
@@ -39,7 +45,6 @@ FAMILY_EXTRAS = {"onnx": "onnx", "executorch": "executorch", "coreml": "coreml"}
 # installer output worth showing as progress (pip's and uv's)
 _PROGRESS = re.compile(r"^\s*(Collecting|Processing|Downloading|Obtaining|Building|Installing|Successfully|"
                        r"Resolved|Prepared|Installed|Uninstalled|Audited|Using Python|Creating|[+-] )")
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
 class EnvironmentBuildError(OpdiffError):
@@ -50,21 +55,51 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_with(values: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """{normalized name: (name, version)} from `--with NAME==VERSION` values."""
-    out: dict[str, tuple[str, str]] = {}
+def parse_requirement(value: str) -> Requirement:
+    """One `--with` value as an exact pin, NAME==VERSION (extras allowed), or OpdiffError
+    saying why not. Refused: anything that is not a PEP 508 requirement (an installer
+    option such as `--index-url`, a second line), a direct URL (`name @ url`), an
+    environment marker, and any version specifier but one exact `==` version."""
+    pin = "give an exact pin, NAME==VERSION (e.g. onnxruntime==1.30.0), so that the environment can be " \
+          "built from the configured indexes and found again by it"
+    text = str(value).strip()
+    if text.startswith("-"):
+        raise OpdiffError(f"--with {value!r}: an installer option is not a requirement; {pin}.")
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        raise OpdiffError(f"--with {value!r}: not a requirement; {pin}.") from None
+    if req.url:
+        raise OpdiffError(f"--with {value!r}: a direct URL is not installed; {pin}.")
+    if req.marker is not None:
+        raise OpdiffError(f"--with {value!r}: an environment marker does not belong here; {pin}.")
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
+        raise OpdiffError(f"--with {value!r}: {pin}.")
+    try:
+        Version(specs[0].version)
+    except InvalidVersion:
+        raise OpdiffError(f"--with {value!r}: {specs[0].version!r} is not a version; {pin}.") from None
+    return req
+
+
+def pinned_version(req: Requirement) -> str:
+    """The version of an exact pin made by parse_requirement."""
+    return next(iter(req.specifier)).version
+
+
+def parse_with(values: Sequence[str]) -> dict[str, Requirement]:
+    """{normalized name: requirement} from `--with NAME==VERSION` values."""
+    out: dict[str, Requirement] = {}
     for value in values:
-        name, sep, version = (part.strip() for part in value.partition("=="))
-        if not sep or not _NAME.match(name) or not version or any(c in version for c in "<>=!~,; "):
-            raise OpdiffError(f"--with '{value}': give an exact pin, NAME==VERSION (e.g. onnxruntime==1.30.0), "
-                              "so that the environment can be built and found again by it.")
-        key = normalize(name)
+        req = parse_requirement(value)
+        key = canonicalize_name(req.name)
         if key == "opdiff-snap":
-            raise OpdiffError(f"--with '{value}': opdiff-snap itself is always installed from this one "
+            raise OpdiffError(f"--with {value!r}: opdiff-snap itself is always installed from this one "
                               "(its workers must speak the same protocol); name the libraries to change.")
-        if key in out and out[key][1] != version:
-            raise OpdiffError(f"--with names {name} twice ({out[key][1]} and {version}); give it once.")
-        out[key] = (name, version)
+        if key in out and str(out[key]) != str(req):
+            raise OpdiffError(f"--with names {req.name} twice ({out[key]} and {req}); give it once.")
+        out[key] = req
     if not out:
         raise OpdiffError("upgrade needs at least one --with NAME==VERSION (e.g. --with onnxruntime==1.30.0).")
     return out
@@ -105,7 +140,7 @@ class Requirements:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def requirements_for(withs: dict[str, tuple[str, str]], families: Sequence[str]) -> Requirements:
+def requirements_for(withs: Mapping[str, Requirement], families: Sequence[str]) -> Requirements:
     """This environment's pins with the named packages replaced; opdiff-snap from here with
     the extras of `families`."""
     from . import __version__
@@ -116,11 +151,21 @@ def requirements_for(withs: dict[str, tuple[str, str]], families: Sequence[str])
     checkout = source_checkout()
     me = f"-e {checkout}{suffix}" if checkout else f"opdiff-snap{suffix}=={__version__}"
     pins = current_pins()
-    constraints = tuple(sorted(f"{name}=={version}" for key, (name, version) in pins.items()
-                               if key not in withs and key not in ("opdiff-snap", "pip")))
-    install = (me, *sorted(f"{name}=={version}" for name, version in withs.values()))
+    constraints = tuple(sorted(pin for key, (name, version) in pins.items()
+                               if key not in withs and key not in ("opdiff-snap", "pip")
+                               and (pin := _pin(name, version))))
+    install = (me, *sorted(str(req) for req in withs.values()))
     base = getattr(sys, "_base_executable", sys.executable)
     return Requirements(install, constraints, f"{sys.version.split()[0]} {base}")
+
+
+def _pin(name: str, version: str) -> str | None:
+    """NAME==VERSION of an installed distribution, written back from its parsed form (None
+    when its metadata does not make a requirement)."""
+    try:
+        return str(Requirement(f"{name}=={version}"))
+    except InvalidRequirement:
+        return None
 
 
 @dataclass
@@ -217,8 +262,37 @@ def conflict(output: str) -> str:
     return text[:1200]
 
 
+def requirement_lines(reqs: Requirements) -> tuple[list[str], list[str]]:
+    """(requirements.txt lines, constraints.txt lines) for the installer. The first install
+    line is this opdiff-snap (ours: `-e CHECKOUT[extras]` or a release pin); every other line
+    is a requirement parsed and written back (`packaging`), never starting with '-', so
+    neither file can carry an installer option."""
+    def clean(lines: Sequence[str]) -> list[str]:
+        out = []
+        for line in lines:
+            req = parse_requirement(line)   # refuses options and anything not a pin
+            out.append(str(req))
+        return out
+
+    return [reqs.install[0], *clean(reqs.install[1:])], clean(reqs.constraints)
+
+
+def install_steps(reqs: Requirements, root: Path, uv: str | None) -> list[list[str]]:
+    """The commands that build the environment under `root` (venv first, then the install).
+    Requirements reach the installer only through the files requirement_lines writes; the
+    command line holds our own flags and paths, and uv's copy of pip's index settings."""
+    venv = root / "venv"
+    python = _venv_python(venv)
+    files = ["-c", str(root / "constraints.txt"), "-r", str(root / "requirements.txt")]
+    if uv:
+        return [[uv, "venv", "--python", sys.executable, str(venv)],
+                [uv, "pip", "install", "--python", str(python), *pip_index_options(), *files]]
+    return [[sys.executable, "-m", "venv", str(venv)],
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *files]]
+
+
 def ensure_environment(reqs: Requirements, cache_dir: Path, say: Callable[[str], None] = lambda s: None,
-                       withs: dict[str, tuple[str, str]] | None = None) -> WorkerEnv:
+                       withs: Mapping[str, Requirement] | None = None) -> WorkerEnv:
     """The environment for `reqs` under `cache_dir/envs`: reused when complete, else built.
     Raises EnvironmentBuildError (one paragraph naming the conflict) when it cannot be built."""
     started = time.perf_counter()
@@ -230,6 +304,7 @@ def ensure_environment(reqs: Requirements, cache_dir: Path, say: Callable[[str],
         say(f"reusing the environment {root}")
         return WorkerEnv(root, python, True, time.perf_counter() - started,
                          (root / "complete").read_text().strip() or "?", reqs, _resolved(root))
+    install, constraints = requirement_lines(reqs)
     try:
         if root.exists():
             shutil.rmtree(root)     # a build that did not finish
@@ -239,23 +314,15 @@ def ensure_environment(reqs: Requirements, cache_dir: Path, say: Callable[[str],
                                     "make the cache writable or pass --cache DIR. Nothing was run.") from None
     (root / "requirements.json").write_text(json.dumps(
         {"install": reqs.install, "constraints": reqs.constraints, "python": reqs.python}, indent=1))
-    (root / "constraints.txt").write_text("\n".join(reqs.constraints) + "\n")
-    (root / "requirements.txt").write_text("\n".join(reqs.install) + "\n")
+    (root / "constraints.txt").write_text("\n".join(constraints) + "\n")
+    (root / "requirements.txt").write_text("\n".join(install) + "\n")
     log = root / "install.log"
     uv = find_uv()
     installer = "uv" if uv else "pip"
     say(f"building an environment with {installer} in {root} "
         f"({', '.join(r for r in reqs.install if not r.startswith('-e'))} over this one's pins)")
     try:
-        if uv:
-            steps = [[uv, "venv", "--python", sys.executable, str(venv)],
-                     [uv, "pip", "install", "--python", str(python), *pip_index_options(),
-                      "-c", str(root / "constraints.txt"), "-r", str(root / "requirements.txt")]]
-        else:
-            steps = [[sys.executable, "-m", "venv", str(venv)],
-                     [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-                      "-c", str(root / "constraints.txt"), "-r", str(root / "requirements.txt")]]
-        for cmd in steps:
+        for cmd in install_steps(reqs, root, uv):
             code, output = _stream(cmd, say, log)
             if code != 0:
                 raise EnvironmentBuildError(_failure_message(reqs, withs or {}, installer, output, log))
@@ -276,12 +343,19 @@ def _resolved(root: Path) -> dict[str, str]:
         install = json.loads((root / "requirements.json").read_text())["install"]
     except (OSError, ValueError, KeyError):
         return {}
-    return {r.split("==")[0]: r.split("==")[1] for r in install if "==" in r and not r.startswith("-e")}
+    out = {}
+    for line in install[1:]:   # the first is this opdiff-snap
+        try:
+            req = parse_requirement(line)
+        except OpdiffError:
+            continue
+        out[req.name] = pinned_version(req)
+    return out
 
 
-def _failure_message(reqs: Requirements, withs: dict[str, tuple[str, str]], installer: str, output: str,
+def _failure_message(reqs: Requirements, withs: Mapping[str, Requirement], installer: str, output: str,
                      log: Path) -> str:
-    named = ", ".join(f"{n}=={v}" for n, v in withs.values()) or ", ".join(reqs.install[1:])
+    named = ", ".join(str(r) for r in withs.values()) or ", ".join(reqs.install[1:])
     why = conflict(output)
     needs = sorted(set(re.findall(r"depends on ([A-Za-z0-9._-]+==[^\s;,)]+)", why)))
     if re.search(r"(?i)no matching distribution|could not find a version|no version|not found in", output):

@@ -4,8 +4,9 @@ nothing already recorded lost.
 
 Covered: SQL that tries to leave the history (files, extensions, settings, other
 databases), YAML that is too big, too deep, an alias bomb or not UTF-8, paths of the
-wrong kind, non-finite numbers in flags, read-only stores, a full disk, and goldens
-edited by hand (verify and check agree on them)."""
+wrong kind, read-only stores, a full disk, and goldens edited by hand (verify and check
+agree on them). Numbers in flags and settings: test_hostile_numbers.py; control characters
+in ids and text: test_hostile_text.py; `upgrade --with`: test_hostile_requirements.py."""
 
 from __future__ import annotations
 
@@ -315,8 +316,8 @@ def test_paths_of_the_wrong_kind(project, args, fragment):
 
 @pytest.mark.parametrize("table, fragment", [
     (b"[tool.opdiff]\ngoldens = 3\n", "[tool.opdiff] goldens must be a path"),
-    (b"[tool.opdiff]\ntimeout_s = nan\n", "timeout_s must be a number > 0"),
-    (b"[tool.opdiff]\ntimeout_s = inf\n", "timeout_s must be a number > 0"),
+    (b"[tool.opdiff]\ntimeout_s = nan\n", "timeout_s must be a finite number of seconds"),
+    (b"[tool.opdiff]\ntimeout_s = inf\n", "timeout_s must be a finite number of seconds"),
     (b"[tool.opdiff]\nname = '\xff\xfe'\n", "not valid TOML"),
 ], ids=["path-not-string", "nan", "inf", "not-utf8"])
 def test_broken_pyproject_settings(project, table, fragment):
@@ -325,40 +326,6 @@ def test_broken_pyproject_settings(project, table, fragment):
     code, out, err = cli_inproc(project, "goldens", "ls")
     assert_clean_failure(code, out, err, 2, fragment)
     assert "pyproject.toml" in err
-    assert snapshot(project) == before
-
-
-# ---------------------------------------------------------------- numbers in flags
-
-FLAG_CASES = [
-    (("check", "-b", "torch_cpu_fp32", "--atol", "nan"), "--atol", "not a finite number"),
-    (("check", "-b", "torch_cpu_fp32", "--atol", "-1e-5"), "--atol", "must be at least 0"),
-    (("check", "-b", "torch_cpu_fp32", "--rtol", "inf"), "--rtol", "not a finite number"),
-    (("check", "-b", "torch_cpu_fp32", "--rtol", "-inf"), "--rtol", "not a finite number"),
-    (("check", "-b", "torch_cpu_fp32", "--baseline-factor", "NaN"), "--baseline-factor", "not a finite number"),
-    (("check", "-b", "torch_cpu_fp32", "--baseline-factor", "-4"), "--baseline-factor", "must be at least 0"),
-    (("check", "-b", "torch_cpu_fp32", "--timeout-s", "inf"), "--timeout-s", "not a finite number"),
-    (("record", "--timeout-s", "nan"), "--timeout-s", "not a finite number"),
-    (("record", "--timeout-s", "0"), "--timeout-s", "must be at least 0.1"),
-    (("record", "--timeout-s", "ten"), "--timeout-s", "is not a number"),
-    (("diff-runs", "a", "b", "--drift-factor", "nan"), "--drift-factor", "not a finite number"),
-    (("diff-runs", "a", "b", "--drift-factor", "0"), "--drift-factor", "must be greater than 0"),
-    (("diff-runs", "a", "b", "--latency-threshold", "inf"), "--latency-threshold", "not a finite number"),
-    (("diff-runs", "a", "b", "--latency-threshold", "-0.5"), "--latency-threshold", "must be at least 0"),
-    (("gradcheck", "--eps", "nan"), "--eps", "not a finite number"),
-    (("gradcheck", "--eps", "0"), "--eps", "must be greater than 0"),
-    (("gradcheck", "--eps", "-1e-6"), "--eps", "must be greater than 0"),
-    (("gradcheck", "--max-entries", "0"), "--max-entries", "x>=1"),
-    (("goldens", "show", "add", "--seed", "-1"), "--seed", "x>=0"),
-]
-
-
-@pytest.mark.parametrize("args, flag, fragment", FLAG_CASES, ids=[" ".join(a) for a, _, _ in FLAG_CASES])
-def test_numeric_flags_reject_non_finite_and_negative(project, args, flag, fragment):
-    before = snapshot(project)
-    code, out, err = cli_inproc(project, *args)
-    assert_clean_failure(code, out, err, 2, fragment)
-    assert f"Invalid value for '{flag}'" in err
     assert snapshot(project) == before
 
 

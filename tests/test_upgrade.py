@@ -20,7 +20,7 @@ import pytest
 from opdiff_snap import api
 from opdiff_snap.config import Settings
 from opdiff_snap.history import read_run
-from opdiff_snap.workerenvs import ensure_environment, requirements_for
+from opdiff_snap.workerenvs import ensure_environment, parse_with, requirements_for
 
 PYTHON = sys.executable
 FAST = ["--repeats", "3", "--warmup", "1", "-j", "2"]
@@ -87,7 +87,7 @@ def ort_env(project):
     """The environment `opdiff upgrade --with onnxruntime==1.30.x -b onnx_cpu_fp32` builds:
     built here once (the slow part), found again by the CLI through its requirement set."""
     version = other_onnxruntime()
-    named = {"onnxruntime": ("onnxruntime", version)}
+    named = parse_with([f"onnxruntime=={version}"])
     env = ensure_environment(requirements_for(named, ["onnx"]), project / ".opdiff-cache", withs=named)
     print(f"\nupgrade environment: {env.installer}, {env.seconds:.1f} s, reused={env.reused}")
     return version, env
@@ -315,7 +315,7 @@ def test_a_conflict_is_named_with_the_pin_that_resolves_it(tmp_path):
     from opdiff_snap.workerenvs import Requirements, _failure_message
 
     text = _failure_message(Requirements(("-e .", "executorch==1.0.0"), (), "3.11"),
-                            {"executorch": ("executorch", "1.0.0")}, "pip", PIP_CONFLICT,
+                            parse_with(["executorch==1.0.0"]), "pip", PIP_CONFLICT,
                             tmp_path / "k" / "install.log")
     assert "pip says: executorch 1.0.0 depends on coremltools==9.0b1; The user requested (constraint) " \
            "coremltools==9.0." in text

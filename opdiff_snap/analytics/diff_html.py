@@ -6,14 +6,13 @@ plot is embedded as a base64 PNG; nothing is fetched when the page opens."""
 from __future__ import annotations
 
 import datetime as dt
-import html
 import math
 import statistics
 import tempfile
 from pathlib import Path
 
 from . import plots
-from .html import CSS, _img, html_table
+from .html import CSS, _img, html_table, text
 from .reports import RunDiff
 from .table import Table
 
@@ -43,17 +42,17 @@ def render_diff_html(diff: RunDiff, out_path: str | Path, title: str | None = No
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         overall = (f"<p>Latency B / A over the {len(ratios)} results timed in both runs: median "
                    f"{statistics.median(ratios):.3f}, geometric mean {geo:.3f}.</p>")
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{text(title)}</title>",
+             f"<style>{CSS}</style></head><body><h1>{text(title)}</h1>",
              f"<p class='note'>generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-             f"A = {html.escape(diff.label_a)}, B = {html.escape(diff.label_b)}</p>",
+             f"A = {text(diff.label_a)}, B = {text(diff.label_b)}</p>",
              "<h2>Environment differences</h2>",
              html_table(diff.environment) if diff.environment.rows
              else "<p class='note'>none recorded (the same versions on the same machine).</p>",
-             f"<h2>Summary</h2><p class='counts'>{html.escape(diff.summary())}</p>", overall,
+             f"<h2>Summary</h2><p class='counts'>{text(diff.summary())}</p>", overall,
              "<h2>Latency ratio per op family</h2>", image, html_table(family_table(diff))]
     for name, t in diff.sections()[1:]:
-        parts.append(f"<h2>{html.escape(name)} ({len(t)})</h2>")
+        parts.append(f"<h2>{text(name)} ({len(t)})</h2>")
         parts.append(html_table(t, verdicts=True, verdict_columns={"status_a", "status_b"}) if t.rows
                      else "<p class='note'>none.</p>")
     parts.append("</body></html>")

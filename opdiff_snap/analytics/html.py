@@ -10,6 +10,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from ..safetext import printable
 from . import plots
 from .reports import _open, diff_runs, latency_report, support_matrix
 from .table import Table, cell
@@ -26,23 +27,29 @@ img{max-width:100%;border:1px solid #eee}.note{color:#666}
 _CLASS = {1: "good", 2: "quiet", 3: "compare", 4: "fail"}
 
 
+def text(value: object) -> str:
+    """Data (a test id, a message, a version from the history) as HTML text: control
+    characters escaped visibly, then HTML-escaped."""
+    return html.escape(printable(value))
+
+
 def _img(png: Path, alt: str) -> str:
     data = base64.b64encode(png.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    return f'<img alt="{text(alt)}" src="data:image/png;base64,{data}">'
 
 
 def html_table(t: Table, verdicts: bool = False, max_rows: int = 400,
                verdict_columns: set[str] | None = None) -> str:
     """A Table as an HTML table; with `verdicts`, cells colored by verdict class (only those
     of `verdict_columns` when given)."""
-    out = ["<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.columns) + "</tr>"]
+    out = ["<table><tr>" + "".join(f"<th>{text(c)}</th>" for c in t.columns) + "</tr>"]
     colour = [verdicts and (verdict_columns is None or c in verdict_columns) for c in t.columns]
     for r in t.rows[:max_rows]:
         tds = []
         for v, want in zip(r, colour):
             cls = _CLASS.get(plots.verdict_class(v)) if want and isinstance(v, str) else None
             attr = f' class="{cls}"' if cls and v != r[0] else ""
-            tds.append(f"<td{attr}>{html.escape(cell(v))}</td>")
+            tds.append(f"<td{attr}>{text(cell(v))}</td>")
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table>")
     if len(t.rows) > max_rows:
@@ -78,29 +85,29 @@ def render_html(store, out_path: str | Path, title: str = "opdiff-snap history r
                 (("support heatmap", heat), ("latency ratio CDF", cdf), ("latency trend", trend))}
 
     verdicts = Counter(v for r in matrix.rows for v in r[1:] if v is not None)
-    counts = "".join(f"<span><b>{html.escape(k)}</b> {n}</span>" for k, n in sorted(verdicts.items()))
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+    counts = "".join(f"<span><b>{text(k)}</b> {n}</span>" for k, n in sorted(verdicts.items()))
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{text(title)}</title>",
+             f"<style>{CSS}</style></head><body><h1>{text(title)}</h1>",
              f"<p class='note'>generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC</p>",
              "<h2>Summary</h2>",
-             f"<p>{runs[0]} runs ({runs[1]} complete) from {cell(runs[2])} to {cell(runs[3])}; "
+             f"<p>{runs[0]} runs ({runs[1]} complete) from {text(cell(runs[2]))} to {text(cell(runs[3]))}; "
              f"{n_results} results; {len(matrix.rows)} tests x {len(matrix.columns) - 1} presets.</p>",
              f"<p class='counts'>Latest verdicts: {counts or 'none'}</p>"]
     if warnings:
         parts.append("<p class='note'>Skipped lines:<br>" +
-                     "<br>".join(html.escape(w) for w in warnings[:20]) + "</p>")
+                     "<br>".join(text(w) for w in warnings[:20]) + "</p>")
     parts += ["<h2>Support matrix (latest verdict)</h2>", imgs["support heatmap"],
               html_table(matrix, verdicts=True),
-              f"<h2>Latency against {html.escape(lat.baseline)}</h2>", html_table(lat.ratios),
+              f"<h2>Latency against {text(lat.baseline)}</h2>", html_table(lat.ratios),
               imgs["latency ratio CDF"], imgs["latency trend"]]
     parts.append("<h2>Recent regressions</h2>")
     if recent is None:
         parts.append("<p class='note'>fewer than two complete check runs.</p>")
     else:
-        parts.append(f"<p>{html.escape(recent.summary())}</p>")
+        parts.append(f"<p>{text(recent.summary())}</p>")
         for name, t in recent.sections():
             if t.rows:
-                parts += [f"<h3>{html.escape(name)}</h3>", html_table(t, verdicts=True)]
+                parts += [f"<h3>{text(name)}</h3>", html_table(t, verdicts=True)]
     parts += ["<h2>Recent runs</h2>", html_table(versions), "</body></html>"]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text("\n".join(parts), encoding="utf-8")

@@ -7,6 +7,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from ..safetext import printable
 from ..verdicts import COMPARISON, PASSING
 from ..verdicts import QUIET as QUIET_VERDICTS
 from .reports import LatencyReport
@@ -27,6 +28,12 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def _label(value: object) -> str:
+    """Text from the history for a plot: control characters escaped, and `$` literal
+    (matplotlib would read text between two of them as math, and fail on what it cannot parse)."""
+    return printable(value).replace("$", r"\$")
 
 
 def verdict_class(v: str | None) -> int:
@@ -55,7 +62,7 @@ def support_heatmap(matrix: Table, path: str | Path, title: str = "Support matri
     presets = matrix.columns[1:]
     path = Path(path)
     if len(matrix.rows) <= MAX_ROWS:
-        labels = [r[0] for r in matrix.rows]
+        labels = [_label(r[0]) for r in matrix.rows]
         grid: list[list[float]] = [[verdict_class(v) for v in r[1:]] for r in matrix.rows]
         fig, ax = plt.subplots(figsize=(2 + 1.1 * max(len(presets), 2), 1.5 + 0.28 * max(len(labels), 3)))
         if grid:
@@ -64,7 +71,7 @@ def support_heatmap(matrix: Table, path: str | Path, title: str = "Support matri
         for i, r in enumerate(matrix.rows):
             for j, v in enumerate(r[1:]):
                 if v and v not in GOOD:
-                    ax.text(j, i, v[:12], ha="center", va="center", fontsize=6, color="black")
+                    ax.text(j, i, _label(v[:12]), ha="center", va="center", fontsize=6, color="black")
         from matplotlib.patches import Patch
         ax.legend(handles=[Patch(facecolor=c, edgecolor="#888", label=name) for _, c, name in CLASSES],
                   loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7, frameon=False)
@@ -80,7 +87,7 @@ def support_heatmap(matrix: Table, path: str | Path, title: str = "Support matri
         hidden = 0
         if len(order) > MAX_ROWS:   # show the worst families; the rest are summarized
             hidden, order = len(order) - MAX_ROWS, order[:MAX_ROWS]
-        labels = [f"{f} ({sum(1 for r in matrix.rows if family(r[0]) == f)})" for f in order]
+        labels = [_label(f"{f} ({sum(1 for r in matrix.rows if family(r[0]) == f)})") for f in order]
         grid = [[(p / n if n else float("nan")) for p, n in fam[f]] for f in order]
         fig, ax = plt.subplots(figsize=(2 + 1.1 * max(len(presets), 2), 1.5 + 0.28 * len(labels)))
         im = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
@@ -93,7 +100,7 @@ def support_heatmap(matrix: Table, path: str | Path, title: str = "Support matri
             title += f" (worst {MAX_ROWS} of {MAX_ROWS + hidden} op families)"
         else:
             title += f" ({len(matrix.rows)} tests by op family)"
-    ax.set_xticks(range(len(presets)), presets, rotation=35, ha="right", fontsize=8)
+    ax.set_xticks(range(len(presets)), [_label(p) for p in presets], rotation=35, ha="right", fontsize=8)
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
@@ -109,14 +116,14 @@ def latency_cdf(report: LatencyReport, path: str | Path) -> Path:
     for preset in sorted(report.samples):
         xs = sorted(report.samples[preset])
         ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post",
-                label=f"{preset} (n={len(xs)})")
+                label=_label(f"{preset} (n={len(xs)})"))
     ax.axvline(1.0, color="#666", linestyle="--", linewidth=0.8)
     if report.samples:
         ax.set_xscale("log")
         ax.legend(fontsize=8, frameon=False)
     else:
         ax.text(0.5, 0.5, "no timings to compare", ha="center", transform=ax.transAxes)
-    ax.set_xlabel(f"infer_ms / {report.baseline} infer_ms  (<1 faster)")
+    ax.set_xlabel(f"infer_ms / {_label(report.baseline)} infer_ms  (<1 faster)")
     ax.set_ylabel("fraction of tests")
     ax.set_title("Latency ratio against the baseline", fontsize=10)
     ax.grid(True, linewidth=0.3)
@@ -140,9 +147,9 @@ def latency_trend_plot(trend: Table, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for preset in sorted(series):
         xs, ys = zip(*series[preset])
-        ax.plot(xs, ys, marker="o", markersize=3, label=preset)
+        ax.plot(xs, ys, marker="o", markersize=3, label=_label(preset))
     step = max(1, len(runs) // 12)
-    ax.set_xticks(range(0, len(runs), step), [runs[i][:15] for i in range(0, len(runs), step)],
+    ax.set_xticks(range(0, len(runs), step), [_label(runs[i][:15]) for i in range(0, len(runs), step)],
                   rotation=35, ha="right", fontsize=7)
     if series:
         ax.set_yscale("log")
@@ -193,12 +200,13 @@ def latency_by_family(ratios: Table, path: str | Path, label_a: str = "A", label
         if max(everything) / min(everything) < 10:   # within a decade: label the minor ticks too
             ax.xaxis.set_minor_formatter(plain)
         ax.tick_params(axis="x", which="both", labelsize=7)
-        ax.set_yticks(range(len(order)), [f"{f} ({len(fam[f])})" for f in order], fontsize=7)
+        ax.set_yticks(range(len(order)), [_label(f"{f} ({len(fam[f])})") for f in order], fontsize=7)
     else:
         ax.text(0.5, 0.5, "no test was timed in both runs", ha="center", transform=ax.transAxes)
         ax.set_yticks([])
     shown = f" (the {len(order)} of {len(fam)} families furthest from 1)" if len(fam) > len(order) else ""
-    ax.set_xlabel(f"infer_ms ratio  {label_b} / {label_a}  (<1 faster, >1 slower; bar: median)", fontsize=8)
+    ax.set_xlabel(f"infer_ms ratio  {_label(label_b)} / {_label(label_a)}  (<1 faster, >1 slower; bar: median)",
+                  fontsize=8)
     ax.set_title(f"Latency ratio per op family{shown}", fontsize=10)
     ax.grid(True, axis="x", linewidth=0.3)
     fig.tight_layout()

@@ -1,4 +1,8 @@
-"""A plain result table and its renderings: text, csv, json, markdown."""
+"""A plain result table and its renderings: text, csv, json, markdown.
+
+Cells hold what the history holds, which anyone who can write the store may have edited:
+every text rendering shows them through `printable` (control characters escaped), and the
+JSON one through json's own escaping."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import OpdiffError, suggest
+from ..safetext import printable
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -32,7 +37,8 @@ class Table:
 
 
 def cell(v: Any) -> str:
-    """One value as text: floats to 4 significant digits, None as empty."""
+    """One value as text: floats to 4 significant digits, None as empty, control
+    characters escaped."""
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -45,7 +51,7 @@ def cell(v: Any) -> str:
         return v.strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(cell(x) for x in v) + "]"
-    return str(v)
+    return printable(v)
 
 
 def _jsonable(v: Any) -> Any:
@@ -64,33 +70,35 @@ def _jsonable(v: Any) -> Any:
 
 def to_text(t: Table) -> str:
     cells = [[cell(v) for v in r] for r in t.rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(t.columns)]
+    columns = [printable(c) for c in t.columns]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
 
     def line(vals: list[str]) -> str:
         return "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
 
-    out = [line(t.columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    out = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
     return "\n".join(out) + "\n"
 
 
 def to_csv(t: Table) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(t.columns)
+    w.writerow([printable(c) for c in t.columns])
     for r in t.rows:
         w.writerow([cell(v) if not isinstance(v, float) else repr(v) for v in r])
     return buf.getvalue()
 
 
 def to_json(t: Table) -> str:
-    return json.dumps([{k: _jsonable(v) for k, v in d.items()} for d in t.dicts()], indent=1) + "\n"
+    return json.dumps([{k: _jsonable(v) for k, v in d.items()} for d in t.dicts()], indent=1,
+                      ensure_ascii=True) + "\n"
 
 
 def to_markdown(t: Table) -> str:
     def esc(s: str) -> str:
         return s.replace("|", "\\|").replace("\n", " ")
 
-    out = ["| " + " | ".join(esc(c) for c in t.columns) + " |",
+    out = ["| " + " | ".join(esc(printable(c)) for c in t.columns) + " |",
            "|" + "|".join("---" for _ in t.columns) + "|"]
     out += ["| " + " | ".join(esc(cell(v)) for v in r) + " |" for r in t.rows]
     return "\n".join(out) + "\n"

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ..limits import THREADS
 from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
 from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module, single_file, thread_budget
 
@@ -47,6 +48,7 @@ class ExecuTorchBackend:
         "coreml_minimum_deployment_target": None,  # coreml device: e.g. iOS18; None: delegate default
         "coreml_lower_full_graph": False,
     }
+    option_ranges = {"num_threads": THREADS}
     serializes = True
     can_differentiate = False
 

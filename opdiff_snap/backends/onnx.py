@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ..limits import THREADS, Range
 from .base import CUDA, MACOS, Artifact, Availability, Preset, Runnable
 from .common import cast_inputs, cast_module, contiguous_cpu, reduced_dtype, single_file, thread_budget
 
@@ -50,6 +51,8 @@ class OnnxBackend:
         "intra_op_num_threads": None,       # None: the job's thread budget
         "inter_op_num_threads": 1,
     }
+    option_ranges = {"opset": Range(1, 99, whole=True), "intra_op_num_threads": THREADS,
+                     "inter_op_num_threads": THREADS}
     serializes = True
     can_differentiate = False
 

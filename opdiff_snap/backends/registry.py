@@ -22,10 +22,12 @@ import importlib
 import importlib.metadata
 import inspect
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import OpdiffError, suggest
+from ..limits import OPTION_INT, Range
 from .base import Availability, Backend, Preset
 from .coreml import CoreMLBackend
 from .executorch import ExecuTorchBackend
@@ -257,6 +259,7 @@ def load_overrides(source: Mapping[str, Any] | str | Path | None, preset_name: s
 def _check_overrides(name: str, backend: Backend, defaults: Mapping[str, Any],
                      overrides: Mapping[str, Any]) -> dict[str, Any]:
     aliases: Mapping[str, str] = getattr(backend, "option_aliases", {}) or {}
+    ranges: Mapping[str, Range] = getattr(backend, "option_ranges", {}) or {}
     out: dict[str, Any] = {}
     for key, value in overrides.items():
         key = aliases.get(key, key)
@@ -268,8 +271,35 @@ def _check_overrides(name: str, backend: Backend, defaults: Mapping[str, Any],
         if value is not None and default is not None and not _same_kind(default, value):
             raise OpdiffError(f"preset '{name}': option '{key}' expects {type(default).__name__} "
                               f"(default {json.dumps(default)}), got {json.dumps(value, default=repr)}.")
+        why = _number_problem(value, ranges.get(key) or (OPTION_INT if _is_count(default) else None))
+        if why:
+            raise OpdiffError(f"preset '{name}': option '{key}': {why} (default {json.dumps(default)}).")
         out[key] = copy.deepcopy(value)
     return out
+
+
+def _is_count(default: Any) -> bool:
+    return isinstance(default, int) and not isinstance(default, bool)
+
+
+def _number_problem(value: Any, bounds: Range | None) -> str | None:
+    """Why a preset option's value is refused as a number: outside the option's range (a
+    backend's `option_ranges`, or a whole number a C API takes where the default is one),
+    or anywhere inside it a number that is not finite (JSON's NaN, Infinity, 1e400)."""
+    if value is None:
+        return None
+    if bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        why = bounds.problem(value)
+        return f"{json.dumps(value)} is {why}" if why else None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{json.dumps(value)} is not a finite number"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        return f"{value} is out of range for a 64-bit integer"
+    if isinstance(value, Mapping):
+        return next((f"in '{k}': {w}" for k, v in value.items() if (w := _number_problem(v, None))), None)
+    if isinstance(value, (list, tuple)):
+        return next((f"item {i}: {w}" for i, v in enumerate(value) if (w := _number_problem(v, None))), None)
+    return None
 
 
 def _same_kind(default: Any, value: Any) -> bool:

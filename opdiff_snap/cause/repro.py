@@ -29,6 +29,7 @@ import torch
 from ..backends.base import Preset
 from ..backends.registry import backend_for
 from ..errors import OpdiffError
+from ..safetext import printable
 from ..suite.construct import split_file_path
 from ..suite.locate import package_files
 from ..suite.model import Node, TestCase, Tolerance
@@ -263,6 +264,9 @@ def _write_script(out_path: Path, docstring: str, preset: Preset, tolerance: Tol
     """Assemble a repro script: header, imports, constants, the family's runner, the data,
     how to build the callable, the flat wrapper, compare and main."""
     runner, needs = _runner(preset)
+    # the docstring names the test, whose id comes from the golden: nothing in it may end the
+    # string literal (a quote) or make the file unreadable (a NUL, a lone surrogate)
+    docstring = printable(docstring, lines=True).replace("\\", "\\\\").replace('"', '\\"')
     header = ('#!/usr/bin/env python3\n"""' + docstring.strip() + "\n\n"
               f"Needs only: {needs}. Written by opdiff-snap with torch {torch.__version__}.\n" + '"""\n')
     imports = ("import base64\nimport io\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OpdiffError
+from ..safetext import printable, unsafe_char
 from ..storage import StorageError, is_url, open_place
 from ..storage.local import STAGING, TRASH, unique
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
@@ -228,7 +229,12 @@ class GoldenStore:
 
     def write(self, golden: Golden) -> str:
         """Store `golden` atomically, replacing any golden of the same (test id, seed).
-        Returns its key."""
+        Returns its key. An id holding a control character is refused: reading such a
+        golden back calls it CORRUPT (validate.py), as no suite can give a test that id."""
+        control = unsafe_char(golden.test_id)
+        if control:
+            raise OpdiffError(f"cannot store a golden of test '{printable(golden.test_id)}': its id holds {control}, "
+                              "a control, bidi or line-separator character; give the test a plain-text id.")
         try:
             self._ensure_root()
         except OSError as exc:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from ..limits import MAX_SEED
+from ..safetext import printable, unsafe_char
 from .encode import FORMAT, MARK
 from .packed import STORED_AS, TORCH_DTYPES
 
@@ -163,8 +165,12 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
         return out
     if attrs["test_type"] not in TEST_TYPES:
         out.append(f"test_type {attrs['test_type']!r} is not one of {', '.join(TEST_TYPES)}")
-    if attrs["seed"] < 0:
-        out.append(f"seed {attrs['seed']} is negative")
+    if not 0 <= attrs["seed"] <= MAX_SEED:
+        out.append(f"seed {attrs['seed']} is not from 0 to 2**63-1")
+    control = unsafe_char(attrs["test_id"])
+    if control:
+        out.append(f"test_id '{printable(attrs['test_id'])}' holds {control}, a control, bidi or line-separator "
+                   "character, which no suite can give a test id")
     if not isinstance(attrs["baseline"].get("name"), str) or not attrs["baseline"]["name"]:
         out.append("baseline has no preset name")
 

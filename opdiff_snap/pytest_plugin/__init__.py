@@ -63,13 +63,12 @@ class Plugin:
 
 
 def _jobs(text: str) -> int:
+    from ..limits import JOBS  # here, not above: a dormant plugin imports nothing beyond pytest
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+        return int(JOBS.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -50,6 +50,7 @@ from ..execution.user_call import NotShippable, UserCallJob, ship
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden
 from ..recording import golden_of
 from ..results import Result
+from ..safetext import printable, unsafe_char
 from ..suite.model import Call, Invocation, TestCase, Tolerance
 from ..verdicts import Verdict
 from .outcomes import settle
@@ -167,6 +168,9 @@ class GoldenFixture:
         test_id = f"{base}#{name}" if name else (base if not self._ids else f"{base}#{len(self._ids) + 1}")
         if test_id in self._ids:
             _fail(f"check(..., name={name!r}) is used twice in {base}; give each check of one test its own name.")
+        if unsafe_char(test_id):
+            _fail(f"the golden id '{printable(test_id)}' holds {unsafe_char(test_id)}, a control, bidi or "
+                  "line-separator character; give check(..., name=...) and the test's parameters plain text.")
         self._ids.append(test_id)
         return test_id
 

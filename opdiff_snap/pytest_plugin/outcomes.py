@@ -17,6 +17,7 @@ from typing import Sequence
 import pytest
 
 from ..results import Result
+from ..safetext import printable
 from ..verdicts import PASSING, QUIET, Verdict
 
 # metrics shown in a failure, in this order (the history has them all)
@@ -35,7 +36,8 @@ def _fmt(value: object) -> str:
 
 def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()) -> str:
     """`VERDICT on PRESET: message`, a line of metrics, and how to fix it. `presets`:
-    every preset this same text stands for (default: the result's own)."""
+    every preset this same text stands for (default: the result's own). Ids and messages
+    come from goldens: control characters in them are escaped."""
     on = ", ".join(presets) if presets else result.preset
     lines = [f"{result.verdict.value} on {on} (test '{result.test_id}' seed {result.seed})"
              + (f": {result.message}" if result.message else "")]
@@ -53,7 +55,7 @@ def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()
                      f"baseline_factor={_fmt(tol.baseline_factor)}")
     if fix:
         lines.append(f"fix: {fix}")
-    return "\n".join(lines)
+    return printable("\n".join(lines), lines=True)
 
 
 def settle(results: Sequence[Result], fixes: dict[Verdict, str] | None = None) -> None:
@@ -70,5 +72,5 @@ def settle(results: Sequence[Result], fixes: dict[Verdict, str] | None = None) -
         raise VerdictFailed("\n\n".join(describe(group[0], fixes.get(group[0].verdict), [r.preset for r in group])
                                          for group in alike.values()))
     if results and all(r.verdict in QUIET for r in results):
-        pytest.skip("; ".join(f"{r.verdict.value} on {r.preset}: {r.message or 'no reason given'}"
-                              for r in results))
+        pytest.skip(printable("; ".join(f"{r.verdict.value} on {r.preset}: {r.message or 'no reason given'}"
+                                        for r in results)))

@@ -35,6 +35,7 @@ from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
 from ..results import Result, RunReport
+from ..safetext import printable
 from ..session import emit, make_pool, settings_json
 from .options import Options
 
@@ -270,7 +271,8 @@ class SessionRun:
 
     # ------------------------------------------------------------ end
     def note(self, section: str, line: str) -> None:
-        """A line for the session's summary."""
+        """A line for the session's summary (control characters escaped)."""
+        line = printable(line)
         lines = self.summary.setdefault(section, [])
         if line not in lines:
             lines.append(line)

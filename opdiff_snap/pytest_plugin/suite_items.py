@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import pytest
 
 from ..errors import OpdiffError
+from ..safetext import printable
 from .options import plugin_of
 from .outcomes import VerdictFailed, describe, settle
 
@@ -68,7 +69,7 @@ def _items(parent: pytest.Collector, planned: Iterable[Any]) -> Iterable["Opdiff
     run = _run(parent)
     for item in planned:
         for preset in run.presets:
-            yield OpdiffItem.from_parent(parent, name=f"{item.test_id}[s{item.seed}-{preset.name}]",
+            yield OpdiffItem.from_parent(parent, name=printable(f"{item.test_id}[s{item.seed}-{preset.name}]"),
                                          planned=item, preset=preset)
 
 
@@ -78,7 +79,7 @@ class _OpdiffCollector:
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, OpdiffError):
-            return f"opdiff: error: {excinfo.value}"
+            return printable(f"opdiff: error: {excinfo.value}", lines=True)
         return super().repr_failure(excinfo)  # type: ignore[misc]
 
 
@@ -158,11 +159,11 @@ class OpdiffItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, (VerdictFailed, OpdiffError)):
-            return str(excinfo.value)
+            return printable(excinfo.value, lines=True)
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"{self.planned.test_id} seed {self.planned.seed} on {self.preset.name}"
+        return self.path, None, printable(f"{self.planned.test_id} seed {self.planned.seed} on {self.preset.name}")
 
 
 __all__ = ["GoldensDir", "OpdiffItem", "SuiteFile", "SuitePlan", "collect_node", "describe"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OpdiffError, SuiteError
+from ..safetext import printable, unsafe_char
 from .document import EXT_DEFAULTS, Document, RawTest, chain_text, load_document, plain_number
 from .files import SearchRoots, display_path
 from .model import Call, TestCase, Tolerance
@@ -113,7 +114,14 @@ class Expander:
             return []
         check_keys(raw, TEST_KEYS, w, P, "a test")
         tid = raw.get("id")
-        if tid is not None and (not isinstance(tid, str) or not tid or _BAD_ID.search(tid)):
+        control = unsafe_char(tid) if isinstance(tid, str) else None
+        if control:
+            P.add(w.at(raw, "id"), f"id '{printable(tid)}' holds {control}, a control, bidi or line-separator "
+                                   "character; a test id is printed, and written into JUnit XML and HTML, so it "
+                                   "must be plain text: remove the character (an escape such as \\e or \\0 in "
+                                   "a quoted YAML string)")
+            tid = None
+        elif tid is not None and (not isinstance(tid, str) or not tid or _BAD_ID.search(tid)):
             P.add(w.at(raw, "id"), f"id {tid!r} must be a non-empty string without spaces, '/', '\\', ';' or '*'")
             tid = None
         op = raw.get("op")
