@@ -37,7 +37,7 @@ from .backends.base import Preset
 from .backends.registry import get_preset
 from .compare import Comparison, Rounding, compare, compare_grads, tolerance_for
 from .config import Settings, apply_endpoint
-from .errors import OpdiffError
+from .errors import OpdiffError, printable
 from .execution import Job, Outcome, restore_outputs
 from .execution.cache import cache_unusable
 from .execution.gradients import can_differentiate
@@ -90,6 +90,11 @@ class CheckPlan:
 
 
 def _corrupt(test_id: str, seed: int, info: GoldenInfo | None, why: str) -> Planned:
+    why = printable(why)   # read from the golden: shown escaped
+    if test_id.startswith("<unknown: "):   # an entry whose test cannot be told (GoldenStore.index)
+        return Planned(test_id, seed, None, info, Verdict.CORRUPT,
+                       f"the entry {test_id[10:-1]} of the golden store is corrupt: {why}. It will not be "
+                       "compared. Remove it, and re-record the test it held with `opdiff record`.")
     return Planned(test_id, seed, None, info, Verdict.CORRUPT,
                    f"the golden of test '{test_id}' seed {seed} is corrupt: {why}. It will not be "
                    f"compared. Re-record it with `opdiff record --test-ids '{test_id}' --force`.")

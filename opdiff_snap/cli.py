@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 
 from .config import Settings, load_settings
-from .errors import OpdiffError
+from .errors import OpdiffError, printable
 from .suite.model import Tolerance
 
 
@@ -35,7 +35,7 @@ def guarded(fn):
         except OpdiffError as exc:
             if debug:
                 traceback.print_exc()
-            click.echo(f"opdiff: error: {exc}", err=True)
+            click.echo(f"opdiff: error: {printable(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except BrokenPipeError:  # output piped into `head` and the like
             sys.stderr = None
@@ -563,7 +563,7 @@ def goldens_verify(ctx) -> None:
 
     findings, n = api.verify(_settings(ctx))
     for f in findings:
-        click.echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
+        click.echo(f"{f.kind} {printable(f.info.test_id)} seed={f.info.seed}: {printable(f.message)}")
     count = {kind: len({f.info.key for f in findings if f.kind == kind})
              for kind in ("CORRUPT", "STALE", "UNCHECKED")}
     click.echo(f"{n} goldens checked, {count['CORRUPT']} corrupt"

@@ -65,3 +65,13 @@ def error_text(exc: BaseException) -> str:
     text = ANSI.sub("", str(exc)).strip() or repr(exc)
     text = f"{type(exc).__name__}: {text}"
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # C0 (but tab and newline), DEL, C1
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as a `\\xNN` escape, so text read from
+    data (a golden's test id, a file name) cannot drive the terminal (colours, titles,
+    cursor moves) when it is printed. Tabs and newlines stay."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

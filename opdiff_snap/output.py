@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .errors import ANSI, OpdiffError, suggest
+from .errors import ANSI, OpdiffError, printable, suggest
 from .results import Result, RunReport
 from .verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
@@ -109,13 +109,13 @@ def headline(message: str | None, width: int = 160) -> str:
 
 
 def _line(r: Result) -> str:
-    text = f"{r.verdict.value:<18} {r.test_id} seed={r.seed} {r.preset}"
+    text = f"{r.verdict.value:<18} {printable(r.test_id)} seed={r.seed} {r.preset}"
     if r.infer_ms is not None:
         text += f" infer={r.infer_ms:.3f}ms"
     if r.metrics and r.verdict not in GOOD:
         text += f" max_abs={r.metrics.get('max_abs')}"
     if r.message and r.verdict not in GOOD:
-        text += f" -- {headline(r.message, 200)}"
+        text += f" -- {printable(headline(r.message, 200))}"
     return text
 
 
@@ -139,8 +139,8 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
         for r in failing[:limit]:
             m = r.metrics or {}
             metrics = (_fmt(m.get("max_abs")), _fmt(m.get("min_atol"))) if with_metrics else ()
-            table.add_row(r.verdict.value, escape(r.test_id), str(r.seed), r.preset, *metrics,
-                          escape(headline(r.message)))
+            table.add_row(r.verdict.value, escape(printable(r.test_id)), str(r.seed), r.preset, *metrics,
+                          escape(printable(headline(r.message))))
         console.print(table)
         if len(failing) > limit:
             console.print(f"... and {len(failing) - limit} more (see `opdiff query` or --format json)")
@@ -356,6 +356,7 @@ def goldens_table(rows) -> Table:
     table = _table(["test", "seeds", "baseline", "torch", "created", "state"])
     for row in rows:
         first = row.infos[0]
-        table.add_row(escape(row.test_id), ",".join(str(i.seed) for i in row.infos), first.baseline,
-                      str((first.env or {}).get("torch")), first.created[:19], row.state)
+        table.add_row(escape(printable(row.test_id)), ",".join(str(i.seed) for i in row.infos),
+                      escape(printable(first.baseline)), escape(printable(str((first.env or {}).get("torch")))),
+                      escape(printable(first.created[:19])), row.state)
     return table
