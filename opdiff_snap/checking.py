@@ -46,6 +46,7 @@ from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
 from .history_sync import readable_dir
 from .results import Listener, Result, RunReport
+from .safetext import printable
 from .session import emit, make_pool, notice, set_total, settings_json, warn
 from .suite import load_suites, select
 from .suite import suite_paths as find_suites
@@ -90,6 +91,11 @@ class CheckPlan:
 
 
 def _corrupt(test_id: str, seed: int, info: GoldenInfo | None, why: str) -> Planned:
+    why = printable(why)   # read from the golden: shown escaped
+    if test_id.startswith("<unknown: "):   # an entry whose test cannot be told (GoldenStore.index)
+        return Planned(test_id, seed, None, info, Verdict.CORRUPT,
+                       f"the entry {test_id[10:-1]} of the golden store is corrupt: {why}. It will not be "
+                       "compared. Remove it, and re-record the test it held with `opdiff record`.")
     return Planned(test_id, seed, None, info, Verdict.CORRUPT,
                    f"the golden of test '{test_id}' seed {seed} is corrupt: {why}. It will not be "
                    f"compared. Re-record it with `opdiff record --test-ids '{test_id}' --force`.")

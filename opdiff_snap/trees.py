@@ -5,10 +5,14 @@ and be rebuilt anywhere without pickles:
 
     {"tensor": i}                     the i-th tensor leaf
     {"tuple": [s, ...]}               {"list": [s, ...]}
-    {"dict": [[key, s], ...]}         keys are strings, order kept
+    {"dict": [[key, s], ...]}         order kept; see dict_key for what a key may be
     {"value": v}                      a JSON literal: number, bool, string, None
     {"float": "nan" | "inf" | "-inf"} a non-finite Python float
     {"dtype": "float32"}              a torch.dtype passed as an argument
+
+A structure nests at most MAX_DEPTH levels below its root: flatten refuses a deeper
+value, and the golden store refuses to read a deeper structure, so what record writes
+check can always read.
 """
 
 from __future__ import annotations
@@ -19,21 +23,58 @@ from typing import Any, Callable
 import torch
 
 Structure = Any  # JSON-compatible nested dict/list
+MAX_DEPTH = 100   # levels of nesting below a structure's root, for every nested value stored
 
 
-def flatten(obj: Any) -> tuple[Structure, list[torch.Tensor]]:
+class TooDeep(ValueError):
+    """A value nests deeper than MAX_DEPTH."""
+
+    def __init__(self, where: str):
+        super().__init__(f"{where} nests deeper than {MAX_DEPTH} levels, the most a golden holds; "
+                         "return a flatter value")
+
+
+def dict_key(key: Any) -> Any:
+    """How a dict key is stored: a JSON literal (string, integer, finite float, bool, None)
+    as itself, so 1 and "1" stay two keys; any other key as its str()."""
+    if key is None or isinstance(key, (str, int)) or (isinstance(key, float) and math.isfinite(key)):
+        return key
+    return str(key)
+
+
+def dict_keys(d: dict, where: str) -> list[Any]:
+    """The stored keys of `d` in order; ValueError when two keys would be stored as one
+    (a tuple key and the string of it, say), which would lose a value."""
+    out: list[Any] = []
+    seen: dict[tuple[type, Any], Any] = {}
+    for k in d:
+        stored = dict_key(k)
+        tag = (type(stored), stored)
+        if tag in seen:
+            raise ValueError(f"{where} has the keys {seen[tag]!r} and {k!r}, which a golden would store as "
+                             f"the same key {stored!r}: use keys that differ as strings")
+        seen[tag] = k
+        out.append(stored)
+    return out
+
+
+def flatten(obj: Any, where: str = "the value") -> tuple[Structure, list[torch.Tensor]]:
+    """(structure, tensor leaves). Raises TypeError for a value a golden cannot hold and
+    ValueError (TooDeep, or keys that collide) naming `where`."""
     leaves: list[torch.Tensor] = []
 
-    def walk(x: Any) -> Structure:
+    def walk(x: Any, depth: int) -> Structure:
+        if depth > MAX_DEPTH:
+            raise TooDeep(where)
         if isinstance(x, torch.Tensor):
             leaves.append(x)
             return {"tensor": len(leaves) - 1}
         if isinstance(x, tuple):
-            return {"tuple": [walk(v) for v in x]}
+            return {"tuple": [walk(v, depth + 1) for v in x]}
         if isinstance(x, list):
-            return {"list": [walk(v) for v in x]}
+            return {"list": [walk(v, depth + 1) for v in x]}
         if isinstance(x, dict):
-            return {"dict": [[str(k), walk(v)] for k, v in x.items()]}
+            return {"dict": [[k, walk(v, depth + 1)] for k, v in zip(dict_keys(x, where), x.values())]}
         if isinstance(x, torch.dtype):
             return {"dtype": str(x).removeprefix("torch.")}
         if isinstance(x, float) and not math.isfinite(x):
@@ -42,7 +83,7 @@ def flatten(obj: Any) -> tuple[Structure, list[torch.Tensor]]:
             return {"value": x}
         raise TypeError(f"cannot store a value of type {type(x).__name__} in a golden: {x!r}")
 
-    return walk(obj), leaves
+    return walk(obj, 0), leaves
 
 
 def unflatten(structure: Structure, leaves: list[Any],

@@ -104,22 +104,30 @@ def _collect(out: Any, flat: list[torch.Tensor]) -> None:
         flat.append(torch.tensor(out))
 
 
-def _structure(out: Any, counter: list[int], where: str) -> Any:
-    """The out_structure of one eager output value; `counter[0]` numbers the leaves."""
+def _structure(out: Any, counter: list[int], where: str, depth: int = 0) -> Any:
+    """The out_structure of one eager output value; `counter[0]` numbers the leaves.
+    Refuses (OpdiffError) what a golden could not hold: a value nested deeper than
+    trees.MAX_DEPTH, or dict keys that would be stored as one."""
 
     def leaf(kind: str, **extra: Any) -> dict[str, Any]:
         node = {kind: counter[0], **extra}
         counter[0] += 1
         return node
 
+    if depth > trees.MAX_DEPTH:
+        raise OpdiffError(str(trees.TooDeep(f"the output of {where}")))
     if isinstance(out, torch.Tensor):
         return leaf("complex") if out.is_complex() else leaf("tensor")
     if isinstance(out, tuple):
-        return {"tuple": [_structure(v, counter, where) for v in out]}
+        return {"tuple": [_structure(v, counter, where, depth + 1) for v in out]}
     if isinstance(out, list):
-        return {"list": [_structure(v, counter, where) for v in out]}
+        return {"list": [_structure(v, counter, where, depth + 1) for v in out]}
     if isinstance(out, dict):
-        return {"dict": [[str(k), _structure(v, counter, where)] for k, v in out.items()]}
+        try:
+            keys = trees.dict_keys(out, f"the output of {where}")
+        except ValueError as exc:
+            raise OpdiffError(str(exc)) from None
+        return {"dict": [[k, _structure(v, counter, where, depth + 1)] for k, v in zip(keys, out.values())]}
     if isinstance(out, bool):
         return leaf("scalar", type="bool")
     if isinstance(out, int):
@@ -229,7 +237,8 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
         args_p, kwargs_p = module.call_args([t.clone() for t in inputs])
         for side in module.side_names:
             out = module._fn(side)(*args_p, **kwargs_p)
-            parts.append((side, _structure(out, counter, where + (f" side {side}" if keyed else ""))))
+            parts.append((side, _structure(out, counter, where + (f" side {side}" if keyed else ""),
+                                           depth=1 if keyed else 0)))   # keyed: under {side: ...}
             _collect(out, flat)
     structure = {"dict": [[s, st] for s, st in parts]} if keyed else parts[0][1]
     return Prepared(module, inputs, structure, [t.dtype for t in flat])

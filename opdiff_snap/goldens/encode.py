@@ -28,7 +28,7 @@ def encode(golden: Golden) -> tuple[dict[str, Any], list[tuple[str, torch.Tensor
     named: list[tuple[str, torch.Tensor]] = []
 
     def section(name: str, value: Any) -> Any:
-        structure, leaves = trees.flatten(value)
+        structure, leaves = trees.flatten(value, f"the {name} of test '{golden.test_id}'")
         named.extend((f"{name}.{i}", t) for i, t in enumerate(leaves))
         return structure
 

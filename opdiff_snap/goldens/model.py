@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OpdiffError
+from ..safetext import printable
 from ..suite.model import Invocation
 
 
@@ -72,9 +73,11 @@ class CorruptGolden(OpdiffError):
     """A golden failed verification: it must be reported (CORRUPT), never compared."""
 
     def __init__(self, test_id: str, seed: int, array: str, reason: str, path: Any = None):
-        """`array`: the tensor whose bytes failed ("" when the metadata or a chunk did)."""
-        self.test_id, self.seed, self.array, self.reason, self.path = test_id, seed, array, reason, path
-        at = f" ({path})" if path is not None else ""
-        super().__init__(f"the golden of test '{test_id}' seed {seed} is corrupt{at}: {reason}. "
+        """`array`: the tensor whose bytes failed ("" when the metadata or a chunk did).
+        What the store read is data: control characters in it are shown escaped."""
+        self.test_id, self.seed, self.array, self.reason, self.path = test_id, seed, array, printable(reason), path
+        at = f" ({printable(str(path))})" if path is not None else ""
+        shown = printable(test_id)
+        super().__init__(f"the golden of test '{shown}' seed {seed} is corrupt{at}: {self.reason}. "
                          "It will not be compared. Re-record it with "
-                         f"`opdiff record --test-ids '{test_id}' --force`.")
+                         f"`opdiff record --test-ids '{shown}' --force`.")

@@ -24,6 +24,8 @@ from typing import Any, Callable
 import google_crc32c
 import torch
 
+from ..storage import ObjectTooLarge
+
 META = "zarr.json"
 CHUNK_BYTES = 64 * 2**20
 
@@ -141,24 +143,32 @@ def parse_metadata(raw: bytes) -> dict[str, Any]:
     return meta
 
 
-def read_data(get: Callable[[str], bytes], meta: dict[str, Any], zarr_open: Callable[[], Any]) -> bytes:
-    """The packed bytes, every chunk's crc32c checked. `get(name)` reads one object of the
-    array (raising FileNotFoundError); other zarr forms are read through `zarr_open()`."""
+def read_data(get: Callable[[str, int], bytes], meta: dict[str, Any], zarr_open: Callable[[], Any],
+              stored: Callable[[], set[str]]) -> bytes:
+    """The packed bytes, every chunk's crc32c checked. `get(name, max_bytes)` reads one
+    object of the array (raising FileNotFoundError, or OSError when it holds more than
+    `max_bytes`); `stored()` names the objects the array has. Other zarr forms are read
+    through `zarr_open()`, once every chunk they need is known to be there (zarr would
+    read a missing chunk as zeros)."""
     try:
         nbytes = int(meta["shape"][0])
     except (KeyError, IndexError, TypeError, ValueError):
         raise PackError(f"{META} has no valid shape") from None
+    if nbytes < 0:
+        raise PackError(f"{META} declares a negative length ({nbytes})")
     if meta != array_metadata(nbytes, meta["attributes"]):
-        return _read_with_zarr(zarr_open, meta)
+        return _read_with_zarr(zarr_open, meta, nbytes, stored)
     step = _chunk_len(nbytes)
     parts = []
     for i, start in enumerate(range(0, nbytes, step)):
         try:
-            raw = get(str(i))
+            raw = get(str(i), step + 4)
         except FileNotFoundError:
             raise PackError(f"chunk file {i} is missing") from None
+        except ObjectTooLarge:
+            raise PackError(f"chunk file {i} holds more than the {step + 4} bytes of a chunk") from None
         except OSError as exc:
-            raise PackError(f"chunk file {i} is unreadable ({exc})") from None
+            raise PackError(f"chunk file {i} is unreadable ({exc.strerror or exc})") from None
         if len(raw) != step + 4:
             raise PackError(f"chunk file {i} has {len(raw)} bytes, expected {step + 4}")
         if struct.pack("<I", google_crc32c.value(raw[:-4])) != raw[-4:]:
@@ -182,14 +192,39 @@ def unpack(data: bytes, records: dict[str, TensorRecord]) -> dict[str, torch.Ten
     return tensors
 
 
-def _read_with_zarr(zarr_open: Callable[[], Any], meta: dict[str, Any]) -> bytes:
+def _read_with_zarr(zarr_open: Callable[[], Any], meta: dict[str, Any], nbytes: int,
+                    stored: Callable[[], set[str]]) -> bytes:
     """A golden rewritten in another valid zarr form (other chunks or codecs): slow path."""
     if meta.get("zarr_format") != 3 or meta.get("node_type") != "array" or meta.get("data_type") != "uint8" \
             or len(meta.get("shape", ())) != 1:
         raise PackError(f"{META} does not describe a 1-D uint8 Zarr v3 array")
+    count, chunk_key = _chunk_keys(meta, nbytes)
+    present = stored()
+    # more chunks than objects means one is missing: found within len(present) + 1 names
+    for i in range(min(count, len(present) + 1)):
+        if chunk_key(i) not in present:
+            raise PackError(f"chunk file {chunk_key(i)} is missing (zarr would read it as zeros)")
     import numpy as np
 
     try:
         return np.asarray(zarr_open()[...]).tobytes()
     except Exception as exc:  # zarr raises many types for damaged arrays
         raise PackError(f"zarr could not read it ({type(exc).__name__}: {exc})") from None
+
+
+def _chunk_keys(meta: dict[str, Any], nbytes: int) -> tuple[int, Callable[[int], str]]:
+    """(how many chunks the array has, the object name of chunk i) for the regular chunk
+    grids and the chunk key encodings of Zarr v3."""
+    grid: Any = meta.get("chunk_grid")
+    encoding: Any = meta.get("chunk_key_encoding")
+    try:
+        (chunk,) = grid["configuration"]["chunk_shape"] if grid["name"] == "regular" else (None,)
+        name = encoding["name"]
+        separator = (encoding.get("configuration") or {}).get("separator", "/" if name == "default" else ".")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        chunk = name = separator = None
+    if not (isinstance(chunk, int) and chunk > 0 and name in ("default", "v2") and separator in ("/", ".")):
+        raise PackError(f"{META} has no regular chunk grid and chunk key encoding this store reads")
+    if name == "default":
+        return -(-nbytes // chunk), lambda i: f"c{separator}{i}"
+    return -(-nbytes // chunk), str

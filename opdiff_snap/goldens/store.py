@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import OpdiffError
 from ..safetext import printable, unsafe_char
-from ..storage import StorageError, is_url, open_place
+from ..storage import StorageError, Stray, is_url, open_place
 from ..storage.local import STAGING, TRASH, unique
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
 from .keys import seed_of_key, store_key
@@ -100,21 +100,44 @@ class GoldenStore:
                               problem=f"malformed attributes ({exc!r})")
 
     def index(self) -> list[GoldenInfo]:
-        """Every golden, sorted by test id then seed. Goldens whose metadata cannot be read
-        are included with `problem` set and whatever id could be recovered."""
+        """Every golden, sorted by test id then seed. Everything else in the store is
+        included too, with `problem` set and whatever id could be recovered: a golden whose
+        metadata cannot be read, one stored under another golden's key (its id edited),
+        one whose id holds control characters, and every entry that is no golden at all
+        (a file, a symbolic link, a folder without zarr.json)."""
         infos = []
-        keys = self._keys()
+        keys, strays = self._survey()
         if self.remote:
             fetched = self.place.get_many(f"{k}/{META}" for k in keys if k not in self._meta)
             self._meta.update({k.rsplit("/", 1)[0]: v for k, v in fetched.items() if v is not None})
             self._listed = set(keys)
         for key in keys:
             try:
-                infos.append(info_from_attrs(self._attrs(key), key))
-            except (CorruptGolden, KeyError, TypeError, ValueError) as exc:
-                reason = exc.reason if isinstance(exc, CorruptGolden) else f"malformed attributes ({exc!r})"
-                infos.append(self._recovered_info(key, reason))
+                infos.append(self._checked_info(key))
+            except CorruptGolden as exc:
+                at = f" ({printable(str(exc.path))})" if exc.path is not None else ""
+                infos.append(self._recovered_info(key, exc.reason + at))
+            except (KeyError, TypeError, ValueError) as exc:
+                infos.append(self._recovered_info(key, f"malformed attributes ({exc!r})"))
+        infos += [self._recovered_info(stray.name, self._stray_problem(stray)) for stray in strays]
         return sorted(infos, key=lambda i: (i.test_id, i.seed))
+
+    def _checked_info(self, key: str) -> GoldenInfo:
+        """The info of the golden under `key`. One whose id holds control characters, or
+        does not belong under this key (an edited id), is named by its key instead: the id
+        it claims may be another golden's, and each entry must be reported once."""
+        info = info_from_attrs(self._attrs(key), key)
+        if printable(info.test_id) != info.test_id:
+            return self._recovered_info(key, f"its test_id {info.test_id!r} holds control characters")
+        expected = store_key(info.test_id, info.seed)
+        if key != expected:
+            return self._recovered_info(key, f"it holds test {info.test_id!r} seed {info.seed}, whose golden "
+                                             f"belongs under {expected}")
+        return info
+
+    def _stray_problem(self, stray: Stray) -> str:
+        return (f"{printable(str(self.where(stray.name)))} is {printable(stray.what)}, not a golden (a folder "
+                f"holding {META})")
 
     def read(self, test_id: str, seed: int) -> Golden:
         """The whole golden, every array checked (crc32c and sha256); raises MissingGolden
@@ -148,7 +171,8 @@ class GoldenStore:
             raise CorruptGolden(test_id, seed, "", f"malformed attributes ({exc})",
                                 self.where(f"{key}/{META}")) from None
         try:
-            data = read_data(lambda name: self.place.get(f"{key}/{name}"), meta, lambda: self._zarr_array(key))
+            data = read_data(lambda name, limit: self.place.get(f"{key}/{name}", max_bytes=limit), meta,
+                             lambda: self._zarr_array(key), lambda: self._objects(key))
             tensors = unpack(data, records)
         except PackError as exc:
             array = next((n for n in records if f"'{n}'" in str(exc)), "")
@@ -158,6 +182,10 @@ class GoldenStore:
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptGolden(test_id, seed, "", "its attributes do not match its tensors "
                                 f"({type(exc).__name__}: {exc})", self.where(f"{key}/{META}")) from None
+
+    def _objects(self, key: str) -> set[str]:
+        """The names of the objects a golden's folder holds."""
+        return {e.key.split("/", 1)[1] for e in self.place.list(key) if "/" in e.key}
 
     def _zarr_array(self, key: str):
         import zarr
@@ -192,10 +220,6 @@ class GoldenStore:
                 continue
             if info.problem:
                 out.append(Finding(info, "CORRUPT", info.problem))
-                continue
-            expected = store_key(info.test_id, info.seed)
-            if info.key != expected:
-                out.append(Finding(info, "CORRUPT", f"stored under {info.key}, but its id belongs under {expected}"))
                 continue
             try:
                 golden = self.read(info.test_id, info.seed)
@@ -315,13 +339,14 @@ class GoldenStore:
         if self._listed is not None:
             self._listed.discard(key)
 
-    def _keys(self) -> list[str]:
+    def _survey(self) -> tuple[list[str], list[Stray]]:
+        """(every folder, every other entry) at the top of the store, but its own root
+        zarr.json and hidden bookkeeping (.staging, .trash)."""
         try:
-            names = self.place.units(META)
+            return self.place.survey(META, keep=(META,))
         except OSError as exc:
             raise OpdiffError(f"cannot list the golden store {self.root} ({_why(exc)}); check --goldens "
                               "and its permissions.") from None
-        return [n for n in names if seed_of_key(n) is not None]
 
     def _attrs(self, key: str, test_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
         return self._metadata(key, test_id, seed)["attributes"]
@@ -340,7 +365,7 @@ class GoldenStore:
                 raise MissingGolden(test_id, sd, self.root) from None
             raise CorruptGolden(tid, sd, "", f"{META} is missing", path) from None
         except OSError as exc:
-            raise CorruptGolden(tid, sd, "", f"{META} is unreadable ({exc})", path) from None
+            raise CorruptGolden(tid, sd, "", f"{META} is unreadable ({exc.strerror or exc})", path) from None
         except PackError as exc:
             raise CorruptGolden(tid, sd, "", str(exc), path) from None
         attrs = meta["attributes"]
@@ -352,7 +377,7 @@ class GoldenStore:
         return meta
 
     def _recovered_info(self, key: str, problem: str) -> GoldenInfo:
-        return GoldenInfo(f"<unknown: {key}>", seed_of_key(key) or 0, "", "", "", "", {}, "", key,
+        return GoldenInfo(f"<unknown: {printable(key)}>", seed_of_key(key) or 0, "", "", "", "", {}, "", key,
                           problem=problem)
 
 

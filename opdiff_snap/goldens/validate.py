@@ -2,7 +2,8 @@
 
 `problems` covers what reading relies on: the attributes and their types, each tensor
 record (its NumPy dtype is the one its torch dtype is stored as, its byte count fits
-its shape, its bytes lie inside the data) and the nested structures (`args`, `kwargs`,
+its shape, its bytes lie inside the data, and the records together are exactly as long
+as the data the array declares) and the nested structures (`args`, `kwargs`,
 `outputs`, `grads`, `reference`, `states`), which may refer only to tensors the golden
 holds. `GoldenStore.read` refuses a golden with any problem, so check reports it
 CORRUPT, and `opdiff goldens verify` reports the same problems.
@@ -14,6 +15,7 @@ calls it on every golden it runs, verify on every golden.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +25,10 @@ import torch
 
 from ..limits import MAX_SEED
 from ..safetext import printable, unsafe_char
+from ..trees import MAX_DEPTH
 from .encode import FORMAT, MARK
 from .packed import STORED_AS, TORCH_DTYPES
 
-MAX_STRUCTURE_DEPTH = 100
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 TEST_TYPES = ("op", "module", "pair")
 REQUIRED: dict[str, type | tuple[type, ...]] = {
@@ -97,8 +99,8 @@ def structure_problems(structure: Any, section: str) -> tuple[list[str], list[in
     stack: list[tuple[Any, str, int]] = [(structure, section, 0)]
     while stack:
         node, where, depth = stack.pop()
-        if depth > MAX_STRUCTURE_DEPTH:
-            out.append(f"{where}: nested deeper than {MAX_STRUCTURE_DEPTH} levels")
+        if depth > MAX_DEPTH:
+            out.append(f"{where}: nested deeper than {MAX_DEPTH} levels")
             continue
         if not isinstance(node, dict) or len(node) != 1:
             out.append(f"{where}: {node!r:.60} is not a structure node (one of tensor, tuple, list, "
@@ -116,9 +118,13 @@ def structure_problems(structure: Any, section: str) -> tuple[list[str], list[in
                 continue
             stack.extend((c, f"{where}[{i}]", depth + 1) for i, c in reversed(list(enumerate(v))))
         elif kind == "dict":
-            if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
-                                                  for p in v):
-                out.append(f"{where}: a dict node must hold [key, value] pairs with string keys")
+            if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 and _key(p[0]) for p in v):
+                out.append(f"{where}: a dict node must hold [key, value] pairs whose keys are strings, "
+                           "numbers, bools or null")
+                continue
+            twice = _repeated([k for k, _ in v])
+            if twice:   # reading it back would keep only one of them
+                out.append(f"{where}: the key {twice[0]!r} appears more than once")
                 continue
             stack.extend((c, f"{where}[{k!r}]", depth + 1) for k, c in reversed(v))
         elif kind == "value":
@@ -135,16 +141,32 @@ def structure_problems(structure: Any, section: str) -> tuple[list[str], list[in
     return out, indices
 
 
+def _key(k: Any) -> bool:
+    """Whether `k` is a dict key a structure may hold (trees.dict_key)."""
+    return isinstance(k, _SCALARS) and not (isinstance(k, float) and not math.isfinite(k))
+
+
+def _repeated(keys: list[Any]) -> list[Any]:
+    """The keys that occur more than once (1 and "1" are two keys; 1 and 1.0 one)."""
+    seen: set[Any] = set()
+    out = []
+    for k in keys:
+        if k in seen:
+            out.append(k)
+        seen.add(k)
+    return out
+
+
 def _root(structure: Any) -> tuple[str | None, Any]:
     if isinstance(structure, dict) and len(structure) == 1:
         return next(iter(structure.items()))
     return None, None
 
 
-def _dict_keys(structure: Any) -> list[str] | None:
-    """The sorted keys of a (sound) structure whose top is a dict node, else None."""
+def _dict_keys(structure: Any) -> list[Any] | None:
+    """The keys of a (sound) structure whose top is a dict node, in order, else None."""
     kind, pairs = _root(structure)
-    return sorted(k for k, _ in pairs) if kind == "dict" else None
+    return [k for k, _ in pairs] if kind == "dict" else None
 
 
 def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
@@ -175,8 +197,15 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
         out.append("baseline has no preset name")
 
     tensors: dict = attrs["tensors"]
-    for name, rec in tensors.items():
-        out.extend(record_problems(name, rec, data_nbytes))
+    bad_records = [m for name, rec in tensors.items() for m in record_problems(name, rec, data_nbytes)]
+    out.extend(bad_records)
+    if not bad_records and data_nbytes is not None:
+        # the tensors lie back to back: the data is exactly as long as they are together, so a
+        # declared length can never make a reader allocate more than the tensors take
+        total = sum(rec["nbytes"] for rec in tensors.values())
+        if total != data_nbytes:
+            out.append(f"its shape declares {data_nbytes} bytes of packed data, but its tensors take "
+                       f"{total} bytes together")
     used: set[str] = set()
     sections = {"args": attrs["args"], "kwargs": attrs["kwargs"], "outputs": attrs["outputs"]}
     if attrs.get("grads") is not None:
@@ -210,7 +239,8 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
     for section, kind in (("args", "list"), ("kwargs", "dict")):
         if section in sound and _root(attrs[section])[0] != kind:
             out.append(f"{section} must be a {kind} at its top")
-    if attrs["test_type"] == "pair" and "outputs" in sound and _dict_keys(attrs["outputs"]) != ["a", "b"]:
+    if attrs["test_type"] == "pair" and "outputs" in sound and (_dict_keys(attrs["outputs"]) or []) not in (
+            ["a", "b"], ["b", "a"]):
         out.append("outputs of a pair test must be a dict of the sides 'a' and 'b'")
     for side, entries in attrs["states"].items():
         if not isinstance(entries, list) or not all(

@@ -5,7 +5,9 @@ objects under one top-level name that appears to readers whole or not at all. A 
 visible once its marker object (a golden's `zarr.json`, a cache entry's `complete`) is
 there: a local folder publishes a unit by building it aside and renaming it into place,
 an object store (which has no rename) writes the marker object last and deletes it
-first, so readers skip a unit whose marker is missing.
+first, so readers skip a unit whose marker is missing. Whatever else sits at the top of
+a place (a file, a symbolic link, an object outside any unit) is a `Stray`, which
+`survey` names so that the store can report it instead of skipping it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,20 @@ class Entry:
     mtime: float      # seconds since the epoch
 
 
+@dataclass(frozen=True)
+class Stray:
+    """A top-level entry of a place that is not a unit: `what` says what it is instead
+    ("a file", "a symbolic link to /elsewhere", ...)."""
+
+    name: str
+    what: str
+
+
+class ObjectTooLarge(OSError):
+    """An object holds more bytes than the reader asked for at most (`get(max_bytes=...)`);
+    none of them were read."""
+
+
 class Place(ABC):
     """A folder-like place holding objects. Keys are relative, `/`-separated."""
 
@@ -49,8 +65,10 @@ class Place(ABC):
     # ------------------------------------------------------------ objects
 
     @abstractmethod
-    def get(self, key: str) -> bytes:
-        """The object's bytes; raises FileNotFoundError when there is none."""
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        """The object's bytes; raises FileNotFoundError when there is none. With
+        `max_bytes`, an object larger than that raises ObjectTooLarge before its bytes are
+        read (a reader that knows the size to expect never loads more)."""
 
     def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
         """Several objects at once (None for a missing one)."""
@@ -105,6 +123,12 @@ class Place(ABC):
 
     @abstractmethod
     def unit_exists(self, name: str, marker: str) -> bool: ...
+
+    def survey(self, marker: str, keep: tuple[str, ...] = ()) -> "tuple[builtins.list[str], builtins.list[Stray]]":
+        """(the units, the strays) at the top of this place, from one listing. Names
+        starting with "." (the place's own bookkeeping) and the names in `keep` are
+        neither."""
+        return self.units(marker), []
 
     @abstractmethod
     def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:

@@ -12,14 +12,16 @@ processes, not power loss mid-write.
 from __future__ import annotations
 
 import builtins
+import errno
 import os
 import shutil
+import stat
 import time
 import uuid
 from pathlib import Path
 from typing import Mapping
 
-from .base import Entry, Place
+from .base import Entry, ObjectTooLarge, Place, Stray
 
 STAGING, TRASH = ".staging", ".trash"
 
@@ -39,9 +41,30 @@ class LocalPlace(Place):
 
     # ------------------------------------------------------------ objects
 
-    def get(self, key: str) -> bytes:
-        with open(self.path(key), "rb") as f:
-            return f.read()
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        """Only a regular file is an object: a symbolic link (wherever it points), a
+        folder, a pipe or a device raises an OSError instead of being followed, blocking
+        or read forever."""
+        path = self.path(key)
+        try:   # a pipe must not block the open
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, "is a symbolic link, which the store never follows", str(path)) from None
+            raise
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(path))
+            if max_bytes is not None and st.st_size > max_bytes:
+                raise ObjectTooLarge(errno.EFBIG, f"holds {st.st_size} bytes, more than the {max_bytes} expected",
+                                     str(path))
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        if max_bytes is not None and len(data) > max_bytes:   # it grew while being read
+            raise ObjectTooLarge(errno.EFBIG, f"holds more than the {max_bytes} bytes expected", str(path))
+        return data
 
     def put(self, key: str, data: bytes, *, create: bool = False) -> bool:
         final = self.path(key)
@@ -91,15 +114,37 @@ class LocalPlace(Place):
 
     def units(self, marker: str) -> "builtins.list[str]":
         """Every folder that is not debris: a folder without its marker is damage here (units
-        appear by rename), which the caller reports."""
-        try:
-            entries = list(os.scandir(self.root))
-        except FileNotFoundError:
-            return []
-        return [e.name for e in entries if not e.name.startswith(".") and e.is_dir()]
+        appear by rename), which the caller reports. A symbolic link is never a unit."""
+        return self.survey(marker)[0]
 
     def unit_exists(self, name: str, marker: str) -> bool:
-        return (self.root / name).is_dir()
+        path = self.root / name
+        return path.is_dir() and not path.is_symlink()
+
+    def survey(self, marker: str, keep: tuple[str, ...] = ()) -> "tuple[builtins.list[str], builtins.list[Stray]]":
+        """Folders are units; a file, a symbolic link (to a folder or not) or anything else
+        at the top is a stray."""
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+        except FileNotFoundError:
+            return [], []
+        units, strays = [], []
+        for e in entries:
+            if e.name.startswith(".") or e.name in keep:
+                continue
+            if e.is_symlink():
+                try:
+                    target = os.readlink(e.path)
+                except OSError:
+                    target = "?"
+                strays.append(Stray(e.name, f"a symbolic link to {target}"))
+            elif e.is_dir(follow_symlinks=False):
+                units.append(e.name)
+            elif e.is_file(follow_symlinks=False):
+                strays.append(Stray(e.name, "a file"))
+            else:
+                strays.append(Stray(e.name, "neither a file nor a folder (a pipe, socket or device)"))
+        return units, strays
 
     def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:
         stage = self.root / STAGING / unique(name)
@@ -137,7 +182,7 @@ class LocalPlace(Place):
                 os.rename(stage, final)
                 return
             except OSError:
-                if not final.exists():
+                if not os.path.lexists(final):   # a dangling symbolic link is in the way too
                     raise
             trash = self.root / TRASH / unique(name)
             trash.parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +193,7 @@ class LocalPlace(Place):
             try:
                 os.rename(stage, final)
             finally:
-                shutil.rmtree(trash, ignore_errors=True)
+                _discard(trash)
             return
         raise OSError(f"could not move {name} into {self.root} after 20 tries")
 
@@ -159,7 +204,7 @@ class LocalPlace(Place):
             os.rename(self.root / name, trash)
         except FileNotFoundError:
             return
-        shutil.rmtree(trash, ignore_errors=True)
+        _discard(trash)
 
     def clean_debris(self, max_age_s: float, marker: str = "", keep: tuple[str, ...] = ()) -> int:
         """Remove staging and trash left by writers that died (their process is gone on this
@@ -186,6 +231,18 @@ class LocalPlace(Place):
                         Path(entry.path).unlink(missing_ok=True)
                     removed += 1
         return removed
+
+
+def _discard(path: Path) -> None:
+    """Delete a folder with what it holds, or a file or symbolic link (never what a link
+    points to)."""
+    if path.is_symlink() or not path.is_dir():
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass   # debris: removed later by clean_debris
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def unique(prefix: str) -> str:

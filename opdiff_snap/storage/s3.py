@@ -28,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .base import Entry, Place, StorageError
+from .base import Entry, ObjectTooLarge, Place, StorageError, Stray
 
 THREADS = 16
 _CLIENTS: dict[tuple, Any] = {}
@@ -151,7 +151,7 @@ class S3Place(Place):
             if "NoSuchBucket" in str(exc):
                 raise storage_error(exc, doing, self.where(key)) from None
             raise FileNotFoundError(self.where(key)) from None
-        except StorageError:
+        except (StorageError, ObjectTooLarge):
             raise
         except Exception as exc:
             if type(exc).__name__ == "AlreadyExistsError":
@@ -160,10 +160,17 @@ class S3Place(Place):
 
     # ------------------------------------------------------------ objects
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
         import obstore
 
-        return bytes(self._call("reading", key, lambda: obstore.get(self._store, key).bytes()))
+        def read() -> bytes:
+            result = obstore.get(self._store, key)
+            size = int(result.meta["size"])
+            if max_bytes is not None and size > max_bytes:   # the body is never fetched
+                raise ObjectTooLarge(f"{self.where(key)} holds {size} bytes, more than the {max_bytes} expected")
+            return bytes(result.bytes())
+
+        return self._call("reading", key, read)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, bytes | None]:
         keys = list(keys)
@@ -241,11 +248,24 @@ class S3Place(Place):
     def units(self, marker: str) -> "builtins.list[str]":
         """Units whose marker object is there; the others are being written (or their writer
         died) and stay invisible."""
-        return sorted({e.key[:-len(marker) - 1] for e in self.list()
-                       if e.key.endswith("/" + marker) and e.key.count("/") == 1})
+        return self.survey(marker)[0]
 
     def unit_exists(self, name: str, marker: str) -> bool:
         return self.exists(f"{name}/{marker}")
+
+    def survey(self, marker: str, keep: tuple[str, ...] = ()) -> "tuple[builtins.list[str], builtins.list[Stray]]":
+        """Units whose marker object is there (the others are being written, or their writer
+        died, and stay invisible); an object at the top, beside the units, is a stray."""
+        units, strays = set(), []
+        for e in self.list():
+            top, _, rest = e.key.partition("/")
+            if top.startswith(".") or top in keep:
+                continue
+            if not rest:
+                strays.append(Stray(top, "a single object"))
+            elif rest == marker:
+                units.add(top)
+        return sorted(units), strays
 
     def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:
         data = {f"{name}/{k}": v for k, v in objects.items() if k != marker}

@@ -31,6 +31,10 @@ KINDS = {"float": "float32", "int": "int64", "bool": "bool"}
 DTYPES = ("float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64",
           "uint8", "bool", "complex64", "complex128")
 INITS = ("normal", "uniform", "randint", "zeros", "ones", "bernoulli")
+# the integers each integer dtype holds; a Python int given to torch becomes an int64
+INT_RANGES = {"int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1), "int32": (-2**31, 2**31 - 1),
+              "int64": (-2**63, 2**63 - 1), "uint8": (0, 2**8 - 1)}
+RANDINT_HIGH = 2**63 - 2   # randint draws int64 values below high + 1, which must be an int64 too
 _SAMPLING = ("init", "low", "high", "mean", "std", "p")
 
 NODE_FIELDS: dict[str, tuple[str, ...]] = {
@@ -341,6 +345,10 @@ class NodeResolver:
             return self.problems.add(where.at(raw, "std"), f"std={nums['std']} must be >= 0")
         if "low" in nums and nums["low"] > nums["high"]:
             return self.problems.add(where.at(raw, "low"), f"low={nums['low']} is above high={nums['high']}")
+        if init == "randint" and "low" in nums and not (
+                self.fits(nums["low"], dtype, where.at(raw, "low"))
+                and self.fits(nums["high"], dtype, where.at(raw, "high"), high=RANDINT_HIGH)):
+            return BAD
         if init == "normal":
             out.update(mean=float(nums.get("mean", 0.0)), std=float(nums.get("std", 1.0)))
         elif init == "uniform":
@@ -360,22 +368,40 @@ class NodeResolver:
             out["requires_grad"] = grad
         return out
 
+    def fits(self, value: int, dtype: str, where: Where, high: int | None = None) -> bool:
+        """Whether an integer lies in what `dtype` holds (int64 for a non-integer dtype:
+        what torch makes of a Python int), and at most `high`; a problem naming the field
+        when not."""
+        lo, hi = INT_RANGES.get(dtype, INT_RANGES["int64"])
+        name = dtype if dtype in INT_RANGES else "int64"
+        if lo <= value <= hi and (high is None or value <= high):
+            return True
+        if lo <= value <= hi:
+            self.problems.add(where, f"{value} is too large: at most {high} (randint draws int64 values "
+                                     "below high + 1)")
+        else:
+            self.problems.add(where, f"{value} does not fit {name} (which holds {lo} to {hi}); give a value "
+                                     "in that range")
+        return False
+
     def _literal_ok(self, value: Any, dtype: str, where: Where) -> bool:
         fam = dtype_family(dtype)
-        leaves: list[Any] = []
+        leaves: list[tuple[Any, Where]] = []
 
-        def walk(v: Any) -> None:
+        def walk(v: Any, w: Where) -> None:
             if isinstance(v, list):
-                for x in v:
-                    walk(x)
+                for i, x in enumerate(v):
+                    walk(x, w.at(v, i))
             else:
-                leaves.append(v)
-        walk(value)
-        for v in leaves:
+                leaves.append((v, w))
+        walk(value, where)
+        for v, w in leaves:
             if fam == "bool" and not isinstance(v, bool) or fam == "int" and not (
                     isinstance(v, int) and not isinstance(v, bool)) or fam in ("float", "complex") and not (
                     is_number(v)):
                 self.problems.add(where, f"value {v!r} does not fit dtype {dtype}")
+                return False
+            if fam == "int" and not self.fits(v, dtype, w):
                 return False
         return True
 
@@ -418,7 +444,7 @@ class NodeResolver:
             if got != tuple(shape):
                 return self.problems.add(where.at(raw, "value"), f"value has shape {list(got) if got else '?'}"
                                                                  f" but shape is {shape}")
-            if not self._literal_ok(value, dtype, where.at(raw, "value")):
+            if not self._literal_ok(raw["value"], dtype, where.at(raw, "value")):   # raw: with positions
                 return BAD
             return {"type": "const_tensor", "shape": shape, "dtype": dtype, "value": value}
         s = self._sampling(raw, where, dtype, allow_grad=False)
@@ -440,6 +466,8 @@ class NodeResolver:
             if isinstance(v, list) or not self._literal_ok(v, dtype, where.at(raw, "value")):
                 return BAD if not isinstance(v, list) else self.problems.add(where.at(raw, "value"),
                                                                              "value must be one number or bool")
+            if fam == "int" and not self.fits(v, "int64", where.at(raw, "value")):
+                return BAD
             out["value"] = float(v) if fam == "float" else v
             return out
         if fam == "bool":
@@ -459,6 +487,9 @@ class NodeResolver:
             return BAD
         if low >= high:
             return self.problems.add(where.at(raw, "low"), f"low={low} must be below high={high}")
+        if integer and not (self.fits(low, "int64", where.at(raw, "low"))
+                            and self.fits(high, "int64", where.at(raw, "high"), high=RANDINT_HIGH)):
+            return BAD
         return {**out, "low": low if integer else float(low), "high": high if integer else float(high)}
 
     def _n_const(self, raw, where, env, arg):
@@ -470,7 +501,9 @@ class NodeResolver:
         if not isinstance(elems, list) or not elems:
             return self.problems.add(w, f"elems must be a non-empty list of ints, got {elems!r}")
         out = [self.num(e, w.at(elems, i), integer=True) for i, e in enumerate(elems)]
-        return BAD if BAD in out else {"type": "int_list", "elems": out}
+        if BAD in out or not all([self.fits(e, "int64", w.at(elems, i)) for i, e in enumerate(out)]):
+            return BAD
+        return {"type": "int_list", "elems": out}
 
     def _n_list(self, raw, where, env, arg):
         n = self.num(raw["len"], where.at(raw, "len"), integer=True, minimum=0)
