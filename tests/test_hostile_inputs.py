@@ -148,10 +148,18 @@ def test_the_connection_itself_is_locked(project, cache):
                     f"COPY (SELECT 1) TO '{project}/pwned.csv'", f"ATTACH '{project}/other.db'"):
             with pytest.raises(duckdb.PermissionException):
                 a.con.execute(sql)
+        settings = ("enable_external_access", "lock_configuration", "temp_directory", "allowed_directories")
+
+        def current():
+            return {name: a.con.execute(f"SELECT current_setting('{name}')").fetchone()[0] for name in settings}
+
+        locked = current()
+        assert locked["enable_external_access"] is False and locked["lock_configuration"] is True
         for sql in ("SET enable_external_access = true", "SET lock_configuration = false",
                     "SET temp_directory = '.'", "SET allowed_directories = ['/']"):
-            with pytest.raises(duckdb.Error, match="locked|Cannot change"):
+            with pytest.raises(duckdb.Error):
                 a.con.execute(sql)
+            assert current() == locked, sql   # refused, and nothing changed
         assert a.query("SELECT count(*) FROM results").rows[0][0] > 0
     assert not (project / "pwned.csv").exists() and not (project / "other.db").exists()
 
@@ -348,8 +356,9 @@ FLAG_CASES = [
     (("gradcheck", "--eps", "nan"), "--eps", "not a finite number"),
     (("gradcheck", "--eps", "0"), "--eps", "must be greater than 0"),
     (("gradcheck", "--eps", "-1e-6"), "--eps", "must be greater than 0"),
-    (("gradcheck", "--max-entries", "0"), "--max-entries", "x>=1"),
-    (("goldens", "show", "add", "--seed", "-1"), "--seed", "x>=0"),
+    # integer ranges: click's own words say what is wrong, so only our framing is asserted
+    (("gradcheck", "--max-entries", "0"), "--max-entries", None),
+    (("goldens", "show", "add", "--seed", "-1"), "--seed", None),
 ]
 
 
@@ -357,8 +366,10 @@ FLAG_CASES = [
 def test_numeric_flags_reject_non_finite_and_negative(project, args, flag, fragment):
     before = snapshot(project)
     code, out, err = cli_inproc(project, *args)
-    assert_clean_failure(code, out, err, 2, fragment)
-    assert f"Invalid value for '{flag}'" in err
+    assert_clean_failure(code, out, err, 2, *([fragment] if fragment else []))
+    # our one paragraph, naming the flag and the command's help
+    assert err.startswith(f"opdiff: error: {flag}: ") and err.strip().count("\n") == 0, err
+    assert f"See `opdiff {args[0]}" in err and "--help`" in err, err
     assert snapshot(project) == before
 
 
