@@ -61,6 +61,82 @@ def guarded(fn):
     return wrapper
 
 
+class UsageProblem(click.ClickException):
+    """A command line click could not parse, said as our one paragraph (exit 2)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"opdiff: error: {self.message}", err=True)
+
+
+def _usage_message(exc: click.UsageError, command: str) -> str:
+    """`FLAG: what is wrong. See `opdiff CMD --help`.`: the flag or argument named by us,
+    whatever words click has for the problem itself."""
+    detail = " ".join((exc.message or "").split())
+    param = getattr(exc, "param", None)
+    hint = getattr(exc, "param_hint", None)
+    if isinstance(exc, click.NoSuchOption):
+        near = sorted(exc.possibilities or [])
+        where = exc.option_name
+        detail = f"`{command}` has no such option" + (f" (did you mean {' or '.join(near)}?)" if near else "")
+    elif hint:
+        where = hint if isinstance(hint, str) else "/".join(hint)
+    elif isinstance(param, click.Option):
+        where = "/".join(param.opts)
+    elif param is not None:
+        where = param.human_readable_name
+    else:
+        where = getattr(exc, "option_name", None) or ""
+    if isinstance(exc, click.MissingParameter):
+        detail = "required, but not given"
+    text = f"{where}: {detail}" if where else detail
+    return f"{text.rstrip('.')}. See `{command} --help`."
+
+
+class OpdiffGroup(click.Group):
+    """Usage errors (an unknown flag, a value a flag's type refuses, a missing argument)
+    are one paragraph of ours naming the flag, like every other user error."""
+
+    group_class = type   # subgroups (goldens, report, ...) are OpdiffGroups too
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise _ours(exc, parent) from None
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        ctx.meta["opdiff.command"] = f"{_command_path(ctx)} {name}"   # for errors that carry no context
+        return name, cmd, rest
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _ours(exc, ctx) from None
+
+
+def _command_path(ctx: click.Context | None) -> str:
+    """`opdiff goldens show`, whatever name the program was started by."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["opdiff", *reversed(names)])
+
+
+def _ours(exc: click.UsageError, ctx: click.Context | None) -> click.ClickException:
+    if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+        return exc   # a bare group: its help, as click shows it
+    if exc.ctx is not None:
+        command = _command_path(exc.ctx)
+    else:
+        command = ctx.meta.get("opdiff.command", _command_path(ctx)) if ctx is not None else "opdiff"
+    return UsageProblem(_usage_message(exc, command))
+
+
 JOBS = Number(limits.JOBS)
 TIMEOUT_S = Number(limits.TIMEOUT_S)
 REPEATS = Number(limits.REPEATS)
@@ -117,7 +193,7 @@ def _seed_list(text: str | None) -> list[int] | None:
     return list(dict.fromkeys(seeds))  # a seed given twice runs once
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OpdiffGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path), help="Suites directory (default ./suites).")
 @click.option("--goldens", type=click.Path(), help="Golden store (default ./goldens; or s3://bucket/prefix).")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import string
 import textwrap
 from pathlib import Path
 
@@ -107,26 +108,44 @@ def test_dormant_without_the_flag(pytester, verdicts, env):
     with_plugin.assert_outcomes(passed=1)
     without.assert_outcomes(passed=1)
     assert seen == {"heavy": [], "plugin": True, "items": ["test_plain.py::test_ok"]}
-    assert not any("opdiff" in line for line in with_plugin.outlines if not line.startswith("plugins:"))
+    # the plugin printed nothing: "opdiff" appears only where pytest names the distribution
+    # that registered it (make_site's, in its header), whatever words pytest puts around that
+    assert not any("opdiff" in line.replace("opdiff-pytest-test", "") for line in with_plugin.outlines)
     assert sorted((verdicts / "store" / "runs").iterdir()) == runs_before
 
 
 # ---------------------------------------------------------------- collection
 
+COLLECTED = """
+import json
+
+def pytest_collection_finish(session):
+    with open("collected.json", "w") as f:
+        json.dump([item.nodeid for item in session.items], f)
+"""
+
+
+def collected(pytester, *args: str):
+    """The node ids a `--collect-only` session collected (after -m/-k), as a conftest hook
+    records them rather than as pytest prints them; and the run's result."""
+    pytester.makeconftest(COLLECTED)
+    out = pytester.path / "collected.json"
+    out.unlink(missing_ok=True)
+    result = pytester.runpytest_subprocess("--collect-only", "-p", "no:cacheprovider", *args)
+    assert out.is_file(), result.stdout.str() + result.stderr.str()
+    return set(json.loads(out.read_text())), result
+
 @pytest.mark.slow
 def test_collection_ids_markers_and_where_items_come_from(pytester, verdicts):
-    result = pytester.runpytest_subprocess("--opdiff", "-b", "perturb_cpu_fp32", "-b", "stages_fine_fp32",
-                                           "--collect-only", "-q", "-p", "no:cacheprovider")
-    ids = {line for line in result.outlines if "::" in line}
+    ids, result = collected(pytester, "--opdiff", "-b", "perturb_cpu_fp32", "-b", "stages_fine_fp32")
     tests = ["relu", "exp", "neg", "scale", "sin", "fresh"]
     expected = {f"suites/verdicts.yaml::{t}[s0-{p}]" for t in tests for p in ("perturb_cpu_fp32", "stages_fine_fp32")}
     expected |= {f"goldens::gone[s0-{p}]" for p in ("perturb_cpu_fp32", "stages_fine_fp32")}
     assert ids == expected, result.stdout.str()
 
-    tagged = pytester.runpytest_subprocess("--opdiff", "-b", "perturb_cpu_fp32", "--collect-only", "-q",
-                                           "-m", "math", "-p", "no:cacheprovider", "-W", "error")
-    assert {line for line in tagged.outlines if "::" in line} == {
-        f"suites/verdicts.yaml::{t}[s0-perturb_cpu_fp32]" for t in ("exp", "sin", "fresh")}
+    tagged, result = collected(pytester, "--opdiff", "-b", "perturb_cpu_fp32", "-m", "math", "-W", "error")
+    assert tagged == {f"suites/verdicts.yaml::{t}[s0-perturb_cpu_fp32]" for t in ("exp", "sin", "fresh")}, \
+        result.stdout.str()
 
     # enabled by the ini file; testpaths that do not reach the suites still get them, a
     # named path gets what it names
@@ -138,12 +157,11 @@ def test_collection_ids_markers_and_where_items_come_from(pytester, verdicts):
     """))
     (verdicts / "tests").mkdir()
     (verdicts / "tests" / "test_plain.py").write_text("def test_ok():\n    pass\n")
-    bare = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
-    bare_ids = {line for line in bare.outlines if "::" in line}
-    assert "tests/test_plain.py::test_ok" in bare_ids
+    bare_ids, result = collected(pytester)
+    assert "tests/test_plain.py::test_ok" in bare_ids, result.stdout.str()
     assert "suites/verdicts.yaml::relu[s0-perturb_cpu_fp32]" in bare_ids and len(bare_ids) == 8
-    named = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider", "tests")
-    assert {line for line in named.outlines if "::" in line} == {"tests/test_plain.py::test_ok"}
+    named, result = collected(pytester, "tests")
+    assert named == {"tests/test_plain.py::test_ok"}, result.stdout.str()
 
 
 @pytest.mark.slow
@@ -227,7 +245,9 @@ def test_wrong_tanh(opdiff_golden):
 def section(result, header: str) -> list[str]:
     """The lines under one header of the session's `opdiff` summary."""
     lines, out, inside = result.outlines, [], False
-    for line in lines[next((i for i, x in enumerate(lines) if x.strip(" =") == "opdiff"), len(lines)):]:
+    # the header pytest draws for the section our plugin names "opdiff", whatever it draws around the name
+    start = next((i for i, x in enumerate(lines) if x.strip(string.punctuation + " ") == "opdiff"), len(lines))
+    for line in lines[start:]:
         if line.startswith(header):
             inside = True
         elif inside and line.startswith("  "):
@@ -314,12 +334,16 @@ def test_fixture_segfault_fails_one_test_only(pytester, env):
                     return x
             opdiff_golden.check(Local(), (torch.randn(2),))
     """))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rf")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml", "junit.xml")
     result.assert_outcomes(passed=2, failed=2)
-    text = result.stdout.str()
-    assert "BASELINE_FAIL on torch_cpu_fp32" in text and "SIGSEGV" in text
-    assert "test_local_class_cannot_travel.<locals>.Local is defined inside a function" in text
-    assert "FAILED test_crash.py::test_segfault" in text
+    cases = junit_cases(pytester.path / "junit.xml")
+    assert {k: v[0] for k, v in cases.items()} == {
+        "test_crash::test_before": "passed", "test_crash::test_segfault": "failed",
+        "test_crash::test_after": "passed", "test_crash::test_local_class_cannot_travel": "failed"}
+    segfault = cases["test_crash::test_segfault"][1]
+    assert "BASELINE_FAIL on torch_cpu_fp32" in segfault and "SIGSEGV" in segfault
+    assert "test_local_class_cannot_travel.<locals>.Local is defined inside a function" in \
+        cases["test_crash::test_local_class_cannot_travel"][1]
 
 
 def test_call_spec_says_what_changed():

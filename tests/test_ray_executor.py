@@ -59,7 +59,8 @@ def test_a_bad_executor_flag_is_a_usage_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "check", "-b", "torch_cpu_fp32",
                            "--executor", "ray:/nohost"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
-    assert proc.returncode == 2 and "--executor" in proc.stderr and "ray://HOST:PORT" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.startswith("opdiff: error: --executor: "), proc.stderr
+    assert "ray://HOST:PORT" in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "Traceback" not in proc.stderr
 
 

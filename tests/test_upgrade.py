@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from opdiff_snap import api
 from opdiff_snap.config import Settings
@@ -62,12 +64,12 @@ def other_onnxruntime() -> str:
                              text=True, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.skip("the package registry did not answer `pip index versions onnxruntime` within 60 s")
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("Available versions:")), "")
-    found = [v.strip() for v in line.split(":", 1)[-1].split(",") if v.strip().startswith("1.30.")]
+    # the 1.30.x versions it names, however pip words and lays out its listing
+    found = set(re.findall(r"(?<![\w.])1\.30\.\d+(?![\w.])", out.stdout))
     if not found:
         pytest.skip("the package registry cannot be reached or offers no onnxruntime 1.30.x "
                     f"(pip index versions: {(out.stdout + out.stderr).strip()[:300]})")
-    return found[0]
+    return max(found, key=Version)
 
 
 @pytest.fixture(scope="session")
