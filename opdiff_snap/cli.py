@@ -73,6 +73,8 @@ class UsageProblem(click.ClickException):
 def _usage_message(exc: click.UsageError, command: str) -> str:
     """`FLAG: what is wrong. See `opdiff CMD --help`.`: the flag or argument named by us,
     whatever words click has for the problem itself."""
+    if isinstance(exc, FlagError):   # our numeric flags say the flag, the value and the range
+        return f"{exc.format_message().rstrip('.')}. See `{command} --help`."
     detail = " ".join((exc.message or "").split())
     param = getattr(exc, "param", None)
     hint = getattr(exc, "param_hint", None)
