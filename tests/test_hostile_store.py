@@ -33,6 +33,8 @@ from opdiff_snap.goldens import GoldenStore, store_key
 
 FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 NO_SUITES = ("--suites", "no-suites-here")   # check and verify from the goldens alone
+# from the goldens alone, the file: modules of these goldens run only when the store is trusted
+TRUSTED = ("--trust-goldens",)
 
 MORE_MODELS = '''
 
@@ -114,7 +116,9 @@ def project(recorded, tmp_path) -> Path:
 def _check(project: Path, *args: str, expect: int = 1, front: tuple[str, ...] = ()) -> dict[str, dict]:
     """`opdiff check --format json` as {test id: result} (each id once), after asserting a
     clean exit `expect`."""
-    code, out, err = cli_inproc(project, *front, "check", "-b", "torch_cpu_fp32", "--format", "json", *FAST, *args)
+    trust = TRUSTED if front == NO_SUITES else ()
+    code, out, err = cli_inproc(project, *front, "check", "-b", "torch_cpu_fp32", "--format", "json", *FAST, *trust,
+                                *args)
     assert code == expect, out + err
     assert "Traceback" not in out + err and "internal error" not in out + err
     results = json.loads(out)["results"]
@@ -197,7 +201,8 @@ def test_an_id_holding_terminal_controls_is_corrupt_and_the_run_goes_on(project)
     edit_attrs(project, "relu", _osc_id)
     before, goldens = snapshot(project), tree_bytes(project / "goldens")
     for front, name in (((), "relu"), (NO_SUITES, f"<unknown: {store_key('relu', 0)}>")):
-        code, out, err = cli_inproc(project, *front, "check", "-b", "torch_cpu_fp32", *FAST)
+        trust = TRUSTED if front == NO_SUITES else ()
+        code, out, err = cli_inproc(project, *front, "check", "-b", "torch_cpu_fp32", *FAST, *trust)
         assert_clean_failure(code, out, err, 1, f"its test_id '{SHOWN}' holds control characters")
         assert "\x1b" not in out + err and "\x07" not in out + err
         results = _check(project, front=front)
