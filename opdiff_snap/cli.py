@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .config import Settings, load_settings
+from .config import Settings, load_settings, memory_size
 from .errors import OpdiffError
 from .suite.model import Tolerance
 
@@ -40,8 +40,9 @@ def guarded(fn):
         except BrokenPipeError:  # output piped into `head` and the like
             sys.stderr = None
             sys.exit(0)
-        except KeyboardInterrupt:
-            click.echo("opdiff: interrupted; history of this run stays resumable (`opdiff runs`).", err=True)
+        except KeyboardInterrupt as exc:   # its text, where a command gives one, says what stopped
+            said = str(exc) or "history of this run stays resumable (`opdiff runs`)."
+            click.echo(f"opdiff: interrupted; {said}", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug of ours or of a library: say so plainly
             if debug:
@@ -76,6 +77,20 @@ class FiniteFloat(click.ParamType):
             bound = f"greater than {self.min:g}" if self.min_open else f"at least {self.min:g}"
             self.fail(f"{value!r} must be {bound}.", param, ctx)
         return number
+
+
+class MemorySize(click.ParamType):
+    """A memory size flag: '512MB', '2GB', '1.5GiB' (config.memory_size) -> bytes."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return memory_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 NON_NEGATIVE = FiniteFloat(min=0.0)
@@ -594,6 +609,26 @@ def _diff_thresholds(f):
                         help="max_abs growth that counts as drift.")(f)
 
 
+def _query_limits(f):
+    """--timeout-s and --memory-limit of the commands that run SQL over the history: they
+    override query-timeout-s and query-memory-limit of the settings for this command."""
+
+    @functools.wraps(f)
+    def wrapper(*args, query_timeout_s=None, query_memory_limit=None, **kwargs):
+        found = click.get_current_context().find_object(Context)
+        assert found is not None, "the main group makes the context"
+        found.settings = found.settings.with_overrides(query_timeout_s=query_timeout_s,
+                                                       query_memory_limit=query_memory_limit)
+        return f(*args, **kwargs)
+
+    wrapper = click.option("--memory-limit", "query_memory_limit", type=MemorySize(), metavar="SIZE",
+                           help="Memory the SQL may use, e.g. 2GB (default: half of this machine's; "
+                                "query-memory-limit in [tool.opdiff]).")(wrapper)
+    return click.option("--timeout-s", "query_timeout_s", type=FiniteFloat(min=0.1),
+                        help="Time limit of each SQL statement over the history, in seconds (default 300; "
+                             "query-timeout-s in [tool.opdiff]); Ctrl-C stops one too.")(wrapper)
+
+
 def _print_table(table, fmt: str, title: str | None = None) -> None:
     from .analytics import format_table
 
@@ -610,6 +645,7 @@ def _warn(text: str) -> None:
 @click.argument("sql", required=False)
 @click.option("--schema", is_flag=True, help="Print the views and their columns with their meaning.")
 @FORMAT_OPTION
+@_query_limits
 @click.pass_context
 @guarded
 def query(ctx, sql, schema, fmt) -> None:
@@ -639,6 +675,7 @@ def report() -> None:
 @click.option("--by", help="Columns per version of this library (torch, executorch, onnxruntime, coremltools).")
 @FORMAT_OPTION
 @click.option("--png", type=click.Path(path_type=Path), help="Also draw the heatmap to this PNG.")
+@_query_limits
 @click.pass_context
 @guarded
 def report_support(ctx, by, fmt, png) -> None:
@@ -659,6 +696,7 @@ def report_support(ctx, by, fmt, png) -> None:
 @click.option("--baseline", help="Preset to divide by (default: the runs' baseline).")
 @FORMAT_OPTION
 @click.option("--png-dir", type=click.Path(path_type=Path), help="Also draw the ratio CDF and trends here.")
+@_query_limits
 @click.pass_context
 @guarded
 def report_latency(ctx, baseline, fmt, png_dir) -> None:
@@ -680,6 +718,7 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
 
 @report.command("html")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True)
+@_query_limits
 @click.pass_context
 @guarded
 def report_html(ctx, output) -> None:
@@ -695,6 +734,7 @@ def report_html(ctx, output) -> None:
 @_runs_to_compare
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("upgrade.html"), show_default=True)
 @_diff_thresholds
+@_query_limits
 @click.pass_context
 @guarded
 def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latency_threshold) -> None:
@@ -713,6 +753,7 @@ def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latenc
 @_runs_to_compare
 @_diff_thresholds
 @FORMAT_OPTION
+@_query_limits
 @click.pass_context
 @guarded
 def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, fmt) -> None:
