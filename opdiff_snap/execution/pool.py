@@ -148,15 +148,20 @@ def _lead_group() -> None:
     under another interpreter already is one). Then watch both ends: a thread here kills
     the group when the worker's parent is gone, and a keeper process in the group kills it
     when the worker itself is gone."""
+    if not hasattr(os, "setsid"):
+        return   # no process groups here (Windows)
     try:
         os.setsid()
     except OSError:
         pass   # already a session leader (started with start_new_session)
     if os.getpgrp() != os.getpid():
         return
-    subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER, str(os.getpid()), str(WATCHDOG_S)],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     close_fds=True)
+    try:
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER, str(os.getpid()), str(WATCHDOG_S)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         close_fds=True)
+    except OSError:
+        pass   # no keeper (no process to spare): the parent and the watchdog below still end the group
     parent = os.getppid()
 
     def watch() -> None:
@@ -181,8 +186,8 @@ def kill_group(proc: Any) -> None:
     the group id names no one else's group."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass   # not a group leader yet (it has not reached serve), or already gone
+    except (ProcessLookupError, PermissionError, AttributeError):
+        pass   # not a group leader yet (it has not reached serve), already gone, or no killpg here
     if proc.is_alive():
         proc.kill()
 
