@@ -67,9 +67,11 @@ def run_groups(runs: list) -> list:
 
 
 def _analytics(settings: Settings | None, warn: Warn):
-    from .analytics import connect
+    """The history of `settings.store`, its SQL under the settings' query limits."""
+    from .analytics import Limits, connect
 
-    a = connect((settings or Settings()).store, warn=False)
+    settings = settings or Settings()
+    a = connect(settings.store, warn=False, limits=Limits.of(settings))
     for w in a.warnings:
         if warn is not None:
             warn(w)
@@ -119,7 +121,8 @@ def html_report(output: Path, settings: Settings | None = None) -> Path:
     """One self-contained HTML file over the history; returns its path."""
     from .analytics.html import render_html
 
-    return render_html((settings or Settings()).store, output)
+    with _analytics(settings, None) as a:
+        return render_html(a, output)
 
 
 def diff_page(output: Path, a_run: str | None = None, b_run: str | None = None, *, by: str | None = None,

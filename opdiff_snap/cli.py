@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 
 from . import limits
-from .config import Settings, load_settings
+from .config import Settings, load_settings, memory_size
 from .errors import OpdiffError
 from .limits import FlagError, Number
 from .safetext import printable
@@ -48,8 +48,9 @@ def guarded(fn):
         except BrokenPipeError:  # output piped into `head` and the like
             sys.stderr = None
             sys.exit(0)
-        except KeyboardInterrupt:
-            _echo("opdiff: interrupted; history of this run stays resumable (`opdiff runs`).", err=True)
+        except KeyboardInterrupt as exc:   # its text, where a command gives one, says what stopped
+            said = str(exc) or "history of this run stays resumable (`opdiff runs`)."
+            _echo(f"opdiff: interrupted; {said}", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug of ours or of a library: say so plainly
             if debug:
@@ -148,6 +149,20 @@ SEED = Number(limits.SEED)
 NON_NEGATIVE = Number(limits.NON_NEGATIVE)
 POSITIVE = Number(limits.POSITIVE)
 ENTRIES = Number(limits.ENTRIES)
+
+
+class MemorySize(click.ParamType):
+    """A memory size flag: '512MB', '2GB', '1.5GiB' (config.memory_size) -> bytes."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return memory_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _output_file(path: Path | None, flag: str) -> Path | None:
@@ -668,6 +683,26 @@ def _diff_thresholds(f):
                         help="max_abs growth that counts as drift.")(f)
 
 
+def _query_limits(f):
+    """--timeout-s and --memory-limit of the commands that run SQL over the history: they
+    override query-timeout-s and query-memory-limit of the settings for this command."""
+
+    @functools.wraps(f)
+    def wrapper(*args, query_timeout_s=None, query_memory_limit=None, **kwargs):
+        found = click.get_current_context().find_object(Context)
+        assert found is not None, "the main group makes the context"
+        found.settings = found.settings.with_overrides(query_timeout_s=query_timeout_s,
+                                                       query_memory_limit=query_memory_limit)
+        return f(*args, **kwargs)
+
+    wrapper = click.option("--memory-limit", "query_memory_limit", type=MemorySize(), metavar="SIZE",
+                           help="Memory the SQL may use, e.g. 2GB (default: half of this machine's; "
+                                "query-memory-limit in [tool.opdiff]).")(wrapper)
+    return click.option("--timeout-s", "query_timeout_s", type=TIMEOUT_S,
+                        help="Time limit of each SQL statement over the history, in seconds (default 300; "
+                             "query-timeout-s in [tool.opdiff]); Ctrl-C stops one too.")(wrapper)
+
+
 def _print_table(table, fmt: str, title: str | None = None) -> None:
     from .analytics import format_table
 
@@ -684,6 +719,7 @@ def _warn(text: str) -> None:
 @click.argument("sql", required=False)
 @click.option("--schema", is_flag=True, help="Print the views and their columns with their meaning.")
 @FORMAT_OPTION
+@_query_limits
 @click.pass_context
 @guarded
 def query(ctx, sql, schema, fmt) -> None:
@@ -713,6 +749,7 @@ def report() -> None:
 @click.option("--by", help="Columns per version of this library (torch, executorch, onnxruntime, coremltools).")
 @FORMAT_OPTION
 @click.option("--png", type=click.Path(path_type=Path), help="Also draw the heatmap to this PNG.")
+@_query_limits
 @click.pass_context
 @guarded
 def report_support(ctx, by, fmt, png) -> None:
@@ -733,6 +770,7 @@ def report_support(ctx, by, fmt, png) -> None:
 @click.option("--baseline", help="Preset to divide by (default: the runs' baseline).")
 @FORMAT_OPTION
 @click.option("--png-dir", type=click.Path(path_type=Path), help="Also draw the ratio CDF and trends here.")
+@_query_limits
 @click.pass_context
 @guarded
 def report_latency(ctx, baseline, fmt, png_dir) -> None:
@@ -754,6 +792,7 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
 
 @report.command("html")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True)
+@_query_limits
 @click.pass_context
 @guarded
 def report_html(ctx, output) -> None:
@@ -769,6 +808,7 @@ def report_html(ctx, output) -> None:
 @_runs_to_compare
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("upgrade.html"), show_default=True)
 @_diff_thresholds
+@_query_limits
 @click.pass_context
 @guarded
 def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latency_threshold) -> None:
@@ -787,6 +827,7 @@ def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latenc
 @_runs_to_compare
 @_diff_thresholds
 @FORMAT_OPTION
+@_query_limits
 @click.pass_context
 @guarded
 def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, fmt) -> None:

@@ -18,7 +18,8 @@ from .storage import is_url
 
 LOCATIONS = ("goldens", "store", "cache")   # may be s3:// URLs
 # the numeric settings and their ranges (the same as their flags')
-NUMBERS = {"jobs": limits.JOBS, "timeout_s": limits.TIMEOUT_S, "repeats": limits.REPEATS, "warmup": limits.WARMUP}
+NUMBERS = {"jobs": limits.JOBS, "timeout_s": limits.TIMEOUT_S, "repeats": limits.REPEATS, "warmup": limits.WARMUP,
+           "query_timeout_s": limits.TIMEOUT_S}
 
 
 def location(value: Any) -> Path | str:
@@ -44,6 +45,8 @@ class Settings:
     warmup: int = 1
     executor: str = "local"   # local | ray | ray://HOST:PORT (parse_executor)
     s3_endpoint: str | None = None   # an S3-compatible service other than AWS (sets AWS_ENDPOINT_URL)
+    query_timeout_s: float = 300.0   # one SQL statement over the history (query, reports)
+    query_memory_limit: int | None = None   # bytes for that SQL; None: half of this machine's memory
 
     def with_overrides(self, **values: Any) -> "Settings":
         """Replace the fields whose value is not None."""
@@ -113,12 +116,45 @@ def load_settings(start: Path | None = None) -> Settings:
                 value = where if isinstance(where, str) else pyproject.parent / where
             else:
                 value = pyproject.parent / value
+        elif name == "query_memory_limit":
+            try:
+                value = memory_size(value)
+            except ValueError as exc:
+                raise OpdiffError(f"{pyproject}: [tool.opdiff] {key}: {exc}") from None
         elif name == "executor":
             parse_executor(value, f"{pyproject}: [tool.opdiff] {key}")
         elif isinstance(default, (int, float)):
             value = setting(f"{pyproject}: [tool.opdiff] {key}", value, NUMBERS[name])
         values[name] = value
     return replace(settings, **values)
+
+
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgt]i?)?b\s*", re.IGNORECASE)
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def memory_size(text: object) -> int:
+    """Bytes from a size such as '512MB', '2GB' or '1.5GiB' (KB = 1000 bytes, KiB = 1024,
+    as DuckDB reads them). Raises ValueError saying what is expected."""
+    m = _SIZE.fullmatch(text) if isinstance(text, str) else None
+    size = int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]) if m else 0
+    if not m:
+        raise ValueError(f"{text!r} is not a memory size; give a number with a unit, such as 512MB, "
+                         "2GB or 1.5GiB.")
+    if size < 2**20:
+        raise ValueError(f"{text!r} is too small to run a query in; give at least 1MiB, such as 512MB.")
+    return size
+
+
+def memory_text(size: int) -> str:
+    """A size in bytes as the largest unit that writes it without a fraction ('512MB',
+    '2GiB'), else in GiB or MiB with one decimal."""
+    for unit, factor in (("TiB", 2**40), ("TB", 10**12), ("GiB", 2**30), ("GB", 10**9), ("MiB", 2**20),
+                         ("MB", 10**6), ("KiB", 2**10), ("KB", 10**3)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size / 2**30:.1f}GiB" if size >= 2**30 else f"{size / 2**20:.1f}MiB"
 
 
 _ADDRESS = re.compile(r"auto|(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9_.-]*):[0-9]{1,5}")

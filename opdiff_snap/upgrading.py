@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Protocol, Sequence
 
 from . import history
+from .analytics import Limits, connect
 from .analytics.reports import RunDiff, diff_runs
 from .backends.registry import get_preset
 from .checking import check
@@ -103,8 +104,9 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
         with ui.check("check here") as listener:
             before = check(suites, listener=listener, **common)
         before_run = before.run_id
-    diff = diff_runs(settings.store, before_run, after.run_id, drift_factor=drift_factor,
-                     latency_threshold=latency_threshold)
+    with connect(settings.store, limits=Limits.of(settings)) as past:
+        diff = diff_runs(past, before_run, after.run_id, drift_factor=drift_factor,
+                         latency_threshold=latency_threshold)
     changed = changed_packages(settings.store, before_run, after.run_id, env)
     text = ", ".join(f"{name} {here}" for name, here, _ in changed) or "this environment"
     diff.label_a = f"{text} (here, {before_run})"

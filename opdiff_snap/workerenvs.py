@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -224,16 +225,25 @@ def _stream(cmd: list[str], say: Callable[[str], None], log: Path) -> tuple[int,
     lines: list[str] = []
     with open(log, "a", encoding="utf-8") as out:
         out.write("$ " + " ".join(cmd) + "\n")
+        # a session of its own: stopped with all it started (builds, compilers) if this one stops
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", env=_installer_env())
+                                errors="replace", env=_installer_env(), start_new_session=True)
         assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip()
-            out.write(line + "\n")
-            lines.append(line)
-            if _PROGRESS.match(line):
-                say(re.sub(r" \(from [^)]*\)+$", "", line.strip()))
-        code = proc.wait()
+        try:
+            for line in proc.stdout:
+                line = line.rstrip()
+                out.write(line + "\n")
+                lines.append(line)
+                if _PROGRESS.match(line):
+                    say(re.sub(r" \(from [^)]*\)+$", "", line.strip()))
+            code = proc.wait()
+        except BaseException:   # Ctrl-C, a full disk: the installer does not go on alone
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            raise
     return code, "\n".join(lines)
 
 

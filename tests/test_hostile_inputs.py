@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -189,6 +190,80 @@ def test_queries_reports_and_the_cache_still_work(project):
         assert a.query("SELECT count(*) FROM results").rows[0][0] == 8
 
 
+# ---------------------------------------------------------------- query limits
+
+# a trillion rows to count: hours of work in a few megabytes
+RUNAWAY = "SELECT count(*) FROM range(10000000) a, range(100000) b, range(1000) c"
+# a full sort of a hundred million rows: far more memory than a small limit
+HUNGRY = "SELECT max(x) FROM (SELECT i AS x FROM range(100000000) t(i) ORDER BY i DESC OFFSET 1)"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_runaway_query(project):
+    history = tree_bytes(project / "store" / "runs")
+    cache = project / "store" / "cache.duckdb"
+    cache.unlink(missing_ok=True)
+    before = snapshot(project)
+    proc = subprocess.Popen([PY, str(REPO / "cli.py"), "query", RUNAWAY], cwd=project, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the history is loaded into the cache right before the query starts
+        deadline = time.monotonic() + 120
+        while not cache.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the query never started"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert_clean_failure(proc.returncode, out, err, 130, "opdiff: interrupted; the query was stopped")
+    assert out == ""
+    assert tree_bytes(project / "store" / "runs") == history
+    assert snapshot(project) == before
+
+
+@pytest.mark.slow
+def test_a_query_past_its_time_limit_is_stopped(project):
+    history = tree_bytes(project / "store" / "runs")
+    proc = run_cli(project, "query", "--timeout-s", "1", RUNAWAY, timeout=120)
+    assert_clean_failure(proc.returncode, proc.stdout, proc.stderr, 2, "was stopped after 1 s, its time limit")
+    assert "--timeout-s" in proc.stderr and proc.stdout == ""
+    (project / "pyproject.toml").write_text("[tool.opdiff]\nquery-timeout-s = 1.5\n")
+    proc = run_cli(project, "query", RUNAWAY, timeout=120)
+    assert_clean_failure(proc.returncode, proc.stdout, proc.stderr, 2, "was stopped after 1.5 s, its time limit")
+    assert "query-timeout-s in [tool.opdiff]" in proc.stderr
+    assert tree_bytes(project / "store" / "runs") == history
+
+
+def test_a_query_past_its_memory_limit_is_stopped(project):
+    history = tree_bytes(project / "store" / "runs")
+    proc = run_cli(project, "query", "--memory-limit", "64MB", HUNGRY, timeout=120)
+    assert_clean_failure(proc.returncode, proc.stdout, proc.stderr, 2,
+                         "needed more memory than its limit of 64MB (--memory-limit")
+    (project / "pyproject.toml").write_text('[tool.opdiff]\nquery-memory-limit = "48MiB"\n')
+    code, out, err = cli_inproc(project, "query", HUNGRY)
+    assert_clean_failure(code, out, err, 2, "needed more memory than its limit of 48MiB")
+    assert "query-memory-limit in [tool.opdiff]" in err
+    assert tree_bytes(project / "store" / "runs") == history
+
+
+def test_reports_run_under_the_same_limits(project):
+    """The reports' own SQL runs under the limits too (1 MiB is too little for any of it)."""
+    [record_run], [check_run] = run_ids(project, "record"), run_ids(project, "check")
+    for args in (("report", "support"), ("report", "latency"), ("report", "html", "-o", "r.html"),
+                 ("report", "upgrade", record_run, check_run, "-o", "u.html"),
+                 ("diff-runs", record_run, check_run)):
+        code, out, err = cli_inproc(project, *args, "--memory-limit", "1MiB")
+        assert_clean_failure(code, out, err, 2, "needed more memory than its limit of 1MiB (--memory-limit")
+    code, out, err = cli_inproc(project, "report", "support", "--memory-limit", "64MB", "--timeout-s", "60")
+    assert code == 0 and "add" in out, err
+
+
 # ---------------------------------------------------------------- bounded YAML
 
 def _bomb(levels: int = 9) -> str:
@@ -327,7 +402,10 @@ def test_paths_of_the_wrong_kind(project, args, fragment):
     (b"[tool.opdiff]\ntimeout_s = nan\n", "timeout_s must be a finite number of seconds"),
     (b"[tool.opdiff]\ntimeout_s = inf\n", "timeout_s must be a finite number of seconds"),
     (b"[tool.opdiff]\nname = '\xff\xfe'\n", "not valid TOML"),
-], ids=["path-not-string", "nan", "inf", "not-utf8"])
+    (b"[tool.opdiff]\nquery-memory-limit = 5\n", "query-memory-limit: 5 is not a memory size"),
+    (b"[tool.opdiff]\nquery-memory-limit = '1KB'\n", "query-memory-limit: '1KB' is too small"),
+    (b"[tool.opdiff]\nquery-timeout-s = nan\n", "query-timeout-s must be a finite number of seconds"),
+], ids=["path-not-string", "nan", "inf", "not-utf8", "memory-not-a-size", "memory-too-small", "query-timeout-nan"])
 def test_broken_pyproject_settings(project, table, fragment):
     (project / "pyproject.toml").write_bytes(table)
     before = snapshot(project)
@@ -572,3 +650,19 @@ def test_a_really_full_disk_during_record(project, tmp_path):
         assert code == 0 and "3 goldens checked, 0 corrupt" in out
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+QUERY_LIMIT_CASES = [
+    (("query", "--timeout-s", "nan", "SELECT 1"), "--timeout-s 'nan': not a finite number"),
+    (("report", "support", "--timeout-s", "0"), "--timeout-s '0'"),
+    (("query", "--memory-limit", "lots", "SELECT 1"), "--memory-limit: 'lots' is not a memory size"),
+    (("diff-runs", "a", "b", "--memory-limit", "-1GB"), "--memory-limit: '-1GB' is not a memory size"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", QUERY_LIMIT_CASES, ids=[" ".join(a) for a, _ in QUERY_LIMIT_CASES])
+def test_query_limit_flags_are_checked_when_parsed(project, args, fragment):
+    before = snapshot(project)
+    code, out, err = cli_inproc(project, *args)
+    assert_clean_failure(code, out, err, 2, f"opdiff: error: {fragment}")
+    assert snapshot(project) == before

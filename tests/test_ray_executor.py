@@ -17,6 +17,7 @@ import pytest
 import torch
 from helpers_check import cli_env, make_site, opdiff, opdiff_popen, plugin_installed
 from helpers_execution.cases import job, module_case, op_case, x
+from helpers_hostile.processes import gone_within, kill_leftovers, unique_sleep, with_argument
 from helpers_ray import AUTH, ENTRY_POINTS, Cluster
 
 from opdiff_snap.backends.registry import all_presets, get_preset, requirements
@@ -168,6 +169,41 @@ def test_a_job_whose_worker_dies_is_retried_elsewhere(cluster):
     for o in outcomes:
         relu_outcome_ok(o, int(o.key[1:]))
     assert len(notes) == 1 and "lost its Ray worker" in notes[0] and "retried elsewhere" in notes[0]
+
+
+@pytest.mark.slow
+def test_a_killed_actor_leaves_neither_its_worker_nor_what_the_job_started(cluster):
+    """An actor killed while its worker runs a job that started a process and hangs: the
+    worker notices its parent is gone and ends its process group; the retry elsewhere times
+    out, and its worker's group is ended too. Nothing with the job's `sleep` is left."""
+    import threading
+
+    import ray
+
+    from opdiff_snap.execution.ray_pool import RayPool
+
+    arg = unique_sleep()
+    jobs = [job(module_case("file:crashy.py::SpawnAndHang", arg, id="spawn"), [x(3)], key="spawn")]
+    killed: list[str] = []
+    try:
+        with RayPool(cluster.address, timeout_s=6) as pool:
+            def kill_first_actor() -> None:
+                deadline = time.monotonic() + 120
+                while not with_argument(arg) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                actor = next(a for a in pool._actors if a.busy)
+                killed.append(actor.node.id)
+                ray.kill(actor.handle, no_restart=True)
+
+            killer = threading.Thread(target=kill_first_actor, daemon=True)
+            killer.start()
+            [outcome] = list(pool.run(jobs))
+            killer.join(5)
+        assert killed, "the job never started"
+        assert outcome.status is Verdict.TIMEOUT, outcome.error_message   # the retry, on its timeout
+        assert gone_within(arg, []) == ([], [])
+    finally:
+        kill_leftovers(arg)
 
 
 def items_by_key(run) -> dict:

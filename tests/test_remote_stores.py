@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_remote import Relay, S3Server
+from helpers_remote import MetadataService, Relay, S3Server
 from helpers_tables import table_rows
 from test_goldens_concurrency import WRITER, _check_whole
 
@@ -326,6 +326,45 @@ def test_wrong_credentials_and_a_missing_bucket_are_clear_errors(server, tmp_pat
     assert not list((tmp_path / "store").glob("runs/*.jsonl"))      # nothing was run
     p = cli(proj, "--store", "s3://no-such-bucket/store", "runs")
     assert p.returncode == 2 and "the bucket 'no-such-bucket' does not exist" in p.stderr, p.stderr
+
+
+def test_no_credentials_say_where_they_are_looked_for(server, tmp_path):
+    """No credentials anywhere: the chain ends at the instance metadata service (here a
+    refusing one on loopback, never a real one), and the error says that none were found and
+    where they are looked for, instead of quoting what the metadata service said."""
+    bucket = server.bucket("nocreds")
+    proj = project(tmp_path / "p")
+    imds = MetadataService()
+    try:
+        cases = {"no-settings": {}, "metadata-off": {"AWS_EC2_METADATA_DISABLED": "true"},
+                 "empty-profile": {}}
+        for name, extra in cases.items():
+            cli = Cli(server, tmp_path / name)
+            for key in [k for k in cli.env if k.startswith("AWS_")]:
+                del cli.env[key]
+            cli.env.update(AWS_ENDPOINT_URL=server.endpoint, AWS_REGION="us-east-1", **imds.env(), **extra)
+            if name == "empty-profile":   # a profile file without credentials: boto3 asks the chain
+                (tmp_path / name / ".aws").mkdir(parents=True)
+                (tmp_path / name / ".aws" / "config").write_text("[default]\nregion = us-east-1\n")
+            asked = len(imds.requests)
+            p = cli(proj, "--store", f"s3://{bucket}/store", "query", "SELECT 1")
+            assert p.returncode == 2, (name, p.stdout + p.stderr)
+            clean(p)
+            assert "no AWS credentials were found for s3://" in p.stderr, (name, p.stderr)
+            for setting in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "~/.aws/credentials", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                            "instance metadata service"):
+                assert setting in p.stderr, (name, setting, p.stderr)
+            assert MetadataService.BODY.decode() not in p.stderr, (name, p.stderr)
+            if name == "metadata-off":
+                assert "AWS_EC2_METADATA_DISABLED" in p.stderr
+                assert len(imds.requests) == asked      # not asked at all
+            else:
+                assert len(imds.requests) > asked       # asked, and refused
+        p = cli(proj, "--goldens", f"s3://{bucket}/goldens", "record", *FAST)
+        assert p.returncode == 2 and "no AWS credentials were found" in p.stderr, p.stderr
+        assert not server.keys(bucket)                   # nothing was written
+    finally:
+        imds.stop()
 
 
 def test_settings_take_urls_and_the_endpoint(tmp_path):

@@ -8,16 +8,27 @@ connection itself once the history is loaded: DuckDB's external access is switch
 database file, which is the history's cache) and the configuration locked, so a
 statement cannot switch it back on. `refusal` turns what DuckDB refuses into the same
 kind of message as the first layer.
+
+Limits bound what a statement may cost: `lock` sets the connection's memory limit before
+it locks the configuration, and `execute` runs each statement in a helper thread while
+this one waits, so that the time limit and Ctrl-C both reach DuckDB (`interrupt()`); a
+statement DuckDB runs in the calling thread would hold off Python's signal handling
+until it ends.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import duckdb
 
+from ..config import Settings, memory_text
 from ..errors import OpdiffError
 
 SCOPE = "query can only read the `runs` and `results` views"
@@ -144,8 +155,100 @@ def _check_select(text: str) -> None:
                                   "cannot be read. Use the view names `runs` and `results`.")
 
 
-def lock(con: duckdb.DuckDBPyConnection) -> None:
-    """Switch off everything beyond the data already in `con` and lock its settings.
+@dataclass(frozen=True)
+class Limits:
+    """What one statement over the history may cost: `timeout_s` seconds, and at most
+    `memory` bytes for the connection (None: half of this machine's memory)."""
+
+    timeout_s: float = Settings.query_timeout_s
+    memory: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> "Limits":
+        return cls(settings.query_timeout_s, settings.query_memory_limit)
+
+    def memory_bytes(self) -> int:
+        return self.memory if self.memory is not None else default_memory()
+
+
+def default_memory() -> int:
+    """Half of the memory this process may use: the machine's, or its cgroup's if lower."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 8 * 2**30
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            total = min(total, int(f.read().strip()))
+    except (OSError, ValueError):
+        pass   # no cgroup v2 limit ("max"), or not Linux
+    return max(2**28, total // 2)
+
+
+def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,
+            limits: Limits) -> tuple[list[str], list[tuple]]:
+    """(column names, rows) of one statement, run under `limits`.
+
+    The statement runs in a helper thread; this thread waits for it and interrupts it
+    when its time is up (OpdiffError naming the limit) or on Ctrl-C (KeyboardInterrupt,
+    once DuckDB has stopped). Running out of memory is an OpdiffError naming the limit;
+    any other DuckDB error is raised as it is."""
+    box: dict[str, Any] = {}
+    done = threading.Event()   # not Thread.join: a join that Ctrl-C interrupts can leave
+                               # is_alive() False while the thread runs on (Python < 3.13)
+
+    def run() -> None:
+        try:
+            rel = con.execute(sql, params or [])
+            cols = [d[0] for d in rel.description] if rel.description else []
+            box["result"] = (cols, [tuple(r) for r in rel.fetchall()])
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    deadline = time.monotonic() + limits.timeout_s
+    threading.Thread(target=run, name="opdiff-sql", daemon=True).start()
+    try:
+        while not done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _stop(con, done)
+                raise OpdiffError(
+                    f"a query over the history was stopped after {limits.timeout_s:g} s, its time limit "
+                    "(--timeout-s of `opdiff query`, the reports and diff-runs, or query-timeout-s in "
+                    "[tool.opdiff]); nothing was written. Narrow the query (a WHERE, a LIMIT, fewer "
+                    f"joins) or give it more time, e.g. --timeout-s {limits.timeout_s * 4:g}.")
+            done.wait(min(left, 0.2))
+    except KeyboardInterrupt:
+        _stop(con, done)
+        raise KeyboardInterrupt("the query was stopped; nothing was written.") from None
+    error = box.get("error")
+    if isinstance(error, duckdb.OutOfMemoryException):
+        limit = memory_text(limits.memory_bytes())
+        raise OpdiffError(
+            f"a query over the history needed more memory than its limit of {limit} (--memory-limit of "
+            "`opdiff query`, the reports and diff-runs, or query-memory-limit in [tool.opdiff]) and was "
+            "stopped; nothing was written. Narrow the query (a WHERE, a LIMIT, aggregate before "
+            "sorting) or give it more memory, e.g. --memory-limit "
+            f"{memory_text(2 * limits.memory_bytes())}.") from None
+    if error is not None:
+        raise error
+    return box["result"]
+
+
+def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:
+    """Interrupt the running statement until it has ended (DuckDB checks for an interrupt
+    between chunks of work; one that comes before the statement began is lost, hence the
+    repeats)."""
+    while not done.is_set():
+        con.interrupt()
+        done.wait(0.05)
+
+
+def lock(con: duckdb.DuckDBPyConnection, limits: Limits | None = None) -> None:
+    """Switch off everything beyond the data already in `con`, set its memory limit
+    (`limits`, default: Limits()) and lock its settings.
 
     Call it after the history is loaded into tables: from here on nothing can be
     read from or written to a file, an extension or the network, whatever the SQL. A
@@ -158,6 +261,7 @@ def lock(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET enable_external_access = false")
+    con.execute(f"SET memory_limit = '{(limits or Limits()).memory_bytes()}B'")
     con.execute("SET lock_configuration = true")
 
 

@@ -7,7 +7,8 @@ for writing (locked by another process, read-only store), everything is read int
 memory instead.
 
 Once the tables are up to date the connection is locked (sandbox.lock): user SQL and
-the reports see the tables and views, and no file, extension or network.
+the reports see the tables and views, and no file, extension or network. Every statement
+then runs under the time and memory limits of `sandbox.Limits`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..errors import OpdiffError
 from ..history import check_store_dir
 from ..history_sync import readable_dir
 from . import ingest
-from .sandbox import check_query, lock, refusal
+from .sandbox import Limits, check_query, execute, lock, refusal
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
@@ -43,6 +44,7 @@ class Analytics:
     cached: bool
     warnings: list[str] = field(default_factory=list)
     files_read: int = 0            # history files (re)parsed by this connect
+    limits: Limits = field(default_factory=Limits)   # of every statement (sandbox.execute)
 
     def __enter__(self) -> "Analytics":
         return self
@@ -54,10 +56,9 @@ class Analytics:
         self.con.close()
 
     def sql(self, sql: str, params: list | None = None) -> Table:
-        """Internal queries (trusted SQL) -> Table."""
-        rel = self.con.execute(sql, params or [])
-        cols = [d[0] for d in rel.description] if rel.description else []
-        return Table(cols, [tuple(r) for r in rel.fetchall()])
+        """Internal queries (trusted SQL) -> Table, under the connection's limits."""
+        cols, rows = execute(self.con, sql, params, self.limits)
+        return Table(cols, rows)
 
     def query(self, sql: str) -> Table:
         """Run the user's read-only SQL against the `runs` and `results` views."""
@@ -155,8 +156,10 @@ def _update(con: duckdb.DuckDBPyConnection, files: dict[str, tuple[int, int]]) -
     return len(changed)
 
 
-def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True) -> Analytics:
-    """Open the history of `store_dir` (the folder holding `runs/`).
+def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True,
+            limits: Limits | None = None) -> Analytics:
+    """Open the history of `store_dir` (the folder holding `runs/`); every statement on it
+    then runs under `limits` (default: Limits()).
 
     Warnings about unreadable lines are kept in `.warnings` ("file:line: message")
     and, with `warn`, also issued as `HistoryWarning`s.
@@ -189,9 +192,10 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True)
     con.execute("SET TimeZone = 'UTC'")
     rows = con.execute("SELECT file, line, message FROM _warnings ORDER BY file, line").fetchall()
     # everything is loaded: from here on the connection reaches nothing but its tables
-    lock(con)
+    limits = limits or Limits()
+    lock(con, limits)
     msgs = [f"{f}:{ln}: {m}" for f, ln, m in rows]
     if warn:
         for m in msgs:
             warnings.warn(m, HistoryWarning, stacklevel=2)
-    return Analytics(store, con, cached, msgs, n)
+    return Analytics(store, con, cached, msgs, n, limits)

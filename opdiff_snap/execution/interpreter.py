@@ -120,9 +120,11 @@ def launch(python: Path, child: Connection, threads: int, log: Path) -> ForeignP
     fd = child.fileno()
     with open(log, "ab") as out:
         try:
+            # a session of its own from the start: the pool kills its whole group (pool.kill_group),
+            # whatever it runs before its hello included
             popen = subprocess.Popen([str(python), "-I", "-c", BOOTSTRAP, str(fd), str(threads), str(log)],
                                      pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             raise WorkerEnvironmentError(
                 f"--python {python}: cannot run it ({exc.strerror or exc}). Give the path of a Python "

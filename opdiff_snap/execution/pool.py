@@ -10,6 +10,14 @@ them), and waits on all worker connections at once:
   replacement;
 - the job's deadline passes: SIGKILL the worker, TIMEOUT, start a replacement.
 
+Each worker leads a process group of its own (a new session), and whatever a job starts
+(a subprocess, a forked helper) belongs to it: a worker that times out, crashes or is
+stopped at the end of the run has its whole group killed, so nothing a job started
+outlives the run. A worker whose parent dies (killed with SIGKILL, say) kills its own
+group (`serve`'s watchdog), and a worker killed with its parent (Ray ends an actor's
+children) has its group killed by the keeper process it started. Only a process that
+leaves the group on purpose (setsid, a daemon's double fork) escapes.
+
 Every submitted task yields exactly one result, in completion order: its own, or the one
 its `failed` builds (see job.Task). Messages are pickled once with the standard pickler
 (tensors by value, no shared-memory handles that a killed worker could leave dangling).
@@ -28,8 +36,10 @@ import os
 import pickle
 import re
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -52,6 +62,7 @@ from .job import Task, WorkerContext
 
 _STOP = b"stop"
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
+WATCHDOG_S = 0.5            # how often a worker looks whether its parent is still there
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
 
 
@@ -73,6 +84,7 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
     warnings, a native crash's last words) go to `log_path`, never into the run's output;
     the parent quotes the tail of that log when the worker dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    _lead_group()
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
@@ -95,7 +107,8 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
     while True:
         try:
             msg = conn.recv_bytes()
-        except (EOFError, OSError):
+        except (EOFError, OSError):   # the parent is gone: so is everything this worker started
+            _end_own_group()
             return
         if msg == _STOP:
             return
@@ -117,6 +130,84 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
             data = pickle.dumps(_stamp(task.failed(Verdict.INFER_FAIL, type(exc).__name__,
                                                    f"the result could not be sent back: {error_text(exc)}")))
         conn.send_bytes(data)
+
+
+# Started by each worker, in its group: when the worker is gone (its parent process id
+# changes), kill the group. This covers a worker killed together with its parent, as Ray
+# does with an actor's children, when nobody else is left to end what its jobs started.
+_KEEPER = """
+import os, signal, sys, time
+while os.getppid() == int(sys.argv[1]):
+    time.sleep(float(sys.argv[2]))
+os.killpg(os.getpgrp(), signal.SIGKILL)
+"""
+
+
+def _lead_group() -> None:
+    """Make this worker the leader of a process group of its own (a new session; a worker
+    under another interpreter already is one). Then watch both ends: a thread here kills
+    the group when the worker's parent is gone, and a keeper process in the group kills it
+    when the worker itself is gone."""
+    if not hasattr(os, "setsid"):
+        return   # no process groups here (Windows)
+    try:
+        os.setsid()
+    except OSError:
+        pass   # already a session leader (started with start_new_session)
+    if os.getpgrp() != os.getpid():
+        return
+    try:
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER, str(os.getpid()), str(WATCHDOG_S)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         close_fds=True)
+    except OSError:
+        pass   # no keeper (no process to spare): the parent and the watchdog below still end the group
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCHDOG_S)
+        _end_own_group()
+
+    threading.Thread(target=watch, name="opdiff-parent-watch", daemon=True).start()
+
+
+def _end_own_group() -> None:
+    """SIGKILL this worker's process group, when the worker leads it (never its parent's)."""
+    if os.getpgrp() == os.getpid():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def kill_group(proc: Any) -> None:
+    """SIGKILL a worker and its process group (everything its jobs started). Call it before
+    the worker is reaped (joined or polled): until then its process id cannot be reused, so
+    the group id names no one else's group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        pass   # not a group leader yet (it has not reached serve), already gone, or no killpg here
+    if proc.is_alive():
+        proc.kill()
+
+
+def wait_exit(proc: Any, timeout: float) -> None:
+    """Wait up to `timeout` s for `proc` to exit, leaving it unreaped where the platform
+    allows (os.waitid with WNOWAIT), so that kill_group can still name its group."""
+    if not hasattr(os, "waitid"):
+        proc.join(timeout)
+        return
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return
+        except ChildProcessError:
+            return   # already reaped
+        if time.monotonic() >= end:
+            return
+        time.sleep(0.02)
 
 
 def _stamp(result, pid: int | None = None):
@@ -245,8 +336,8 @@ class WorkerPool:
     def _discard(self, w: _Worker, kill: bool) -> None:
         if w in self._workers:
             self._workers.remove(w)
-        if kill and w.proc.is_alive():
-            w.proc.kill()
+        if kill:
+            kill_group(w.proc)
         w.proc.join(timeout=5)
         try:
             w.conn.close()
@@ -260,7 +351,8 @@ class WorkerPool:
                 self._spawn()
 
     def close(self) -> None:
-        """Stop every worker: ask politely, then kill whoever is still there after 2 s."""
+        """Stop every worker: ask politely, then kill whoever is still there after 2 s, and
+        every worker's process group (what its jobs started) in any case."""
         workers, self._workers = list(self._workers), []
         for w in workers:
             if w.job is None:
@@ -271,7 +363,7 @@ class WorkerPool:
         end = time.monotonic() + 2.0
         for w in workers:
             if w.job is None:
-                w.proc.join(timeout=max(0.0, end - time.monotonic()))
+                wait_exit(w.proc, max(0.0, end - time.monotonic()))
             self._discard(w, kill=True)
         if self._logs is not None:
             self._logs.cleanup()

@@ -9,7 +9,9 @@ AWS_ENDPOINT_URL_S3), which `--s3-endpoint` and `[tool.opdiff] s3-endpoint` set.
 
 Errors become StorageError naming the URL and what to do; a credential never appears in
 one (messages are built from the service's error code, and any text quoted from the
-service is scrubbed of the environment's secrets).
+service is scrubbed of the environment's secrets). When the chain finds no credentials at
+all (its last link, the instance metadata service, refuses, cannot be reached or is
+switched off), the error says so and lists where they are looked for.
 
 Units (see base.Place) are written data objects first and the marker last, then the data
 objects are read back: if another writer replaced them in between, the unit is written
@@ -46,6 +48,41 @@ def split_url(url: str) -> tuple[str, str]:
     return m.group(1), m.group(2).strip("/")
 
 
+# where the chain looks, in its order, for the message that says none was found
+CHAIN = ("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN) in the environment; a "
+         "profile (AWS_PROFILE, else 'default') of ~/.aws/credentials or ~/.aws/config "
+         "(AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE); web identity (AWS_WEB_IDENTITY_TOKEN_FILE with "
+         "AWS_ROLE_ARN); container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI); and "
+         "last the EC2 instance metadata service")
+# the instance metadata service's token and credential paths (its protocol, not any client's words)
+_METADATA_PATHS = re.compile(r"/latest/(api/token|meta-data/iam/security-credentials)")
+
+
+def _configured_source() -> str | None:
+    """The link of the chain the environment configures, or None: only the instance
+    metadata service is left to ask."""
+    env = os.environ
+    if env.get("AWS_ACCESS_KEY_ID"):
+        return "environment"
+    if env.get("AWS_WEB_IDENTITY_TOKEN_FILE") and env.get("AWS_ROLE_ARN"):
+        return "web identity"
+    if env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") or env.get("AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        return "container"
+    if _profile_configured():
+        return "profile"
+    return None
+
+
+def no_credentials(where: str, why: str) -> StorageError:
+    return StorageError(f"no AWS credentials were found for {where}: {why}. They are looked for in: {CHAIN}. "
+                        "Set one of them (e.g. export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run "
+                        "`aws configure`) and run the command again; what was already stored is unchanged.")
+
+
+def _metadata_disabled() -> bool:
+    return os.environ.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() == "true"
+
+
 def _client(bucket: str, prefix: str):
     """An obstore S3Store for bucket/prefix (one per process and location)."""
     endpoint = _endpoint()
@@ -62,12 +99,20 @@ def _client(bucket: str, prefix: str):
         if endpoint.startswith("http://"):
             config["allow_http"] = "true"
     kwargs: dict[str, Any] = {}
+    where = f"s3://{bucket}/{prefix}".rstrip("/")
+    source = _configured_source()
+    if source is None and _metadata_disabled():
+        raise no_credentials(where, "the environment names none, and AWS_EC2_METADATA_DISABLED switches off "
+                                    "the instance metadata service")
     if not os.environ.get("AWS_ACCESS_KEY_ID") and _profile_configured():
         try:
             import boto3
             from obstore.auth.boto3 import Boto3CredentialProvider
 
             session = boto3.Session()
+            if session.get_credentials() is None:   # boto3 has asked the whole chain
+                raise no_credentials(where, "the profile files hold none for the profile "
+                                            f"'{session.profile_name}', and no other link of the chain gave any")
             kwargs["credential_provider"] = Boto3CredentialProvider(session)
             if session.region_name and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
                 config["region"] = session.region_name
@@ -105,6 +150,11 @@ def storage_error(exc: BaseException, doing: str, where: str) -> StorageError:
     """A clear error for what the service or the network said while `doing` `where`."""
     text = str(exc)
     endpoint = _endpoint() or "AWS S3"
+    if _configured_source() is None and _METADATA_PATHS.search(text):
+        status = re.search(r"\b([45][0-9][0-9])\b", text.split("\n\nDebug source", 1)[0])
+        said = f"it answered HTTP {status.group(1)}" if status else "it could not be reached"
+        return no_credentials(where, "the environment names none, and the instance metadata service, the last "
+                                     f"place asked, gave none ({said})")
     chain = ("Credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
              "AWS_SESSION_TOKEN, AWS_PROFILE or ~/.aws/credentials)")
     if any(code in text for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",

@@ -1,6 +1,7 @@
 """Modules that misbehave on purpose, for the execution tests (loaded as file: paths)."""
 
 import ctypes
+import subprocess
 import sys
 import time
 
@@ -20,6 +21,19 @@ class Hang(torch.nn.Module):
     """Never returns."""
 
     def forward(self, x):
+        while True:
+            time.sleep(1)
+
+
+class SpawnAndHang(torch.nn.Module):
+    """Starts `sleep ARG` (a process to look for afterwards), then never returns."""
+
+    def __init__(self, arg):
+        super().__init__()
+        self.arg = str(arg)
+
+    def forward(self, x):
+        subprocess.Popen(["sleep", self.arg])
         while True:
             time.sleep(1)
 

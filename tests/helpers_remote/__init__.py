@@ -2,16 +2,19 @@
 process, with authentication switched on (an IAM user made through its first, unsigned
 calls), so wrong credentials are refused as a real service refuses them. `Relay` is a
 loopback TCP relay in its own process: killing it is, for the client, the server dying,
-while the data the server holds stays there to inspect and to finish against."""
+while the data the server holds stays there to inspect and to finish against.
+`MetadataService` stands in for an instance metadata service that refuses, on loopback."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -132,3 +135,42 @@ class Relay:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+
+
+class MetadataService:
+    """An EC2 instance metadata service on loopback that refuses every request with 403 and
+    a body of its own (as a metadata endpoint behind a proxy or on a machine without a role
+    does), counting the requests. `env()` points both the AWS SDKs and obstore at it."""
+
+    BODY = b"metadata-service-refusal-7f3a: not for you"
+
+    def __init__(self):
+        self.requests: list[str] = []
+        service = self
+
+        class Refuse(http.server.BaseHTTPRequestHandler):
+            def _refuse(self) -> None:
+                service.requests.append(f"{self.command} {self.path}")
+                self.send_response(403)
+                self.send_header("Content-Length", str(len(MetadataService.BODY)))
+                self.end_headers()
+                self.wfile.write(MetadataService.BODY)
+
+            do_GET = do_PUT = _refuse
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_EC2_METADATA_SERVICE_ENDPOINT": self.endpoint, "AWS_METADATA_ENDPOINT": self.endpoint}
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
