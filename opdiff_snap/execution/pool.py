@@ -30,6 +30,7 @@ import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    _private_progress_lock()
     import torch
     torch.set_num_threads(threads)
     try:
@@ -117,6 +119,18 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
             data = pickle.dumps(_stamp(task.failed(Verdict.INFER_FAIL, type(exc).__name__,
                                                    f"the result could not be sent back: {error_text(exc)}")))
         conn.send_bytes(data)
+
+
+def _private_progress_lock() -> None:
+    """tqdm (exporters draw progress bars) makes its lock a multiprocessing RLock: a named
+    semaphore that a worker killed mid-job (Ctrl-C, a run stopped by an error) never
+    releases, which the resource tracker then reports as leaked when opdiff exits. A worker's
+    bars go to its own log, so a thread lock is all they need."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.set_lock(threading.RLock())
 
 
 def _stamp(result, pid: int | None = None):
