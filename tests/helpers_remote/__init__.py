@@ -2,7 +2,8 @@
 process, with authentication switched on (an IAM user made through its first, unsigned
 calls), so wrong credentials are refused as a real service refuses them. `Relay` is a
 loopback TCP relay in its own process: killing it is, for the client, the server dying,
-while the data the server holds stays there to inspect and to finish against."""
+while the data the server holds stays there to inspect and to finish against; pausing it
+is the server hanging (the system still accepts connections, nothing answers)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,9 @@ class Relay:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+
+    def pause(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
