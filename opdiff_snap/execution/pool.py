@@ -30,7 +30,6 @@ import re
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from .job import Task, WorkerContext
 _STOP = b"stop"
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
+STOP_BUSY_S = 1.0          # a busy worker asked to stop (SIGTERM) has this long before it is killed
 
 
 def hello_message(threads: int) -> bytes:
@@ -74,6 +74,25 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
     warnings, a native crash's last words) go to `log_path`, never into the run's output;
     the parent quotes the tail of that log when the worker dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    signal.signal(signal.SIGTERM, _stop)           # ... and stops a busy one with SIGTERM first
+    try:
+        _serve(conn, threads, log_path, cache_dir)
+    except Stopped:
+        pass   # a normal exit: what the job's libraries registered (semaphores) is released
+
+
+class Stopped(BaseException):
+    """SIGTERM in a worker: the pool is closing while it runs a job (Ctrl-C, a run stopped
+    by an error). The worker leaves the job and exits the normal way, so multiprocessing
+    releases what the job's libraries made (tqdm's lock is a named semaphore); killed
+    outright, the resource tracker would report it as leaked when opdiff exits."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped()
+
+
+def _serve(conn: Connection, threads: int, log_path: str | None, cache_dir: str | None) -> None:
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
@@ -81,7 +100,6 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-    _private_progress_lock()
     import torch
     torch.set_num_threads(threads)
     try:
@@ -105,6 +123,8 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
         log_start = os.path.getsize(log_path) if log_path else 0
         try:
             result = task.run(context)
+        except Stopped:
+            raise
         except BaseException as exc:  # tasks catch Exception; this is SystemExit & co.
             result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, error_text(exc))
         _stamp(result)
@@ -119,18 +139,6 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
             data = pickle.dumps(_stamp(task.failed(Verdict.INFER_FAIL, type(exc).__name__,
                                                    f"the result could not be sent back: {error_text(exc)}")))
         conn.send_bytes(data)
-
-
-def _private_progress_lock() -> None:
-    """tqdm (exporters draw progress bars) makes its lock a multiprocessing RLock: a named
-    semaphore that a worker killed mid-job (Ctrl-C, a run stopped by an error) never
-    releases, which the resource tracker then reports as leaked when opdiff exits. A worker's
-    bars go to its own log, so a thread lock is all they need."""
-    try:
-        import tqdm
-    except ImportError:
-        return
-    tqdm.tqdm.set_lock(threading.RLock())
 
 
 def _stamp(result, pid: int | None = None):
@@ -274,18 +282,22 @@ class WorkerPool:
                 self._spawn()
 
     def close(self) -> None:
-        """Stop every worker: ask politely, then kill whoever is still there after 2 s."""
+        """Stop every worker: ask an idle one to stop and give it 2 s; stop a busy one with
+        SIGTERM (it leaves its job and exits normally) and give it STOP_BUSY_S; then kill
+        whoever is still there."""
         workers, self._workers = list(self._workers), []
         for w in workers:
-            if w.job is None:
-                try:
+            try:
+                if w.job is None:
                     w.conn.send_bytes(_STOP)
-                except OSError:
-                    pass
-        end = time.monotonic() + 2.0
+                else:
+                    w.proc.terminate()
+            except (OSError, ProcessLookupError):
+                pass
+        now = time.monotonic()
         for w in workers:
-            if w.job is None:
-                w.proc.join(timeout=max(0.0, end - time.monotonic()))
+            end = now + (2.0 if w.job is None else STOP_BUSY_S)
+            w.proc.join(timeout=max(0.0, end - time.monotonic()))
             self._discard(w, kill=True)
         if self._logs is not None:
             self._logs.cleanup()
