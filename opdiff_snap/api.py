@@ -59,6 +59,22 @@ def runs(settings: Settings | None = None) -> list:
     return list_runs((settings or Settings()).store)
 
 
+def reconcile_history(settings: Settings | None, how: str) -> str:
+    """For a history store behind a URL that lacks runs this machine's mirror of it has (or
+    has less of one): `how` = "restore" uploads the mirror's copies into the store, "accept"
+    takes the store as it is and sets the mirror's copies aside. Says what was done."""
+    from .errors import OpdiffError
+    from .history_sync import RemoteRuns
+    from .storage import is_url
+
+    store = (settings or Settings()).store
+    if not is_url(store):
+        raise OpdiffError(f"--restore and --accept-store are for a history store behind an s3:// URL; {store} "
+                          "is a local folder, read as it is.")
+    remote = RemoteRuns(str(store))
+    return remote.restore() if how == "restore" else remote.accept()
+
+
 def run_groups(runs: list) -> list:
     """history.GroupSummary of each --run-group among `runs` (from runs()): its shards as one run."""
     from .history import group_runs
@@ -207,10 +223,21 @@ def prune(settings: Settings | None = None, delete: bool = False) -> list:
 def verify(settings: Settings | None = None) -> tuple[list, int]:
     """(findings, number of goldens): goldens.store.Finding for everything verification
     says (CORRUPT, STALE, UNCHECKED), as check would read them."""
+    from .errors import OpdiffError
     from .goldens import GoldenStore
 
-    store = GoldenStore((settings or Settings()).goldens)
-    return store.findings(), len(store.index())
+    where = (settings or Settings()).goldens
+    store = GoldenStore(where)
+    if not store.exists():
+        raise OpdiffError(f"no golden store at {where}, so there is nothing to verify. If it should be "
+                          "there, it was deleted or --goldens names another location; `opdiff record` "
+                          "records the goldens again.")
+    infos = store.index()
+    if not infos:
+        raise OpdiffError(f"the golden store {where} holds no goldens, so there is nothing to verify. If it "
+                          "should hold some, they were deleted or --goldens names another location; "
+                          "`opdiff record` records them again.")
+    return store.findings(), len(infos)
 
 
 def validate(suites=None, *, imports: bool = False, settings=None, in_process: bool = False) -> list:

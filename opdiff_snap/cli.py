@@ -13,7 +13,7 @@ from rich.console import Console
 
 from . import limits
 from .config import Settings, load_settings, memory_size
-from .errors import OpdiffError
+from .errors import Interrupted, OpdiffError
 from .limits import FlagError, Number
 from .safetext import printable
 from .suite.model import Tolerance
@@ -48,9 +48,13 @@ def guarded(fn):
         except BrokenPipeError:  # output piped into `head` and the like
             sys.stderr = None
             sys.exit(0)
-        except KeyboardInterrupt as exc:   # its text, where a command gives one, says what stopped
-            said = str(exc) or "history of this run stays resumable (`opdiff runs`)."
-            _echo(f"opdiff: interrupted; {said}", err=True)
+        except KeyboardInterrupt as exc:
+            # a run says what stays of it (history.RunWriter), a query what it stopped; anything else
+            # promises nothing
+            if isinstance(exc, Interrupted):
+                _echo(f"opdiff: {exc}", err=True)
+            else:
+                _echo(f"opdiff: interrupted; {exc}" if str(exc) else "opdiff: interrupted.", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug of ours or of a library: say so plainly
             if debug:
@@ -546,14 +550,23 @@ def _shard(text: str | None, ctx: click.Context, param: click.Parameter) -> tupl
 
 
 @main.command()
+@click.option("--restore", is_flag=True,
+              help="A remote store lacks runs this machine's mirror of it has: upload them back.")
+@click.option("--accept-store", is_flag=True,
+              help="A remote store lacks runs this machine's mirror of it has: take the store as it is "
+                   "(the mirror's copies are moved aside, not deleted).")
 @click.pass_context
 @guarded
-def runs(ctx) -> None:
+def runs(ctx, restore, accept_store) -> None:
     """Runs in the history store, newest last; incomplete ones can be --resume'd. The runs
     of a --run-group (the shards of one check) are summed up as one logical run below."""
     from . import api
     from .output import run_groups_table, runs_table
 
+    if restore and accept_store:
+        raise OpdiffError("--restore and --accept-store are opposites; give one of them.")
+    if restore or accept_store:
+        click.echo(api.reconcile_history(_settings(ctx), "restore" if restore else "accept"))
     runs = api.runs(_settings(ctx))
     Console().print(runs_table(runs))
     groups = api.run_groups(runs)
@@ -643,7 +656,8 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
 @click.pass_context
 @guarded
 def goldens_verify(ctx) -> None:
-    """Check every golden as check reads it; exit 1 if any is corrupt or stale.
+    """Check every golden as check reads it; exit 1 if any is corrupt or stale, 2 if there
+    is no golden to check.
 
     Checksums, metadata, tensor records, the structures that refer to tensors, and the
     stored definition (it must rebuild into a test whose spec hash is the stored one;

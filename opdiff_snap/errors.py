@@ -14,6 +14,11 @@ class OpdiffError(Exception):
     exit_code = 2
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; the message says what stays of the run and how to go on. A
+    KeyboardInterrupt still, so whatever handles Ctrl-C handles it."""
+
+
 @dataclass(frozen=True)
 class Problem:
     """One validation problem, located as precisely as the input allows."""

@@ -11,7 +11,13 @@ most the line being written; readers skip a truncated last line. A write that fa
 it stay, and the run reads as interrupted.
 
 A store behind an s3:// URL is written through a local spool and uploaded at intervals,
-and read through a local mirror (history_sync.py).
+and read through a local mirror (history_sync.py). The lines of an interrupted run that
+reached the store only after its writer died (from this machine's spool) are followed by a
+`recovered` line saying so; readers skip it, and `opdiff runs` shows it.
+
+Ctrl-C in a run (KeyboardInterrupt through the writer's `with` block) becomes Interrupted,
+whose message says what is true of the run: the results written stay, and how to go on
+(a check is resumed, a record run is run again).
 """
 
 from __future__ import annotations
@@ -22,11 +28,20 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Mapping
 
 from .environment import environment
-from .errors import OpdiffError
-from .history_sync import RemoteRuns, Uploads, last_line, match_run_id, readable_dir
+from .errors import Interrupted, OpdiffError
+from .history_sync import (
+    RemoteRuns,
+    Uploads,
+    hold,
+    last_line,
+    match_run_id,
+    readable_dir,
+    utc_now,
+    whole_lines,
+)
 from .storage import StorageError, is_url
 from .trees import json_safe
 
@@ -53,11 +68,6 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def utc_now() -> str:
-    """ISO 8601 UTC with milliseconds, e.g. 2026-11-22T05:12:00.123Z."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def _dumps(obj: Mapping[str, Any]) -> bytes:
     try:
         text = json.dumps(obj, allow_nan=False)
@@ -79,6 +89,7 @@ class RunFile:
     end: dict[str, Any] | None
     problems: list[str] = field(default_factory=list)
     truncated: bool = False
+    recovered: dict[str, Any] | None = None   # the last `recovered` line (history_sync.py)
 
     @property
     def complete(self) -> bool:
@@ -123,6 +134,8 @@ def _parse(data: bytes, path: Path) -> RunFile:
             run.items.append(obj)
         elif kind == "end":
             run.end = obj
+        elif kind == "recovered":
+            run.recovered = obj
         else:
             run.problems.append(f"line {no}: unknown line type {kind!r}, skipped")
     return run
@@ -162,6 +175,7 @@ class RunSummary:
     meta: dict[str, Any] = field(default_factory=dict)   # its meta line
     run_group: str | None = None  # the logical run it belongs to (`--run-group`), e.g. one shard of N
     shard: str | None = None      # "K/N" for a shard
+    recovered: dict[str, Any] | None = None   # its last lines came from a spool after it was interrupted
 
 
 def resumability(meta: Mapping[str, Any]) -> tuple[bool, str]:
@@ -205,13 +219,15 @@ def list_runs(store_dir: Path | str) -> list[RunSummary]:
                 except ValueError:
                     meta = {}
             counts = dict(end.get("counts") or {})
+            recovered = end.get("recovered") if isinstance(end.get("recovered"), dict) else None
         else:
             run = read_run(path)
-            meta, counts = run.meta or {}, _tally(run.items)
+            meta, counts, recovered = run.meta or {}, _tally(run.items), run.recovered
         resumable, note = (False, "") if end is not None else resumability(meta)
         meta = meta if isinstance(meta, dict) else {}
         out.append(RunSummary(path.stem, meta.get("command"), meta.get("started"), end is not None,
-                              counts, path, resumable, note, meta, meta.get("run_group"), meta.get("shard")))
+                              counts, path, resumable, note, meta, meta.get("run_group"), meta.get("shard"),
+                              recovered))
     return out
 
 
@@ -254,28 +270,34 @@ def _new_run_id() -> str:
 class RunWriter:
     """Appends the lines of one run. Use `RunWriter.start(...)` or `RunWriter.resume(...)`.
 
-    As a context manager it closes the file on exit; leaving on an exception
-    (KeyboardInterrupt included) writes no end line, so the run stays resumable.
+    As a context manager it closes the file on exit; leaving on an exception writes no end
+    line, so the run reads as interrupted (and a check stays resumable); Ctrl-C leaves it
+    as Interrupted, whose message says so.
     Every line is handed to the OS in one unbuffered write; `fsync=True` also forces it
-    to disk (slower; survives a power cut, not only a killed process).
+    to disk (slower; survives a power cut, not only a killed process). The spool file of a
+    remote run is held locked while it is open (history_sync.hold), so no other command
+    takes it for one whose writer died.
     """
 
     def __init__(self, path: Path, run_id: str, meta: dict[str, Any], *, fsync: bool = False,
-                 prior: Iterable[Mapping[str, Any]] = (), remote: RemoteRuns | None = None):
+                 prior: Iterable[Mapping[str, Any]] = (), remote: RemoteRuns | None = None,
+                 file: IO[bytes] | None = None, recovered: dict[str, Any] | None = None):
         self.path = Path(path)
         self.uploads = Uploads(remote, self.path) if remote is not None else None
         self.run_id = run_id
         self.meta = meta
         self.fsync = fsync
+        self.recovered = recovered
         prior = list(prior)
         self.resumed = len(prior)              # items carried over from an interrupted session
         self._prior_counts = _tally(prior)
+        self._counts: dict[str, int] = {}      # this session's items by status
         self.keys: set[ItemKey] = set()        # every item in the file, prior ones included
         self.duplicates: list[ItemKey] = []
         for item in prior:
             self._note(item)
         try:
-            self._file = open(self.path, "ab", buffering=0)
+            self._file = file if file is not None else open(self.path, "ab", buffering=0)
         except OSError as exc:
             raise HistoryWriteError(f"cannot open the run file {self.path} for writing ({_why(exc)}): the "
                                     "history store must be writable. Fix its permissions or point --store "
@@ -309,16 +331,24 @@ class RunWriter:
             run_id = _new_run_id()
             path = runs / f"{run_id}.jsonl"
             try:
-                open(path, "xb").close()
+                file = open(path, "xb", buffering=0)
             except FileExistsError:
                 continue
             except OSError as exc:
                 raise HistoryWriteError(f"cannot create a run file in {runs} ({_why(exc)}): the history "
                                         "store must be writable. Fix its permissions or point --store at a "
                                         "writable folder; nothing was run.") from None
-            if remote is None or _remote_call(remote, "create the run in", lambda r=remote, i=run_id: r.claim(i),
-                                              path):
+            if remote is None:
                 break
+            try:
+                hold(file, run_id, wait_s=2.0)
+                if _remote_call(remote, "create the run in", lambda r=remote, i=run_id: r.claim(i), path):
+                    break
+            except BaseException:
+                file.close()
+                path.unlink(missing_ok=True)
+                raise
+            file.close()
             path.unlink(missing_ok=True)   # another machine has a run of this id
         meta = {"type": "meta", "run_id": run_id, "command": command, "argv": list(argv),
                 "started": utc_now(), "host": env.get("host"), "os": env.get("os"),
@@ -334,7 +364,7 @@ class RunWriter:
             meta["plan"] = plan
         for key, value in (extra or {}).items():
             meta.setdefault(key, value)
-        writer = cls(path, run_id, meta, fsync=fsync, remote=remote)
+        writer = cls(path, run_id, meta, fsync=fsync, remote=remote, file=file)
         writer._write(meta)
         writer.upload()
         return writer
@@ -350,19 +380,13 @@ class RunWriter:
         remote = RemoteRuns(str(store_dir)) if is_url(store_dir) else None
         path = (_remote_call(remote, "fetch the run from", lambda: remote.fetch(run_id)) if remote is not None
                 else find_run(store_dir, run_id))
+        if remote is not None:
+            return cls._resume_spooled(path, remote, fsync, accept)
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise OpdiffError(f"cannot read the run file {path} ({_why(exc)}).") from None
-        run = _parse(data, path)
-        if run.end is not None:
-            raise OpdiffError(f"run '{path.stem}' is complete (it has an end line); there is "
-                              "nothing to resume. Start a new run instead.")
-        if run.meta is None:
-            raise OpdiffError(f"run file {path} has no readable meta line, so it cannot be "
-                              "resumed. Start a new run; delete the file if it is junk.")
-        if accept is not None:
-            accept(run)
+        run = _resumable(data, path, accept)
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
             try:
@@ -378,8 +402,41 @@ class RunWriter:
                 raise HistoryWriteError(f"cannot repair the end of the run file {path} to resume it "
                                         f"({_why(exc)}); make the history store writable and try "
                                         "again.") from None
+        assert run.meta is not None
         writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items,
-                     remote=remote)
+                     recovered=run.recovered)
+        return writer, run.keys()
+
+    @classmethod
+    def _resume_spooled(cls, path: Path, remote: RemoteRuns, fsync: bool,
+                        accept: Callable[[RunFile], None] | None) -> tuple["RunWriter", set[ItemKey]]:
+        """Resume a remote run from its spool file, held locked from the first read on."""
+        try:
+            file = open(path, "r+b", buffering=0)
+        except OSError as exc:
+            raise HistoryWriteError(f"cannot open the spooled run file {path} ({_why(exc)}); make it "
+                                    "writable and try again.") from None
+        try:
+            hold(file, path.stem, wait_s=2.0)
+            data = file.readall()
+            run = _resumable(data, path, accept)
+            whole = whole_lines(data)
+            if whole != data:   # a partial last line is dropped; one that lost only its newline gets it
+                file.seek(0)
+                file.truncate(0)
+                file.write(whole)
+                os.fsync(file.fileno())
+            file.seek(0, os.SEEK_END)
+        except OSError as exc:
+            file.close()
+            raise HistoryWriteError(f"cannot repair the end of the spooled run file {path} to resume it "
+                                    f"({_why(exc)}); make it writable and try again.") from None
+        except BaseException:
+            file.close()
+            raise
+        assert run.meta is not None
+        writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items,
+                     remote=remote, file=file, recovered=run.recovered)
         return writer, run.keys()
 
     # -- writing
@@ -409,6 +466,8 @@ class RunWriter:
         line.setdefault("ts", utc_now())
         self._write(line)
         self._note(line)
+        status = str(line.get("status"))
+        self._counts[status] = self._counts.get(status, 0) + 1
         if self.uploads is not None and self.uploads.due():
             self.upload()
 
@@ -423,8 +482,8 @@ class RunWriter:
             then = (f"`opdiff check --resume {self.run_id}` finishes it once the service is reachable"
                     if self.meta.get("command") == "check" else "run it again once the service is reachable")
             raise HistoryWriteError(f"cannot upload run {self.run_id} to the history store: {exc} The run "
-                                    f"stopped here; what it wrote is kept in {self.path} and its last upload; "
-                                    f"{then}.") from None
+                                    f"stopped here; what it wrote is kept in {self.path}, and the next opdiff "
+                                    f"command on this store uploads it; {then}.") from None
 
     def _note(self, item: Mapping[str, Any]) -> None:
         key = _item_key(item)
@@ -441,42 +500,87 @@ class RunWriter:
         for k, v in counts.items():
             key = str(getattr(k, "value", k))
             total[key] = total.get(key, 0) + int(v)
-        self._write({"type": "end", "run_id": self.run_id, "finished": utc_now(),
-                     "wall_s": round(float(wall_s), 6), "counts": total, "resumed": self.resumed})
+        end: dict[str, Any] = {"type": "end", "run_id": self.run_id, "finished": utc_now(),
+                               "wall_s": round(float(wall_s), 6), "counts": total, "resumed": self.resumed}
+        if self.recovered is not None:
+            end["recovered"] = self.recovered
+        self._write(end)
         self.ended = True
-        self._file.close()
         if self.uploads is not None:
             try:
-                self.uploads.now()
+                self.uploads.now()   # still holding the spool file: no other command pushes it meanwhile
             except StorageError as exc:
+                self._file.close()
                 raise HistoryWriteError(f"run {self.run_id} finished, but its history could not be uploaded: "
                                         f"{exc} It is kept in {self.path}; the next opdiff command on this "
                                         "store uploads it.") from None
+            self._file.close()
             self.path.unlink(missing_ok=True)   # in the store now; the spool keeps unfinished runs only
             self.uploads = None
+        self._file.close()
 
-    def close(self, upload: bool = True) -> None:
-        """Close the file; a remote run that stops early uploads what it has (best effort:
-        its previous upload stays the remote copy when this one fails)."""
-        if not self._file.closed:
-            self._file.close()
-            if upload and self.uploads is not None and not self.ended:
-                try:
-                    self.uploads.now()
-                except (StorageError, OSError):
-                    pass
+    def close(self, upload: bool = True) -> bool:
+        """Close the file; a remote run that stops early uploads what it has first (best
+        effort: when this upload fails, its previous upload stays the store's copy and the
+        next command on the store uploads the rest from the spool). False when that upload
+        failed."""
+        if self._file.closed:
+            return True
+        uploaded = True
+        if upload and self.uploads is not None and not self.ended:
+            try:
+                self.uploads.now()
+            except (StorageError, OSError):
+                uploaded = False
+        self._file.close()
+        return uploaded
+
+    def interrupted(self, uploaded: bool = True) -> str:
+        """What is true of this run after Ctrl-C, and how to go on."""
+        n = sum(self._counts.values())
+        kept = (f"the {n} results it wrote before the interruption stay in its history" if n else
+                "it had written no results yet")
+        if self.meta.get("command") == "record":
+            goldens = self._counts.get("RECORDED", 0)
+            text = (f"interrupted: record run {self.run_id} stopped; {kept}, and the {goldens} goldens it "
+                    "recorded are kept. A record run is not resumed: run `opdiff record` again, it records "
+                    "only the goldens still missing")
+        else:
+            resumable, note = resumability(self.meta)
+            then = f"`opdiff check --resume {self.run_id}` finishes it" if resumable else note
+            text = f"interrupted: run {self.run_id} stopped; {kept}; {then}"
+        if not uploaded:
+            text += (f". Its last lines could not be uploaded; they are kept in {self.path}, and the next "
+                     "opdiff command on this store uploads them")
+        return text + "."
 
     def __enter__(self) -> "RunWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close()
+        uploaded = self.close()
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+            raise Interrupted(self.interrupted(uploaded)) from None
 
     def __del__(self) -> None:  # pragma: no cover - interpreter shutdown
         try:
             self.close(upload=False)
         except Exception:
             pass
+
+
+def _resumable(data: bytes, path: Path, accept: Callable[[RunFile], None] | None) -> RunFile:
+    """The parsed run of `data`, if it can be resumed (and `accept` does not refuse it)."""
+    run = _parse(data, path)
+    if run.end is not None:
+        raise OpdiffError(f"run '{path.stem}' is complete (it has an end line); there is "
+                          "nothing to resume. Start a new run instead.")
+    if run.meta is None:
+        raise OpdiffError(f"run file {path} has no readable meta line, so it cannot be "
+                          "resumed. Start a new run; delete the file if it is junk.")
+    if accept is not None:
+        accept(run)
+    return run
 
 
 def _remote_call(remote: RemoteRuns, doing: str, fn, path: Path | None = None):

@@ -359,10 +359,18 @@ def runs_table(runs) -> Table:
     table = _table(["run", "command", "started", "complete", "counts", "group"])
     for r in runs:
         state = "yes" if r.complete else ("NO: resumable (check --resume)" if r.resumable else f"NO: {r.note}")
+        if r.recovered:
+            state += (f"; completed from the spool of {r.recovered.get('host')}: its last "
+                      f"{_int(r.recovered.get('items')) - _int(r.recovered.get('items_stored_before'))} results "
+                      "reached the store after it was interrupted")
         group = f"{r.run_group} ({r.shard})" if r.shard else (r.run_group or "")
         table.add_row(_text(r.run_id), _text(r.command), _text(r.started), _text(state),
                       _text(json.dumps(r.counts)) if r.counts else "", _text(group))
     return table
+
+
+def _int(value) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def run_groups_table(groups) -> Table:

@@ -256,7 +256,7 @@ INSERT INTO _warnings
   UNION ALL
   SELECT file, line, 'line of unknown type ' || coalesce('''' || type || '''', 'null') || ' skipped'
     FROM _staged WHERE (type IS NOT NULL OR run_id IS NOT NULL OR id IS NOT NULL)
-      AND (type IS NULL OR type NOT IN ('meta', 'item', 'end'));
+      AND (type IS NULL OR type NOT IN ('meta', 'item', 'end', 'recovered'));
 """
 
 

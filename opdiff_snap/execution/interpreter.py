@@ -108,6 +108,12 @@ class ForeignProcess:
         except ProcessLookupError:
             pass
 
+    def terminate(self) -> None:
+        try:
+            self.popen.terminate()
+        except ProcessLookupError:
+            pass
+
     def join(self, timeout: float | None = None) -> None:
         try:
             self.popen.wait(timeout)

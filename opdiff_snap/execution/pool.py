@@ -64,6 +64,7 @@ _STOP = b"stop"
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
 WATCHDOG_S = 0.5            # how often a worker looks whether its parent is still there
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
+STOP_BUSY_S = 1.0          # a busy worker asked to stop (SIGTERM) has this long before it is killed
 
 
 def hello_message(threads: int) -> bytes:
@@ -85,6 +86,25 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
     the parent quotes the tail of that log when the worker dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     _lead_group()
+    signal.signal(signal.SIGTERM, _stop)           # ... and stops a busy one with SIGTERM first
+    try:
+        _serve(conn, threads, log_path, cache_dir)
+    except Stopped:
+        pass   # a normal exit: what the job's libraries registered (semaphores) is released
+
+
+class Stopped(BaseException):
+    """SIGTERM in a worker: the pool is closing while it runs a job (Ctrl-C, a run stopped
+    by an error). The worker leaves the job and exits the normal way, so multiprocessing
+    releases what the job's libraries made (tqdm's lock is a named semaphore); killed
+    outright, the resource tracker would report it as leaked when opdiff exits."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped()
+
+
+def _serve(conn: Connection, threads: int, log_path: str | None, cache_dir: str | None) -> None:
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
@@ -116,6 +136,8 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
         log_start = os.path.getsize(log_path) if log_path else 0
         try:
             result = task.run(context)
+        except Stopped:
+            raise
         except BaseException as exc:  # tasks catch Exception; this is SystemExit & co.
             result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, error_text(exc))
         _stamp(result)
@@ -351,19 +373,23 @@ class WorkerPool:
                 self._spawn()
 
     def close(self) -> None:
-        """Stop every worker: ask politely, then kill whoever is still there after 2 s, and
-        every worker's process group (what its jobs started) in any case."""
+        """Stop every worker: ask an idle one to stop and give it 2 s; stop a busy one with
+        SIGTERM (it leaves its job and exits normally) and give it STOP_BUSY_S; then kill
+        whoever is still there, and every worker's process group (what its jobs started) in
+        any case."""
         workers, self._workers = list(self._workers), []
         for w in workers:
-            if w.job is None:
-                try:
+            try:
+                if w.job is None:
                     w.conn.send_bytes(_STOP)
-                except OSError:
-                    pass
-        end = time.monotonic() + 2.0
+                else:
+                    w.proc.terminate()
+            except (OSError, ProcessLookupError):
+                pass
+        now = time.monotonic()
         for w in workers:
-            if w.job is None:
-                wait_exit(w.proc, max(0.0, end - time.monotonic()))
+            end = now + (2.0 if w.job is None else STOP_BUSY_S)
+            wait_exit(w.proc, max(0.0, end - time.monotonic()))
             self._discard(w, kill=True)
         if self._logs is not None:
             self._logs.cleanup()

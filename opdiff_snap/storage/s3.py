@@ -13,6 +13,12 @@ service is scrubbed of the environment's secrets). When the chain finds no crede
 all (its last link, the instance metadata service, refuses, cannot be reached or is
 switched off), the error says so and lists where they are looked for.
 
+Every request is bounded: CONNECT_TIMEOUT_S to connect, READ_TIMEOUT_S without a byte from
+the service (OPDIFF_S3_CONNECT_TIMEOUT_S and OPDIFF_S3_READ_TIMEOUT_S override them), and a
+failed request is retried RETRIES times while RETRY_WINDOW_S have not passed since its first
+attempt; so a service that accepts connections and never answers fails a request within
+RETRY_WINDOW_S plus one read timeout.
+
 Units (see base.Place) are written data objects first and the marker last, then the data
 objects are read back: if another writer replaced them in between, the unit is written
 again, so the marker never stays beside another writer's data. Replacing or removing a
@@ -22,10 +28,11 @@ unit deletes its marker first, so readers skip it meanwhile.
 from __future__ import annotations
 
 import builtins
+import math
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -33,6 +40,11 @@ from typing import Any, Iterable, Mapping
 from .base import Entry, ObjectTooLarge, Place, StorageError, Stray
 
 THREADS = 16
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 10.0
+RETRIES = 3
+RETRY_WINDOW_S = 20.0
+REQUEST_TIMEOUT_S = 120.0   # a whole request, body included, while data flows (a large upload)
 _CLIENTS: dict[tuple, Any] = {}
 
 
@@ -83,10 +95,37 @@ def _metadata_disabled() -> bool:
     return os.environ.get("AWS_EC2_METADATA_DISABLED", "").strip().lower() == "true"
 
 
+def _seconds(name: str, default: float) -> float:
+    """A timeout in seconds from the environment variable `name`, else `default`."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and 0 < value <= 3600):
+        raise StorageError(f"{name}={text!r} is not a timeout: give a number of seconds above 0 and at most "
+                           f"3600 (the default is {default:g}), or unset it.")
+    return value
+
+
+def timeouts() -> tuple[float, float]:
+    """(connect, read) timeouts in seconds, as this process's environment sets them."""
+    return (_seconds("OPDIFF_S3_CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S),
+            _seconds("OPDIFF_S3_READ_TIMEOUT_S", READ_TIMEOUT_S))
+
+
+def _duration(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 def _client(bucket: str, prefix: str):
     """An obstore S3Store for bucket/prefix (one per process and location)."""
     endpoint = _endpoint()
-    key = (bucket, prefix, endpoint, os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_PROFILE"))
+    connect_s, read_s = timeouts()
+    key = (bucket, prefix, endpoint, os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_PROFILE"),
+           connect_s, read_s)
     if key in _CLIENTS:
         return _CLIENTS[key]
     try:
@@ -120,11 +159,12 @@ def _client(bucket: str, prefix: str):
             pass   # obstore alone: environment, web identity, container and instance credentials
     if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "region" in config):
         config["region"] = "us-east-1"
-    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=20),
+    retry = {"max_retries": RETRIES, "retry_timeout": timedelta(seconds=RETRY_WINDOW_S),
              "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2),
                          "base": 2.0}}
     client = S3Store(bucket, prefix=prefix or None, config=config, retry_config=retry,  # type: ignore[arg-type]
-                     client_options={"connect_timeout": "5s", "timeout": "120s"}, **kwargs)
+                     client_options={"connect_timeout": _duration(connect_s), "read_timeout": _duration(read_s),
+                                     "timeout": _duration(max(REQUEST_TIMEOUT_S, read_s))}, **kwargs)
     _CLIENTS[key] = client
     return client
 
@@ -177,13 +217,50 @@ def storage_error(exc: BaseException, doing: str, where: str) -> StorageError:
     lowered = text.lower()
     if any(s in lowered for s in ("error sending request", "connection refused", "dns error", "timed out",
                                   "connection reset", "broken pipe", "connection closed", "tcp connect")):
-        return StorageError(f"cannot reach the S3 service ({endpoint}) while {doing} {where}: the "
-                            "connection failed. Check that the service is up and that --s3-endpoint (or "
+        return StorageError(f"cannot reach the S3 service ({endpoint}) while {doing} {where}: "
+                            f"{_what_failed(text)}. Check that the service is up and that --s3-endpoint (or "
                             "AWS_ENDPOINT_URL) names it; what was already stored is unchanged, and the "
                             "command can be run again once it is reachable.")
     first = scrub(text.split("\n\nDebug source", 1)[0]).strip().splitlines()[0][:300] if text.strip() else ""
     return StorageError(f"the S3 service ({endpoint}) failed while {doing} {where}: {type(exc).__name__}: "
                         f"{first}")
+
+
+def _what_failed(text: str) -> str:
+    """What went wrong on the way to the service, from obstore's text: a timeout names the
+    limit that ran out (and the variable that sets it)."""
+    endpoint = _endpoint() or "AWS S3"
+    connect_s, read_s = timeouts()
+    m = re.search(r"after (\d+) retries", text)
+    tries = f" ({int(m.group(1)) + 1} attempts)" if m else ""
+    timed_out = "kind: Timeout" in text or "TimedOut" in text or "timed out" in text.lower()
+    connecting = "tcp connect error" in text.lower() or "Connect," in text
+    if timed_out and connecting:
+        return (f"no connection to {endpoint} within {connect_s:g} s{tries} (OPDIFF_S3_CONNECT_TIMEOUT_S "
+                "sets that limit)")
+    if timed_out:
+        return (f"no answer from {endpoint} within {read_s:g} s{tries}: it accepted the connection but sent "
+                "nothing back (OPDIFF_S3_READ_TIMEOUT_S sets that limit)")
+    if "connection refused" in text.lower():
+        return f"the connection was refused{tries}: nothing listens at {endpoint}"
+    return f"the connection failed{tries}"
+
+
+def _in_threads(fn, items: list) -> list:
+    """fn over `items` in THREADS threads, results in order. The first failure cancels the
+    requests not yet started, so an unreachable service fails the batch within the time of
+    the requests in flight, not of all of them one after another."""
+    with ThreadPoolExecutor(min(THREADS, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:   # a failure, or Ctrl-C while waiting
+            for f in futures:
+                f.cancel()
+        failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
+        if failed is not None:
+            raise failed.exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
 
 
 class S3Place(Place):
@@ -233,8 +310,7 @@ class S3Place(Place):
 
         if len(keys) <= 1:
             return {k: one(k) for k in keys}
-        with ThreadPoolExecutor(min(THREADS, len(keys))) as pool:
-            return dict(zip(keys, pool.map(one, keys)))
+        return dict(zip(keys, _in_threads(one, keys)))
 
     def put(self, key: str, data: bytes, *, create: bool = False) -> bool:
         import obstore
@@ -254,8 +330,7 @@ class S3Place(Place):
             for k, v in items:
                 self.put(k, v)
             return
-        with ThreadPoolExecutor(min(THREADS, len(items))) as pool:
-            list(pool.map(lambda kv: self.put(*kv), items))
+        _in_threads(lambda kv: self.put(*kv), items)
 
     def delete(self, key: str) -> None:
         import obstore

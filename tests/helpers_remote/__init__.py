@@ -2,7 +2,8 @@
 process, with authentication switched on (an IAM user made through its first, unsigned
 calls), so wrong credentials are refused as a real service refuses them. `Relay` is a
 loopback TCP relay in its own process: killing it is, for the client, the server dying,
-while the data the server holds stays there to inspect and to finish against.
+while the data the server holds stays there to inspect and to finish against; pausing it
+is the server hanging (the system still accepts connections, nothing answers).
 `MetadataService` stands in for an instance metadata service that refuses, on loopback."""
 
 from __future__ import annotations
@@ -136,6 +137,11 @@ class Relay:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
+    def pause(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
 
 class MetadataService:
     """An EC2 instance metadata service on loopback that refuses every request with 403 and
