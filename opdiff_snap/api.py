@@ -222,7 +222,8 @@ def prune(settings: Settings | None = None, delete: bool = False) -> list:
 
 def verify(settings: Settings | None = None) -> tuple[list, int]:
     """(findings, number of goldens): goldens.store.Finding for everything verification
-    says (CORRUPT, STALE, UNCHECKED), as check would read them."""
+    says (CORRUPT, STALE, UNCHECKED), as check would read them. No store, or a store without
+    a golden (emptied, or the wrong location), is an OpdiffError: there is nothing to verify."""
     from .errors import OpdiffError
     from .goldens import GoldenStore
 

@@ -74,6 +74,7 @@ def mirror_files(home: Path) -> dict[str, bytes]:
 STARTUP_S = 40.0   # the CLI's own start (imports torch) on a loaded machine, beyond the timeouts
 
 
+@pytest.mark.slow
 def test_a_service_that_never_answers_fails_within_the_read_timeout(server, tmp_path):
     """The server hangs (its relay is paused: connections are accepted, nothing answers).
     Each command gives up after the read timeout, names it, exits 2, and changes nothing."""
@@ -103,6 +104,7 @@ def test_a_service_that_never_answers_fails_within_the_read_timeout(server, tmp_
         relay.kill()
 
 
+@pytest.mark.slow
 def test_a_service_that_cannot_be_connected_to_fails_within_the_connect_timeout(server, tmp_path):
     """A loopback listener whose queue of pending connections is full: the system drops new
     connection attempts, so connecting never completes."""
