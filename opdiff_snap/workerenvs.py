@@ -161,10 +161,10 @@ def requirements_for(withs: Mapping[str, Requirement], families: Sequence[str]) 
 
 def _pin(name: str, version: str) -> str | None:
     """NAME==VERSION of an installed distribution, written back from its parsed form (None
-    when its metadata does not make a requirement)."""
+    when its metadata does not make an exact pin that requirement_lines would take)."""
     try:
-        return str(Requirement(f"{name}=={version}"))
-    except InvalidRequirement:
+        return str(parse_requirement(f"{name}=={version}"))
+    except OpdiffError:
         return None
 
 
