@@ -41,7 +41,7 @@ from .errors import OpdiffError
 from .execution import Job, Outcome, restore_outputs
 from .execution.cache import cache_unusable
 from .execution.gradients import can_differentiate
-from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, store_key
+from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
 from .history_sync import readable_dir
@@ -92,9 +92,10 @@ class CheckPlan:
 
 def _corrupt(test_id: str, seed: int, info: GoldenInfo | None, why: str) -> Planned:
     why = printable(why)   # read from the golden: shown escaped
-    if test_id.startswith("<unknown: "):   # an entry whose test cannot be told (GoldenStore.index)
+    key = key_of_unknown(test_id)
+    if key is not None:   # an entry whose test cannot be told (GoldenStore.index)
         return Planned(test_id, seed, None, info, Verdict.CORRUPT,
-                       f"the entry {test_id[10:-1]} of the golden store is corrupt: {why}. It will not be "
+                       f"the entry {key} of the golden store is corrupt: {why}. It will not be "
                        "compared. Remove it, and re-record the test it held with `opdiff record`.")
     return Planned(test_id, seed, None, info, Verdict.CORRUPT,
                    f"the golden of test '{test_id}' seed {seed} is corrupt: {why}. It will not be "
@@ -339,7 +340,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
     suite_paths = find_suites(suites, settings.suites)
-    golden_cases = GoldenCases(trust=trust_goldens, suites=suite_paths)
+    golden_cases = GoldenCases(trust=trust_goldens)   # used only when no suite is given
     if suite_paths:
         plan = plan_from_suites(load_suites(suite_paths), store, seeds=seeds, seed_list=seed_list,
                                 test_ids=test_ids, tags=tags, report_orphans=not suites)

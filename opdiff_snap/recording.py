@@ -250,12 +250,12 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}; nothing to add references to.")
     paths = find_suites(suites, settings.suites)
-    known = {c.id: c for c in load_suites(paths)} if paths else {}
+    rebuild = GoldenCases(trust_goldens, paths)
+    known = rebuild.vouching()   # the suites pointed at: loaded once, also to vouch
     patterns = parse_patterns(test_ids) if test_ids else None
     preset = get_preset("torch_cpu_fp32")
     results: list[Result] = []
     pending: dict[str, Golden] = {}
-    rebuild = GoldenCases(trust_goldens, paths)
 
     def done(result: Result) -> None:
         results.append(result)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .errors import OpdiffError
@@ -94,7 +93,7 @@ def parse_with(values: Sequence[str]) -> dict[str, Requirement]:
     out: dict[str, Requirement] = {}
     for value in values:
         req = parse_requirement(value)
-        key = canonicalize_name(req.name)
+        key = normalize(req.name)
         if key == "opdiff-snap":
             raise OpdiffError(f"--with {value!r}: opdiff-snap itself is always installed from this one "
                               "(its workers must speak the same protocol); name the libraries to change.")
@@ -162,10 +161,10 @@ def requirements_for(withs: Mapping[str, Requirement], families: Sequence[str]) 
 
 def _pin(name: str, version: str) -> str | None:
     """NAME==VERSION of an installed distribution, written back from its parsed form (None
-    when its metadata does not make a requirement)."""
+    when its metadata does not make an exact pin that requirement_lines would take)."""
     try:
-        return str(Requirement(f"{name}=={version}"))
-    except InvalidRequirement:
+        return str(parse_requirement(f"{name}=={version}"))
+    except OpdiffError:
         return None
 
 

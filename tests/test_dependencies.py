@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import importlib.util
 import sys
 import tomllib
 from pathlib import Path
@@ -17,6 +18,15 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _check_lock():
+    """tools/check_lock.py, which reads the lock for CI."""
+    spec = importlib.util.spec_from_file_location("check_lock", REPO / "tools" / "check_lock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def declared() -> dict[str, Requirement]:
@@ -75,12 +85,8 @@ def test_the_walk_sees_the_imports_it_must():
 def test_the_lock_pins_every_declared_requirement_within_its_range():
     """Users get ranges, development gets the lock: each declared range admits the
     locked version, so the lock is one of the environments users can have."""
-    locked = {}
-    for line in (REPO / "requirements.lock").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line and not line.startswith("-"):
-            req = Requirement(line)
-            locked[canonicalize_name(req.name)] = next(iter(req.specifier)).version
+    lock = REPO / "requirements.lock"
+    locked = _check_lock().pins(lock.read_text().splitlines(), str(lock))   # the reader CI uses
     problems = []
     for name, req in declared().items():
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
@@ -93,6 +99,8 @@ def test_the_lock_pins_every_declared_requirement_within_its_range():
 
 
 def test_requires_python_matches_what_the_code_uses():
-    """tomllib is 3.11+; the package says so."""
+    """tomllib is 3.11+; the package says so, and the linters check the code as 3.11 code."""
     assert PROJECT["requires-python"] == ">=3.11"
-    assert sys.version_info >= (3, 11)
+    tools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
+    assert tools["ruff"]["target-version"] == "py311"
+    assert tools["mypy"]["python_version"] == "3.11"

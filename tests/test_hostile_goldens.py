@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers_hostile import REPO, assert_clean_failure, cli_inproc, edit_attrs, run_cli, snapshot
+from helpers_hostile import FAST, MODELS, REPO, assert_clean_failure, cli_inproc, edit_attrs, run_cli, snapshot
 from helpers_pytest import make_site
 
 from opdiff_snap.goldens import store_key
@@ -24,7 +24,6 @@ from opdiff_snap.suite.trust import code_paths, op_refusal, refusal
 
 pytest_plugins = ["pytester"]
 
-FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 MARKER = "PLANTED_RAN"          # written beside the planted module when it is imported
 GRABBED = "GRABBED"             # the file aten::from_file creates in the checking folder
 
@@ -43,19 +42,6 @@ tests:
     op: aten::rand
     in: [{{type: int_list, elems: [2, 3]}}]
 """
-MODELS = '''\
-import torch
-from torch import nn
-
-
-class Scale(nn.Module):
-    def __init__(self, n: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.linspace(0.5, 2.0, n))
-
-    def forward(self, x):
-        return x * self.weight
-'''
 PAYLOAD = f'''\
 import pathlib
 

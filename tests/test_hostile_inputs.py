@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from helpers_hostile import (
+    FAST,
     PY,
     REPO,
     assert_clean_failure,
@@ -36,8 +37,6 @@ from helpers_hostile import (
 )
 
 from opdiff_snap.analytics import connect
-
-FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 
 
 @pytest.fixture(scope="module")

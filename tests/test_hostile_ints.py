@@ -6,11 +6,10 @@ recorded as given."""
 from __future__ import annotations
 
 import pytest
-from helpers_hostile import assert_clean_failure, cli_inproc, make_project, snapshot, tree_bytes
+from helpers_hostile import FAST, assert_clean_failure, cli_inproc, make_project, snapshot, tree_bytes
 
 from opdiff_snap.goldens import GoldenStore
 
-FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 BIG = 2**70
 X = "{type: tensor, shape: [2], dtype: int64}"
 

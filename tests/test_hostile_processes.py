@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_hostile import CLI, PY, assert_clean_failure, env, run_cli
+from helpers_hostile import CLI, FAST, PY, assert_clean_failure, env, run_cli
 from helpers_hostile.processes import gone_within, kill_leftovers, unique_sleep, with_argument
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="scans /proc")
 
-FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 
 SUITE = """\
 tests:

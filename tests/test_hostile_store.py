@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers_hostile import (
+    FAST,
     MODELS,
     SUITE,
     assert_clean_failure,
@@ -31,7 +32,6 @@ from helpers_hostile import (
 
 from opdiff_snap.goldens import GoldenStore, store_key
 
-FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 NO_SUITES = ("--suites", "no-suites-here")   # check and verify from the goldens alone
 # from the goldens alone, the file: modules of these goldens run only when the store is trusted
 TRUSTED = ("--trust-goldens",)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from helpers_hostile import (
     CLI,
+    FAST,
     PY,
     assert_clean_failure,
     cli_inproc,
@@ -37,7 +38,6 @@ from opdiff_snap.pytest_plugin.outcomes import describe
 from opdiff_snap.results import Result
 from opdiff_snap.verdicts import Verdict
 
-FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 EVIL = "relu\x1b[31mRED\x1b]8;;http://x\x07L\x1b]8;;\x07\x00[bold]B[/bold]$\\frac{$\u202e"
 # how every text output shows it: each acting character as a visible escape
 SHOWN = "relu\\x1b[31mRED\\x1b]8;;http://x\\x07L\\x1b]8;;\\x07\\x00[bold]B[/bold]$\\frac{$\\u202e"

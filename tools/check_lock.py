@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
                             capture_output=True, text=True, check=True).stdout.splitlines()
-    problems = differences(pins(args.lock.read_text().splitlines(), str(args.lock)), pins(freeze, "pip freeze"))
+    installed = pins(freeze, "pip freeze")
+    problems = differences(pins(args.lock.read_text().splitlines(), str(args.lock)), installed)
     if problems:
         print(f"this environment differs from {args.lock.name} in {len(problems)} package(s):", file=sys.stderr)
         for p in problems:
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if check.returncode != 0:
         print("pip check found broken requirements:\n" + check.stdout + check.stderr, file=sys.stderr)
         return 1
-    count = len(set(pins(freeze, "pip freeze")) - IGNORED)
+    count = len(set(installed) - IGNORED)
     print(f"environment matches {args.lock.name}: {count} packages; pip check clean")
     return 0
 

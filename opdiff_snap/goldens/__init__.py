@@ -1,8 +1,8 @@
 """The Zarr golden store: Golden <-> goldens/ (layout: docs/goldens-layout.md)."""
 
-from .keys import store_key
+from .keys import key_of_unknown, store_key, unknown_entry
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
 from .store import Finding, GoldenStore, GoldenWriteError
 
 __all__ = ["CorruptGolden", "Finding", "Golden", "GoldenInfo", "GoldenStore", "GoldenWriteError", "MissingGolden",
-           "store_key"]
+           "key_of_unknown", "store_key", "unknown_entry"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from ..safetext import printable
+
 _UNSAFE = re.compile(r"[^a-z0-9_-]+")
 KEY_PATTERN = re.compile(r"^[a-z0-9_-]*-[0-9a-f]{16}-s-?[0-9]+$")
 PREFIX_CHARS = 48
@@ -29,3 +31,18 @@ def seed_of_key(key: str) -> int | None:
     if not KEY_PATTERN.match(key):
         return None
     return int(key.rsplit("-s", 1)[1])
+
+
+_UNKNOWN = "<unknown: "
+
+
+def unknown_entry(key: str) -> str:
+    """The name results give an entry of the store whose test cannot be told (no
+    readable id, or an id that does not belong under its key): the key itself."""
+    return f"{_UNKNOWN}{printable(key)}>"
+
+
+def key_of_unknown(name: str) -> str | None:
+    """The key an `unknown_entry` name was made from; None for a test id (ids hold no
+    spaces, so none looks like one)."""
+    return name[len(_UNKNOWN):-1] if name.startswith(_UNKNOWN) and name.endswith(">") else None

@@ -23,7 +23,7 @@ from ..safetext import printable, unsafe_char
 from ..storage import StorageError, Stray, is_url, open_place
 from ..storage.local import STAGING, TRASH, unique
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
-from .keys import seed_of_key, store_key
+from .keys import seed_of_key, store_key, unknown_entry
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
 from .packed import META, PackError, pack, packed_objects, parse_metadata, read_data, unpack
 from .validate import definition_findings
@@ -355,7 +355,7 @@ class GoldenStore:
         """The golden array's zarr.json; raises CorruptGolden if unreadable or if they
         name another (test id, seed) than asked."""
         path = self.where(f"{key}/{META}")
-        tid = test_id if test_id is not None else f"<unknown: {key}>"
+        tid = test_id if test_id is not None else unknown_entry(key)
         sd = seed if seed is not None else (seed_of_key(key) or 0)
         try:
             raw = self._meta.get(key)
@@ -377,7 +377,7 @@ class GoldenStore:
         return meta
 
     def _recovered_info(self, key: str, problem: str) -> GoldenInfo:
-        return GoldenInfo(f"<unknown: {printable(key)}>", seed_of_key(key) or 0, "", "", "", "", {}, "", key,
+        return GoldenInfo(unknown_entry(key), seed_of_key(key) or 0, "", "", "", "", {}, "", key,
                           problem=problem)
 
 

@@ -118,17 +118,13 @@ class Place(ABC):
     # ------------------------------------------------------------ units
 
     @abstractmethod
-    def units(self, marker: str) -> "builtins.list[str]":
-        """The names of the units in this place that readers may look at."""
-
-    @abstractmethod
     def unit_exists(self, name: str, marker: str) -> bool: ...
 
+    @abstractmethod
     def survey(self, marker: str, keep: tuple[str, ...] = ()) -> "tuple[builtins.list[str], builtins.list[Stray]]":
-        """(the units, the strays) at the top of this place, from one listing. Names
-        starting with "." (the place's own bookkeeping) and the names in `keep` are
-        neither."""
-        return self.units(marker), []
+        """(the units readers may look at, the strays) at the top of this place, from one
+        listing. Names starting with "." (the place's own bookkeeping) and the names in
+        `keep` are neither."""
 
     @abstractmethod
     def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:

@@ -112,18 +112,14 @@ class LocalPlace(Place):
 
     # ------------------------------------------------------------ units
 
-    def units(self, marker: str) -> "builtins.list[str]":
-        """Every folder that is not debris: a folder without its marker is damage here (units
-        appear by rename), which the caller reports. A symbolic link is never a unit."""
-        return self.survey(marker)[0]
-
     def unit_exists(self, name: str, marker: str) -> bool:
         path = self.root / name
         return path.is_dir() and not path.is_symlink()
 
     def survey(self, marker: str, keep: tuple[str, ...] = ()) -> "tuple[builtins.list[str], builtins.list[Stray]]":
-        """Folders are units; a file, a symbolic link (to a folder or not) or anything else
-        at the top is a stray."""
+        """Every folder that is not debris is a unit: a folder without its marker is damage
+        here (units appear by rename), which the caller reports. A file, a symbolic link (to
+        a folder or not) or anything else at the top is a stray, never a unit."""
         try:
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
         except FileNotFoundError:

@@ -370,11 +370,6 @@ class S3Place(Place):
 
     # ------------------------------------------------------------ units
 
-    def units(self, marker: str) -> "builtins.list[str]":
-        """Units whose marker object is there; the others are being written (or their writer
-        died) and stay invisible."""
-        return self.survey(marker)[0]
-
     def unit_exists(self, name: str, marker: str) -> bool:
         return self.exists(f"{name}/{marker}")
 

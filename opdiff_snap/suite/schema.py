@@ -466,8 +466,6 @@ class NodeResolver:
             if isinstance(v, list) or not self._literal_ok(v, dtype, where.at(raw, "value")):
                 return BAD if not isinstance(v, list) else self.problems.add(where.at(raw, "value"),
                                                                              "value must be one number or bool")
-            if fam == "int" and not self.fits(v, "int64", where.at(raw, "value")):
-                return BAD
             out["value"] = float(v) if fam == "float" else v
             return out
         if fam == "bool":

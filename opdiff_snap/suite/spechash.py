@@ -57,10 +57,14 @@ def _hash_file(h: Any, path: Path) -> None:
     /dev/zero, a FIFO, a folder) hashes as a marker, so the golden reads as stale
     instead of the read never ending: a golden's definition chooses these paths."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        # opened without blocking (a FIFO opens at once) and judged by what was opened, so a
+        # file swapped for a pipe between a check and the open cannot block the read
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
             h.update(b"\0not a regular file\0")
             return
-        with open(path, "rb") as f:
+        with open(fd, "rb") as f:
             while chunk := f.read(1 << 20):
                 h.update(chunk)
     except OSError:

@@ -25,6 +25,9 @@ from typing import Any, Iterator
 
 import torch
 
+from ..errors import OpdiffError
+from .construct import resolve_op
+
 TORCH_NN_CLASSES = frozenset(f"torch.nn.{name}" for name in """
     AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveLogSoftmaxWithLoss
     AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d AlphaDropout AvgPool1d AvgPool2d
@@ -134,19 +137,15 @@ def op_refusal(name: str) -> str | None:
     if namespace not in TRUSTED_OP_NAMESPACES:
         return f"namespace '{namespace}' is not ATen's"
     op_name, _, overload = rest.partition(".")
-    try:
-        packet = getattr(torch.ops.aten, op_name) if op_name.isidentifier() else None
-    except (AttributeError, RuntimeError):
-        packet = None
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
+    try:   # the lookup the worker makes: only an operator, never another attribute
+        packet = resolve_op(f"aten::{op_name}")
+    except OpdiffError:
         return f"torch {torch.__version__} here has no operator aten::{op_name} to inspect"
     names = [overload] if overload else list(packet.overloads())
     for each in names:
         try:
-            op = getattr(packet, each) if each.isidentifier() else None
-        except (AttributeError, RuntimeError):
-            op = None
-        if not isinstance(op, torch._ops.OpOverload):
+            op = resolve_op(f"aten::{op_name}.{each}")
+        except OpdiffError:
             return f"torch {torch.__version__} here has no overload aten::{op_name}.{each} to inspect"
         why = overload_refusal(op)
         if why is not None:

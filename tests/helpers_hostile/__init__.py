@@ -21,6 +21,8 @@ REPO = HERE.parent.parent
 CLI = REPO / "cli.py"
 PY = sys.executable
 STORE_DIRS = ("goldens", "store", ".opdiff-cache")
+# the quickest honest run: one worker, one timed call
+FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
 
 SUITE = """\
 tests:
