@@ -260,7 +260,7 @@ def test_the_server_dying_mid_record_and_mid_check(server, tmp_path, monkeypatch
     slow = Cli(server, tmp_path / "home", relay.endpoint, OPDIFF_UPLOAD_EVERY_S="0", SLOW_S="0.7")
 
     def goldens() -> list[str]:
-        return [k for k in server.keys(bucket, "goldens/") if k.endswith("/zarr.json") and k.count("/") == 2]
+        return [k for k in server.names(bucket, "goldens/") if k.endswith("/zarr.json") and k.count("/") == 2]
 
     run = slow.popen(proj, *urls, "record", *FAST)
     wait_for(lambda: len(goldens()) >= 2, run)

@@ -87,13 +87,21 @@ class S3Server:
         return name
 
     def keys(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
-        """Every object under the prefix, with its bytes."""
+        """Every object under the prefix, with its bytes. An object deleted between the
+        listing and its read (a writer's probe, a replaced temporary) is left out."""
         c = self.client()
         out = {}
-        for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                out[obj["Key"]] = c.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+        for name in self.names(bucket, prefix):
+            try:
+                out[name] = c.get_object(Bucket=bucket, Key=name)["Body"].read()
+            except c.exceptions.NoSuchKey:
+                continue
         return out
+
+    def names(self, bucket: str, prefix: str = "") -> list[str]:
+        """The keys under the prefix, without reading them."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
 
     def env(self, tmp: Path, endpoint: str | None = None, **more: str) -> dict[str, str]:
         """The environment a client of this server runs with (credentials as the AWS chain
