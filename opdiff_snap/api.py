@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
-from .checking import check
+from .checking import CheckRequest
+from .checking import check as check_run
 from .config import Settings
-from .recording import add_references, record
+from .pipeline import Running, Selection
+from .recording import RecordRequest, add_references
+from .recording import record as record_run
 from .results import Result, RunReport
 from .upgrading import UpgradeReport, UpgradeUI, upgrade
 
@@ -48,6 +51,42 @@ def list_tests(suites: Sequence[Path] | None = None, *, test_ids=None, tags=None
     if not paths:
         raise OpdiffError(f"no suites given and none under {settings.suites}.")
     return select(load_suites(paths), test_ids, tags)
+
+
+# ---------------------------------------------------------------- record and check
+
+def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_fp32",
+           preset_options: str | dict | None = None, seeds: int | None = None,
+           seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
+           tags: Sequence[str] | None = None, force: bool = False,
+           skips: Sequence[tuple[str, str]] = (), in_process: bool = False,
+           settings: Settings = Settings(), argv: Sequence[str] = (),
+           listener: Callable[[Result], None] | None = None, reference: bool = True) -> RunReport:
+    """Record goldens on `baseline` for every selected (test, seed) that has none or a
+    stale one (all of them with `force`); recording.record says what each result means."""
+    return record_run(RecordRequest(
+        Selection(suites, test_ids, tags, seeds, seed_list), Running(in_process=in_process),
+        baseline=baseline, preset_options=preset_options, force=force, skips=tuple(skips),
+        reference=reference), settings=settings, argv=argv, listener=listener)
+
+
+def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
+          preset_options: Mapping[str, str | dict] | None = None, seeds: int | None = None,
+          seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
+          tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
+          tolerance=None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
+          trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
+          listener: Callable[[Result], None] | None = None, python: str | Path | None = None,
+          shard: tuple[int, int] | None = None, run_group: str | None = None) -> RunReport:
+    """Check the goldens on the `backends` presets; checking.CheckRequest says what each
+    option means."""
+    running = Running(in_process=in_process, python=Path(python) if python is not None else None,
+                      use_cache=use_cache)
+    return check_run(CheckRequest(
+        list(backends), Selection(suites, test_ids, tags, seeds, seed_list), running,
+        preset_options=preset_options, skips=tuple(skips), tolerance=tolerance, resume=resume,
+        trust_goldens=trust_goldens, shard=shard, run_group=run_group),
+        settings=settings, argv=argv, listener=listener)
 
 
 # ---------------------------------------------------------------- history

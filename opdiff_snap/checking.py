@@ -45,9 +45,10 @@ from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGold
 from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
 from .history_sync import readable_dir
+from .pipeline import Pipeline, Running, Selection, Sinks
 from .results import Listener, Result, RunReport
 from .safetext import printable
-from .session import emit, make_pool, notice, set_total, settings_json, warn
+from .session import make_pool, notice, set_total, settings_json, warn
 from .suite import load_suites, select
 from .suite import suite_paths as find_suites
 from .suite.model import TestCase, Tolerance
@@ -295,139 +296,154 @@ def _prior_results(path: Path) -> list[Result]:
 
 # ---------------------------------------------------------------- check
 
-def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
-          preset_options: Mapping[str, str | dict] | None = None, seeds: int | None = None,
-          seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
-          tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
-          tolerance: Tolerance | None = None, resume: str | None = None, in_process: bool = False,
-          use_cache: bool = True,
-          trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
-          listener: Listener | None = None, python: str | Path | None = None,
-          shard: tuple[int, int] | None = None, run_group: str | None = None) -> RunReport:
+@dataclass(frozen=True)
+class CheckRequest:
+    """What one check runs: the target presets (with `preset_options` per preset name),
+    the selection, `skips` ((test id or prefix*, preset or glob) pairs reported SKIPPED),
+    a tolerance override, a run to `resume`, and `shard=(K, N)`: the K-th of N shards of
+    the planned (test, seed, preset) jobs (sharding.py), whose `run_group` names the
+    logical run the N shards make up."""
+
+    backends: Sequence[str]
+    selection: Selection = Selection()
+    running: Running = Running()
+    preset_options: Mapping[str, str | dict] | None = None
+    skips: Sequence[tuple[str, str]] = ()
+    tolerance: Tolerance | None = None
+    resume: str | None = None
+    trust_goldens: bool = False
+    shard: tuple[int, int] | None = None
+    run_group: str | None = None
+
+    def refusal(self) -> str | None:
+        """Why these options cannot make a check, before anything is read."""
+        if self.shard is not None and not self.run_group:
+            return (f"--shard {self.shard[0]}/{self.shard[1]} needs --run-group ID, the same for all "
+                    f"{self.shard[1]} shards (a CI run id, say): the shards agree on their split through "
+                    "it, and `opdiff runs` and the reports take them as one run.")
+        if not self.backends:
+            return "check needs at least one --backend PRESET (see `opdiff list-presets`)."
+        if self.tolerance is not None:
+            for name in ("atol", "rtol", "baseline_factor"):
+                value = getattr(self.tolerance, name)
+                if value is not None and not (math.isfinite(value) and value >= 0):
+                    return f"--{name.replace('_', '-')} {value}: it must be a finite number >= 0."
+        if len(set(self.backends)) != len(self.backends):
+            return f"--backend names a preset twice ({', '.join(self.backends)}); give each once."
+        unknown = [name for name in self.preset_options or {} if name not in self.backends]
+        if unknown:
+            return (f"--preset-options names '{unknown[0]}', which is not a --backend of this "
+                    f"check ({', '.join(self.backends)}).")
+        return None
+
+
+def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (),
+          listener: Listener | None = None) -> RunReport:
     """Run each target preset on exactly the stored inputs and weights and compare.
 
-    `skips` are (test id or prefix*, preset or glob) pairs reported SKIPPED.
     A `listener` with a `set_total(n)` method is told how many results to expect.
-    With `python`, the workers run under that interpreter (another environment's packages);
-    planning, comparing and the history stay here, and the run's meta line records the
-    workers' environment. `shard=(K, N)` runs the K-th of N shards of the planned (test,
-    seed, preset) jobs (sharding.py); its `run_group` names the logical run the N shards
-    make up."""
+    With `running.python`, the workers run under that interpreter (another environment's
+    packages); planning, comparing and the history stay here, and the run's meta line
+    records the workers' environment."""
     apply_endpoint(settings)
-    check_seeds(seeds, seed_list)
-    if shard is not None and not run_group:
-        raise OpdiffError(f"--shard {shard[0]}/{shard[1]} needs --run-group ID, the same for all "
-                          f"{shard[1]} shards (a CI run id, say): the shards agree on their split through "
-                          "it, and `opdiff runs` and the reports take them as one run.")
-    if not backends:
-        raise OpdiffError("check needs at least one --backend PRESET (see `opdiff list-presets`).")
-    if tolerance is not None:
-        for name in ("atol", "rtol", "baseline_factor"):
-            value = getattr(tolerance, name)
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise OpdiffError(f"--{name.replace('_', '-')} {value}: it must be a finite number >= 0.")
-    if len(set(backends)) != len(backends):
-        raise OpdiffError(f"--backend names a preset twice ({', '.join(backends)}); give each once.")
-    options = preset_options or {}
-    unknown = [name for name in options if name not in backends]
-    if unknown:
-        raise OpdiffError(f"--preset-options names '{unknown[0]}', which is not a --backend of this "
-                          f"check ({', '.join(backends)}).")
-    presets = [get_preset(name, options.get(name)) for name in backends]
-    use_cache = use_cache and cache_usable(settings, listener)
+    sel, running = request.selection, request.running
+    check_seeds(sel.seeds, sel.seed_list)
+    why = request.refusal()
+    if why:
+        raise OpdiffError(why)
+    options = request.preset_options or {}
+    presets = [get_preset(name, options.get(name)) for name in request.backends]
+    use_cache = running.use_cache and cache_usable(settings, listener)
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
-    suite_paths = find_suites(suites, settings.suites)
-    golden_cases = GoldenCases(trust=trust_goldens)   # used only when no suite is given
+    suite_paths = find_suites(sel.suites, settings.suites)
+    golden_cases = GoldenCases(trust=request.trust_goldens)   # used only when no suite is given
     if suite_paths:
-        plan = plan_from_suites(load_suites(suite_paths), store, seeds=seeds, seed_list=seed_list,
-                                test_ids=test_ids, tags=tags, report_orphans=not suites)
+        plan = plan_from_suites(load_suites(suite_paths), store, seeds=sel.seeds, seed_list=sel.seed_list,
+                                test_ids=sel.test_ids, tags=sel.tags, report_orphans=not sel.suites)
     else:
-        plan = plan_from_goldens(store, seeds=seeds, seed_list=seed_list, test_ids=test_ids, tags=tags,
-                                 cases=golden_cases)
+        plan = plan_from_goldens(store, seeds=sel.seeds, seed_list=sel.seed_list, test_ids=sel.test_ids,
+                                 tags=sel.tags, cases=golden_cases)
         if golden_cases.imported:
             notice(listener, "--trust-goldens: the workers of this check import "
                    + ", ".join(golden_cases.imported) + ", as the goldens' definitions name them")
-    if not plan.items and (test_ids or tags):
-        raise OpdiffError(f"no test matches --test-ids {list(test_ids or [])} / --tags {list(tags or [])}; "
+    if not plan.items and sel.narrowed:
+        raise OpdiffError(f"no test matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}; "
                           "`opdiff list-tests` shows the ids. Nothing was checked.")
 
-    results: list[Result] = []      # this session's
-    prior: list[Result] = []
-    pool = make_pool(settings, in_process, listener, Path(python) if python is not None else None)
-    try:   # a worker interpreter that cannot serve is refused before anything is written
+    pool = make_pool(settings, running.in_process, listener, running.python)
+    try:   # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
         env = pool.environment()
-    except BaseException:
-        pool.close()
-        raise
-    if pool.python is not None:
-        notice(listener, f"workers run under {pool.python} (torch {env.get('torch')}, "
-               + ", ".join(f"{k} {env[k]}" for k in ("executorch", "onnxruntime", "coremltools") if env.get(k))
-               + ")")
-    run_settings = settings_json(settings, in_process, use_cache, pool)
-    if not suite_paths and golden_cases.imported:
-        run_settings["trusted_imports"] = list(golden_cases.imported)
-    identity = plan_identity(plan, suite_paths, presets, test_ids=test_ids, tags=tags, seeds=seeds,
-                             seed_list=seed_list, skips=skips, tolerance=tolerance, trust_goldens=trust_goldens,
-                             python=pool.python)
-    planned = {(i.test_id, i.seed, p.name) for i in plan.items for p in presets}
-    if shard is not None:
-        identity["shard"] = {"index": shard[0], "count": shard[1], "group": run_group}
-    try:
-        if resume:
-            stored: dict[str, Any] = {}
-
-            def accept(run: history.RunFile) -> None:
-                _same_plan(run, identity)
-                stored.update((run.meta or {}).get("plan", {}).get("shard") or {})
-
-            writer, done = history.RunWriter.resume(settings.store, resume, accept=accept)
-            if shard is not None:
-                planned = {(str(t), int(s), str(p)) for t, s, p in stored.get("keys") or []}
-            prior = _prior_results(writer.path)
-        else:
-            if shard is not None:
-                assert run_group is not None
-                planned = set(_shard_keys(plan, presets, shard, run_group, settings))
-                identity["shard"]["keys"] = sorted([list(k) for k in planned])
-            writer = history.RunWriter.start(
-                settings.store, "check", list(argv), [str(p) for p in suite_paths],
-                {p.name: p.to_json() for p in presets}, run_settings, env=env, plan=identity,
-                run_group=run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None)
-            done = set()
+        if pool.python is not None:
+            notice(listener, f"workers run under {pool.python} (torch {env.get('torch')}, "
+                   + ", ".join(f"{k} {env[k]}" for k in ("executorch", "onnxruntime", "coremltools")
+                               if env.get(k)) + ")")
+        run_settings = settings_json(settings, running.in_process, use_cache, pool)
+        if not suite_paths and golden_cases.imported:
+            run_settings["trusted_imports"] = list(golden_cases.imported)
+        identity = plan_identity(plan, suite_paths, presets, request, python=pool.python)
+        writer, planned, done = _open_run(request, plan, presets, identity, settings, argv, suite_paths,
+                                          run_settings, env)
+        prior = _prior_results(writer.path) if request.resume else []
     except BaseException:
         pool.close()
         raise
     set_total(listener, len(planned) - len(done & planned))
     started = time.perf_counter()
 
-    with writer:
-        pending: dict[str, Pending] = {}
-
-        def jobs() -> Iterator[Job]:
-            for item in plan.items:
-                todo = [p for p in presets if (item.test_id, item.seed, p.name) in planned
-                        and (item.test_id, item.seed, p.name) not in done]
-                if not todo:
-                    continue
-                decided, runs = item_work(item, todo, store, skips=skips, tolerance=tolerance,
+    def work() -> Iterator[Result | tuple[Job, Pending]]:
+        for item in plan.items:
+            todo = [p for p in presets if (item.test_id, item.seed, p.name) in planned
+                    and (item.test_id, item.seed, p.name) not in done]
+            if todo:
+                decided, runs = item_work(item, todo, store, skips=request.skips, tolerance=request.tolerance,
                                           settings=settings, use_cache=use_cache)
-                for result in decided:
-                    emit(writer, result, results, listener)
-                for p, job in runs:
-                    pending[job.key] = p
-                    yield job
+                yield from decided
+                yield from ((job, p) for p, job in runs)
 
-        with pool:
-            for outcome in pool.run(jobs()):
-                p = pending.pop(outcome.key)
-                emit(writer, judge(p, outcome), results, listener)
+    with writer:
+        sinks = Sinks(listener, writer)
+        Pipeline(judge, sinks).drive(pool, work())
         wall = time.perf_counter() - started
         _all_present(writer, planned)
-        writer.end(RunReport(writer.run_id, writer.path, "check", results, wall).counts(), wall)
-    return RunReport(writer.run_id, writer.path, "check", prior + results, wall)
+        writer.end(RunReport(writer.run_id, writer.path, "check", sinks.results, wall).counts(), wall)
+    return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
+
+
+Key = tuple[str, int, str]
+
+
+def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset], identity: dict[str, Any],
+              settings: Settings, argv: Sequence[str], suite_paths: Sequence[Path], run_settings: dict[str, Any],
+              env: dict[str, Any]) -> tuple[history.RunWriter, set[Key], set[Key]]:
+    """The run's history file (a new one, or the one `request.resume` names, when it planned
+    exactly this), the (test, seed, preset) keys this run covers, and those it already holds."""
+    shard = request.shard
+    planned = {(i.test_id, i.seed, p.name) for i in plan.items for p in presets}
+    if shard is not None:
+        identity["shard"] = {"index": shard[0], "count": shard[1], "group": request.run_group}
+    if request.resume:
+        stored: dict[str, Any] = {}
+
+        def accept(run: history.RunFile) -> None:
+            _same_plan(run, identity)
+            stored.update((run.meta or {}).get("plan", {}).get("shard") or {})
+
+        writer, done = history.RunWriter.resume(settings.store, request.resume, accept=accept)
+        if shard is not None:
+            planned = {(str(t), int(s), str(p)) for t, s, p in stored.get("keys") or []}
+        return writer, planned, done
+    if shard is not None:
+        assert request.run_group is not None
+        planned = set(_shard_keys(plan, presets, shard, request.run_group, settings))
+        identity["shard"]["keys"] = sorted([list(k) for k in planned])
+    writer = history.RunWriter.start(
+        settings.store, "check", list(argv), [str(p) for p in suite_paths],
+        {p.name: p.to_json() for p in presets}, run_settings, env=env, plan=identity,
+        run_group=request.run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None)
+    return writer, planned, set()
 
 
 def job_key(test_id: str, seed: int, preset: str) -> str:
@@ -494,19 +510,19 @@ def _shard_keys(plan: CheckPlan, presets: Sequence[Preset], shard: tuple[int, in
     return split[shard[0] - 1]
 
 
-def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset], *,
-                  test_ids=None, tags=None, seeds=None, seed_list=None, skips=(), tolerance=None,
-                  trust_goldens: bool = False, python: Path | None = None) -> dict[str, Any]:
+def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset],
+                  request: CheckRequest, python: Path | None = None) -> dict[str, Any]:
     """What a resumed run must reproduce exactly: the suites, the selection, the planned
     (test, seed, spec hash) items, the presets with their options, the tolerance override,
     and the workers' interpreter when it is not this one. Stored in the run's meta line;
     JSON only."""
+    sel, tolerance = request.selection, request.tolerance
     return json.loads(json.dumps({
         **({"python": str(python)} if python is not None else {}),
         "suites": [str(p) for p in suite_paths],
-        "selection": {"test_ids": list(test_ids or []), "tags": list(tags or []), "seeds": seeds,
-                      "seed_list": list(seed_list or []), "skips": [list(x) for x in skips],
-                      "trust_goldens": bool(trust_goldens)},
+        "selection": {"test_ids": list(sel.test_ids or []), "tags": list(sel.tags or []), "seeds": sel.seeds,
+                      "seed_list": list(sel.seed_list or []), "skips": [list(x) for x in request.skips],
+                      "trust_goldens": bool(request.trust_goldens)},
         "presets": {p.name: dict(p.options) for p in presets},
         "tolerance": None if tolerance is None else {k: getattr(tolerance, k)
                                                      for k in ("atol", "rtol", "baseline_factor")},

@@ -38,8 +38,9 @@ from .execution import Job, Outcome, restore_outputs
 from .execution.prepare import nest_residuals
 from .goldens import Golden, GoldenInfo, GoldenStore
 from .goldens.cases import GoldenCases
+from .pipeline import Pipeline, Running, Selection, Sinks
 from .results import Listener, Result, RunReport
-from .session import emit, make_pool, set_total, settings_json
+from .session import make_pool, set_total, settings_json
 from .suite import load_suites, select
 from .suite import suite_paths as find_suites
 from .suite.model import Invocation, TestCase
@@ -88,41 +89,53 @@ def _why_record(case: TestCase, info: GoldenInfo | None, preset: Preset, force: 
     return ""
 
 
-def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_fp32",
-           preset_options: str | dict | None = None, seeds: int | None = None,
-           seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
-           tags: Sequence[str] | None = None, force: bool = False,
-           skips: Sequence[tuple[str, str]] = (), in_process: bool = False,
-           settings: Settings = Settings(), argv: Sequence[str] = (),
-           listener: Listener | None = None, reference: bool = True) -> RunReport:
+@dataclass(frozen=True)
+class RecordRequest:
+    """What one record run records: the selection, on `baseline` (with its options);
+    `force` records goldens that are current too; `skips` are (test id or prefix*, preset
+    or glob) pairs reported SKIPPED. `reference=False` leaves out the float64 reference
+    (such goldens keep the configured tolerances only; bench/bench_reference.py uses it
+    to measure what the reference costs)."""
+
+    selection: Selection = Selection()
+    running: Running = Running()
+    baseline: str = "torch_cpu_fp32"
+    preset_options: str | dict | None = None
+    force: bool = False
+    skips: Sequence[tuple[str, str]] = ()
+    reference: bool = True
+
+
+def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (),
+           listener: Listener | None = None) -> RunReport:
     """Run the baseline on freshly materialised inputs and store goldens for every
     (test, seed) that has none or a stale one (or all of them with `force`).
-    `reference=False` leaves out the float64 reference (such goldens keep the configured
-    tolerances only; bench/bench_reference.py uses it to measure what the reference costs).
 
     Raises OpdiffError (before anything is written) for an unknown preset, a preset that
     cannot run here, no suites, an invalid suite, or a selection that matches nothing.
     A `listener` with a `set_total(n)` method is told how many results to expect."""
     apply_endpoint(settings)
-    check_seeds(seeds, seed_list)
-    preset = get_preset(baseline, preset_options)
+    sel, in_process = request.selection, request.running.in_process
+    check_seeds(sel.seeds, sel.seed_list)
+    preset = get_preset(request.baseline, request.preset_options)
     local = in_process or parse_executor(settings.executor)[0] == "local"
     avail = availability(preset)
     if local and not (avail.can_export and avail.can_run):
         raise OpdiffError(f"preset '{preset.name}' cannot be the baseline on this machine: {avail.reason}. "
                           "Pick a preset that runs here (see `opdiff list-presets`).")
-    suite_paths = find_suites(suites, settings.suites)
+    suite_paths = find_suites(sel.suites, settings.suites)
     if not suite_paths:
         raise OpdiffError(f"no suites found under {settings.suites}. Give suite files, or create "
                           "suites there (see docs/suite-format.md).")
     all_cases = load_suites(suite_paths)
-    cases = select(all_cases, test_ids, tags)
-    if not cases and (test_ids or tags):
+    cases = select(all_cases, sel.test_ids, sel.tags)
+    if not cases and sel.narrowed:
         raise OpdiffError(f"no test among the {len(all_cases)} of {', '.join(map(str, suite_paths))} "
-                          f"matches --test-ids {list(test_ids or [])} / --tags {list(tags or [])}. "
+                          f"matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}. "
                           "See `opdiff list-tests` for the ids.")
     store = GoldenStore(settings.goldens)
-    planned = list(plan(cases, store, preset, seeds=seeds, seed_list=seed_list, force=force, skips=skips))
+    planned = list(plan(cases, store, preset, seeds=sel.seeds, seed_list=sel.seed_list, force=request.force,
+                        skips=request.skips))
     if any(item.verdict is None for item in planned):
         store.check_writable()  # before any baseline runs: a read-only store fails here, not at the end
     set_total(listener, len(planned))
@@ -131,80 +144,58 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
     if why:
         pool.close()
         raise OpdiffError(f"preset '{preset.name}' cannot be the baseline: {why}.")
-    recorder = _Recorder(store, preset, environment(threads=pool.threads), settings, listener, reference)
+    recorder = _Recorder(store, preset, environment(threads=pool.threads))
+
+    def work() -> Iterator[Result | tuple[Job, Planned]]:
+        """Jobs for the items to record; the others are reported as they are met. The
+        worker materialises each job's inputs and weights: that runs the suite's code."""
+        for item in planned:
+            case, seed = item.case, item.seed
+            if item.verdict is not None:
+                yield Result.of(case, case.id, seed, preset.name, item.verdict, item.why, baseline=preset.name)
+                continue
+            yield Job(case=case, seed=seed, invocation=None, preset=preset, repeats=settings.repeats,
+                      warmup=settings.warmup, cache_dir=None, key=f"{case.id}\0{seed}",
+                      reference=request.reference, grads="record" if case.grad else None), item
+
     started = time.perf_counter()
     with history.RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],
                                  {preset.name: preset.to_json()}, settings_json(settings, in_process, False, pool),
                                  baseline_preset=preset.name, env=recorder.env) as writer:
-        recorder.writer = writer
-        with pool:
-            for outcome in pool.run(recorder.jobs(iter(planned))):
-                recorder.finish(outcome)
+        sinks = Sinks(listener, writer)
+        Pipeline(recorder.judge, sinks).drive(pool, work())
         wall = time.perf_counter() - started
-        report = RunReport(writer.run_id, writer.path, "record", recorder.results, wall)
+        report = RunReport(writer.run_id, writer.path, "record", sinks.results, wall)
         writer.end(report.counts(), wall)
     return report
 
 
 class _Recorder:
-    """The state of one record run: turns the plan into jobs and outcomes into goldens."""
+    """Judges a record job: its outcome becomes a golden in the store, or BASELINE_FAIL."""
 
-    def __init__(self, store: GoldenStore, preset: Preset, env: dict[str, Any], settings: Settings,
-                 listener: Listener | None, reference: bool = True):
-        self.store, self.preset, self.settings, self.listener = store, preset, settings, listener
-        self.reference = reference
-        self.writer: history.RunWriter | None = None
-        self.results: list[Result] = []
-        self.env = env
-        self.pending: dict[str, Planned] = {}
+    def __init__(self, store: GoldenStore, preset: Preset, env: dict[str, Any]):
+        self.store, self.preset, self.env = store, preset, env
 
-    def emit(self, result: Result) -> None:
-        assert self.writer is not None
-        emit(self.writer, result, self.results, self.listener)
-
-    def jobs(self, planned: Iterator[Planned]) -> Iterator[Job]:
-        """Jobs for the items to record; the others are reported as they are met (the
-        pool pulls lazily, so reports follow suite order). The worker materialises each
-        job's inputs and weights: that runs the suite's code."""
-        for item in planned:
-            case, seed = item.case, item.seed
-            if item.verdict is not None:
-                self.emit(Result.of(case, case.id, seed, self.preset.name, item.verdict, item.why,
-                                    baseline=self.preset.name))
-                continue
-            key = f"{case.id}\0{seed}"
-            self.pending[key] = item
-            yield Job(case=case, seed=seed, invocation=None, preset=self.preset,
-                      repeats=self.settings.repeats, warmup=self.settings.warmup, cache_dir=None, key=key,
-                      reference=self.reference, grads="record" if case.grad else None)
-
-    def finish(self, outcome: Outcome) -> None:
-        item = self.pending.pop(outcome.key)
+    def judge(self, item: Planned, outcome: Outcome) -> Result:
         result = Result.of(item.case, item.case.id, item.seed, self.preset.name, Verdict.RECORDED,
                            baseline=self.preset.name).with_outcome(outcome)
         if outcome.status is not None or outcome.invocation is None:
             result.verdict = Verdict.BASELINE_FAIL
             status = outcome.status.value if outcome.status is not None else "no inputs came back"
             result.message = f"baseline {self.preset.name}: {status}: {outcome.error_message or 'no detail'}"
-            self.emit(result)
-            return
+            return result
         result.message = item.why
         if item.case.grad and outcome.grads is None:
             result.verdict, result.error_class = Verdict.BASELINE_FAIL, "GradientError"
             result.message = f"recording gradients (grad: true) failed: {outcome.grads_error or 'no detail'}"
-            self.emit(result)
-            return
-        golden = self._golden(item, outcome)
+            return result
+        golden = golden_of(item.case, item.seed, self.preset, self.env, outcome.invocation, outcome)
         try:
             self.store.write(golden)
         except (TypeError, ValueError) as exc:  # a value the store cannot hold (OSError stops the run)
             result.verdict, result.error_class = Verdict.BASELINE_FAIL, type(exc).__name__
             result.message = f"the golden cannot be stored: {exc}"
-        self.emit(result)
-
-    def _golden(self, item: Planned, outcome: Outcome) -> Golden:
-        assert outcome.invocation is not None, "a record job sends back the invocation it materialised"
-        return golden_of(item.case, item.seed, self.preset, self.env, outcome.invocation, outcome)
+        return result
 
 
 def golden_of(case: TestCase, seed: int, baseline: Preset, env: dict[str, Any], invocation: Invocation,
@@ -254,43 +245,34 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
     known = rebuild.vouching()   # the suites pointed at: loaded once, also to vouch
     patterns = parse_patterns(test_ids) if test_ids else None
     preset = get_preset("torch_cpu_fp32")
-    results: list[Result] = []
-    pending: dict[str, Golden] = {}
+    sinks = Sinks(listener)
 
-    def done(result: Result) -> None:
-        results.append(result)
-        if listener:
-            listener(result)
-
-    def jobs() -> Iterator[Job]:
+    def work() -> Iterator[Result | tuple[Job, Golden]]:
         for info in store.index():
             if info.problem or (patterns and not id_matches(info.test_id, patterns)):
                 continue
             golden = store.read(info.test_id, info.seed)
             if not force and (golden.reference is not None or golden.reference_note is not None):
-                done(Result(info.test_id, info.seed, preset.name, Verdict.KEPT, "has a reference"))
+                yield Result(info.test_id, info.seed, preset.name, Verdict.KEPT, "has a reference")
                 continue
             case = known.get(info.test_id)
             if case is None or case.spec_hash != info.spec_hash:
                 try:
                     case = rebuild.case(info.test_id, info.seed, golden.definition, golden.suite)
                 except OpdiffError as exc:
-                    done(Result(info.test_id, info.seed, preset.name, Verdict.BASELINE_FAIL, str(exc)))
+                    yield Result(info.test_id, info.seed, preset.name, Verdict.BASELINE_FAIL, str(exc))
                     continue
-            key = f"{info.test_id}\0{info.seed}"
-            pending[key] = golden
             yield Job(case=case, seed=info.seed, invocation=golden.invocation, preset=preset, repeats=1,
-                      warmup=0, key=key, reference=True)
+                      warmup=0, key=f"{info.test_id}\0{info.seed}", reference=True), golden
 
-    with make_pool(settings, in_process) as pool:
-        for outcome in pool.run(jobs()):
-            golden = pending.pop(outcome.key)
-            if outcome.status is not None:
-                done(Result(golden.test_id, golden.seed, preset.name, Verdict.BASELINE_FAIL,
-                            f"{outcome.status.value}: {outcome.error_message or 'no detail'}"))
-                continue
-            golden.reference, golden.reference_note = reference_of(outcome, golden.outputs)
-            store.write(golden)
-            done(Result(golden.test_id, golden.seed, preset.name, Verdict.RECORDED,
-                        golden.reference_note or "float64 reference added"))
-    return results
+    def judge(golden: Golden, outcome: Outcome) -> Result:
+        if outcome.status is not None:
+            return Result(golden.test_id, golden.seed, preset.name, Verdict.BASELINE_FAIL,
+                          f"{outcome.status.value}: {outcome.error_message or 'no detail'}")
+        golden.reference, golden.reference_note = reference_of(outcome, golden.outputs)
+        store.write(golden)
+        return Result(golden.test_id, golden.seed, preset.name, Verdict.RECORDED,
+                      golden.reference_note or "float64 reference added")
+
+    Pipeline(judge, sinks).drive(make_pool(settings, in_process), work())
+    return sinks.results

@@ -1,6 +1,5 @@
-"""What record and check share around their own logic: the worker pool they run jobs in,
-the settings their history records, and handing each result to the history and to the
-caller's listener."""
+"""What every command that runs jobs shares around its own logic: the worker pool it runs
+jobs in, the settings its history records, and telling the caller's listener things."""
 
 from __future__ import annotations
 
@@ -8,11 +7,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import history
 from .config import Settings, parse_executor
 from .errors import OpdiffError
 from .execution import WorkerPool
-from .results import Listener, Result
+from .results import Listener
 
 
 def make_pool(settings: Settings, in_process: bool, listener: Listener | None = None,
@@ -66,11 +64,3 @@ def set_total(listener: Listener | None, total: int) -> None:
     say = getattr(listener, "set_total", None)
     if callable(say):
         say(total)
-
-
-def emit(writer: history.RunWriter, result: Result, results: list[Result], listener: Listener | None) -> None:
-    """Write `result` to the run's history, keep it for the report, tell the listener."""
-    writer.item(result.to_json())
-    results.append(result)
-    if listener:
-        listener(result)

@@ -24,11 +24,12 @@ from . import history
 from .analytics import Limits, connect
 from .analytics.reports import RunDiff, diff_runs
 from .backends.registry import get_preset
-from .checking import check
+from .checking import CheckRequest, check
 from .config import Settings
 from .environment import DISTRIBUTIONS, versions
 from .errors import OpdiffError
 from .goldens import GoldenStore
+from .pipeline import Running, Selection
 from .results import Listener, RunReport
 from .workerenvs import WorkerEnv, ensure_environment, parse_with, requirements_for
 
@@ -92,17 +93,20 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
                           f"{settings.cache}; give a local folder (--cache .opdiff-cache). Nothing was built.")
     env = ensure_environment(requirements_for(named, [p.family for p in presets]), settings.cache,
                              ui.installing, named)
-    common = dict(backends=list(backends), preset_options=options, seeds=seeds, seed_list=seed_list,
-                  test_ids=test_ids, tags=tags, settings=settings, argv=list(argv))
+    selection = Selection(suites, test_ids, tags, seeds, seed_list)
+
+    def request(python: Path | None) -> CheckRequest:
+        return CheckRequest(list(backends), selection, Running(python=python), preset_options=options)
+
     with ui.check(f"check under {env.python}") as listener:
-        after = check(suites, python=env.python, listener=listener, **common)
+        after = check(request(env.python), settings=settings, argv=list(argv), listener=listener)
     before_run = None if rerun_current else fresh_run_here(settings, after.run_id)
     before = None
     if before_run is not None:
         ui.reused(before_run)
     else:
         with ui.check("check here") as listener:
-            before = check(suites, listener=listener, **common)
+            before = check(request(None), settings=settings, argv=list(argv), listener=listener)
         before_run = before.run_id
     with connect(settings.store, limits=Limits.of(settings)) as past:
         diff = diff_runs(past, before_run, after.run_id, drift_factor=drift_factor,

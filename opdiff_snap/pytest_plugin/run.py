@@ -9,7 +9,7 @@ the next one it was handed), so the pool's workers stay busy while pytest walks 
 items one by one; each item then waits for its own result.
 
 History: one run file per session, or per xdist worker, written as `opdiff check`
-writes them (results.Result lines, session.emit) with `runner: "pytest"` and a
+writes them (results.Result lines, through pipeline.Sinks) with `runner: "pytest"` and a
 `run_group` the xdist workers of one session share, so `opdiff runs` and the reports take
 them as one logical run, as they do the shards of a check. The run file is
 created with the first result, so a session that checks nothing writes nothing.
@@ -34,9 +34,10 @@ from ..errors import OpdiffError
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
+from ..pipeline import Sinks
 from ..results import Result, RunReport
 from ..safetext import printable
-from ..session import emit, make_pool, settings_json
+from ..session import make_pool, settings_json
 from .options import Options
 
 PATH_SETTINGS = ("suites", "goldens", "store", "cache")
@@ -78,7 +79,7 @@ class SessionRun:
         self.passed: set[str] = set()             # node ids whose call phase passed
         self.collected_ids: set[str] = set()
         self.collected_files: set[Path] = set()
-        self.results: list[Result] = []
+        self.sinks = Sinks()   # its writer is set with the first result
         self.summary: dict[str, list[str]] = {}   # section -> lines, shown at session end
         self.used: set[tuple[Path, str]] = set()  # (fixture golden store, test id) checked
         self._presets: dict[str, Preset] = {}
@@ -248,9 +249,9 @@ class SessionRun:
     def emit(self, result: Result) -> None:
         """Write one result to this session's history run (started with the first)."""
         if self._writer is None:
-            self._writer = self._start_writer()
+            self._writer = self.sinks.writer = self._start_writer()
         try:
-            emit(self._writer, result, self.results, None)
+            self.sinks(result)
         except OpdiffError as exc:
             pytest.exit(f"opdiff: error: {exc}", returncode=2)
 
@@ -290,15 +291,15 @@ class SessionRun:
             self.summary.setdefault("errors", []).append(str(exc))
         if self._writer is not None and interrupted:
             self._writer.close()
-            self.note("history", f"{self._writer.path} (interrupted: {len(self.results)} results, no end line)")
+            self.note("history", f"{self._writer.path} (interrupted: {len(self.sinks.results)} results, no end line)")
         elif self._writer is not None:
             wall = time.perf_counter() - self._started
-            report = RunReport(self._writer.run_id, self._writer.path, "check", self.results, wall)
+            report = RunReport(self._writer.run_id, self._writer.path, "check", self.sinks.results, wall)
             counts = report.counts()
             self._writer.end(counts, wall)
             tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
             self.summary.setdefault("history", []).append(
-                f"{self._writer.path} ({len(self.results)} results: {tally}; group {self.group})")
+                f"{self._writer.path} ({len(self.sinks.results)} results: {tally}; group {self.group})")
         return self.summary
 
 

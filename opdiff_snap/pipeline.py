@@ -1,0 +1,96 @@
+"""The one run loop that record, check and add-references share.
+
+    plan -> work (jobs, and results decided without running) -> pool -> judge -> sinks
+
+A command supplies the work as an iterator of `Result` (decided from the plan alone:
+SKIPPED, KEPT, NO_GOLDEN...) and `(Job, context)` pairs, and a `judge` that turns a
+job's context and its Outcome into a Result. `drive` pulls the work lazily, so results
+decided without running reach the sinks in plan order between the running ones, and
+hands every Result to one sink (a `Sinks`: the run's history file, the list the report
+is made from, the caller's listener).
+
+What a run selects (`Selection`) and how its jobs run (`Running`) are typed options that
+every command which runs jobs takes the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+
+from . import history
+from .execution import Job, Outcome
+from .results import Listener, Result
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which suites, tests and seeds a run covers (None: the configured default)."""
+
+    suites: Sequence[Path] | None = None
+    test_ids: Sequence[str] | None = None
+    tags: Sequence[str] | None = None
+    seeds: int | None = None
+    seed_list: Sequence[int] | None = None
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether --test-ids or --tags narrow the run (a selection that then matches
+        nothing is the user's mistake, not an empty run)."""
+        return bool(self.test_ids or self.tags)
+
+
+@dataclass(frozen=True)
+class Running:
+    """How a run's jobs run: worker processes here (under this interpreter or `python`),
+    this process (`in_process`), or the configured executor; with the artifact cache
+    or without."""
+
+    in_process: bool = False
+    python: Path | None = None
+    use_cache: bool = True
+
+
+class Sinks:
+    """Where each result of a run goes, in order: the run's history file (set when the
+    run starts), the results the report is made from, the caller's listener."""
+
+    def __init__(self, listener: Listener | None = None, writer: history.RunWriter | None = None):
+        self.listener = listener
+        self.writer = writer
+        self.results: list[Result] = []
+
+    def __call__(self, result: Result) -> None:
+        if self.writer is not None:
+            self.writer.item(result.to_json())
+        self.results.append(result)
+        if self.listener:
+            self.listener(result)
+
+
+@dataclass
+class Pipeline(Generic[C]):
+    """One run's work through a pool: `judge(context, outcome)` makes each job's Result."""
+
+    judge: Callable[[C, Outcome], Result]
+    sink: Callable[[Result], None]
+
+    def drive(self, pool, work: Iterable[Result | tuple[Job, C]]) -> None:
+        """Run the work's jobs in `pool` (closed at the end) and hand every result to the sink."""
+        pending: dict[str, C] = {}
+
+        def jobs() -> Iterator[Job]:
+            for thing in work:
+                if isinstance(thing, Result):
+                    self.sink(thing)
+                    continue
+                job, context = thing
+                pending[job.key] = context
+                yield job
+
+        with pool:
+            for outcome in pool.run(jobs()):
+                self.sink(self.judge(pending.pop(outcome.key), outcome))
