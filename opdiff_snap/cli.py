@@ -731,13 +731,15 @@ def _warn(text: str) -> None:
 
 @main.command()
 @click.argument("sql", required=False)
-@click.option("--schema", is_flag=True, help="Print the views and their columns with their meaning.")
+@click.option("--schema", is_flag=True, help="Print the views (and the verdicts table) and their columns "
+                                             "with their meaning.")
 @FORMAT_OPTION
 @_query_limits
 @click.pass_context
 @guarded
 def query(ctx, sql, schema, fmt) -> None:
-    """Read-only SQL over the history: views `runs` and `results` (see --schema).
+    """Read-only SQL over the history: views `runs` and `results`, and the `verdicts` table
+    with the verdict_* macros (see --schema).
 
     \b
     opdiff query "SELECT preset, status, count(*) FROM results GROUP BY ALL ORDER BY ALL"
