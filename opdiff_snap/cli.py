@@ -248,9 +248,8 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_
 # ---------------------------------------------------------------- suites and presets
 
 @main.command("list-presets")
-@click.option("--all", "show_all", is_flag=True, default=True, hidden=True)
 @guarded
-def list_presets(show_all: bool) -> None:
+def list_presets() -> None:
     """Every preset, and whether it can export and run on this machine."""
     from . import api
     from .output import presets_table
