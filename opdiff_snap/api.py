@@ -22,6 +22,7 @@ from .recording import RecordRequest, add_references
 from .recording import record as record_run
 from .results import Result, RunReport
 from .upgrading import UpgradeReport, UpgradeUI, upgrade
+from .verdicts import GoldenState, worst_state
 
 __all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "diff_page",
            "diff_runs", "gradcheck", "golden", "goldens", "html_report", "latency", "list_tests", "localize",
@@ -201,11 +202,12 @@ def write_diff_page(diff, output: Path) -> Path:
 
 @dataclass
 class GoldenRow:
-    """The goldens of one test, and what the suites say of them (checking.golden_state)."""
+    """The goldens of one test, and what the suites say of them (checking.golden_state):
+    the worst state of its goldens."""
 
     test_id: str
     infos: list
-    state: str
+    state: GoldenState
 
 
 def _current(settings: Settings) -> dict[str, str] | None:
@@ -218,7 +220,7 @@ def _current(settings: Settings) -> dict[str, str] | None:
 
 def goldens(settings: Settings | None = None, test_ids=None) -> list[GoldenRow]:
     """Every golden grouped by test, with its state against the suites."""
-    from .checking import golden_state, worst_state
+    from .checking import golden_state
     from .goldens import GoldenStore
     from .suite.selection import id_matches, parse_patterns
 
@@ -252,7 +254,7 @@ def prune(settings: Settings | None = None, delete: bool = False) -> list:
         raise OpdiffError(f"no suites under {settings.suites}: refusing to prune, since every golden would "
                           "look orphaned. Pass --suites DIR.")
     store = GoldenStore(settings.goldens)
-    orphans = [i for i in store.index() if golden_state(i, current) == "ORPHAN"]
+    orphans = [i for i in store.index() if golden_state(i, current) is GoldenState.ORPHAN]
     if delete:
         for info in orphans:
             store.delete_key(info.key)

@@ -53,7 +53,7 @@ from .suite import load_suites, select
 from .suite import suite_paths as find_suites
 from .suite.model import TestCase, Tolerance
 from .suite.selection import check_seeds, seeds_for, skip_reason
-from .verdicts import Verdict
+from .verdicts import GoldenState, Verdict
 
 
 @dataclass
@@ -108,24 +108,17 @@ def _stale_message(info: GoldenInfo, case: TestCase) -> str:
             f"(spec {info.spec_hash[:12]} -> {case.spec_hash[:12]}); re-record it with `opdiff record`")
 
 
-GOLDEN_STATES = ("CORRUPT", "ORPHAN", "STALE", "?", "ok")   # worst first
-
-
-def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> str:
+def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> GoldenState:
     """What the suites say of one golden: CORRUPT (unreadable metadata), ORPHAN (its test
-    no longer exists), STALE (its test or file: module changed), ok, or "?" when there
+    no longer exists), STALE (its test or file: module changed), OK, or UNKNOWN when there
     are no suites to tell. `current`: test id -> spec hash of the project's tests."""
     if info.problem:
-        return "CORRUPT"
+        return GoldenState.CORRUPT
     if current is None:
-        return "?"
+        return GoldenState.UNKNOWN
     if info.test_id not in current:
-        return "ORPHAN"
-    return "STALE" if info.spec_hash != current[info.test_id] else "ok"
-
-
-def worst_state(states: Sequence[str]) -> str:
-    return min(states, key=GOLDEN_STATES.index, default="ok")
+        return GoldenState.ORPHAN
+    return GoldenState.STALE if info.spec_hash != current[info.test_id] else GoldenState.OK
 
 
 def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | None = None,
@@ -143,27 +136,27 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
             key = store_key(case.id, seed)
             info = by_key.get(key)
             claimed.add(key)
-            state = "missing" if info is None else golden_state(info, current)
-            if state == "missing":
-                plan.items.append(Planned(case.id, seed, case, None, Verdict.NO_GOLDEN,
+            state = GoldenState.MISSING if info is None else golden_state(info, current)
+            if state is GoldenState.MISSING:
+                plan.items.append(Planned(case.id, seed, case, None, state.verdict,
                                           "no golden recorded; run `opdiff record`"))
-            elif state == "CORRUPT" and info is not None:
+            elif state is GoldenState.CORRUPT and info is not None:
                 item = _corrupt(case.id, seed, info, info.problem)
                 item.case = case
                 plan.items.append(item)
-            elif state == "STALE" and info is not None:
-                plan.items.append(Planned(case.id, seed, case, info, Verdict.STALE, _stale_message(info, case)))
+            elif state is GoldenState.STALE and info is not None:
+                plan.items.append(Planned(case.id, seed, case, info, state.verdict, _stale_message(info, case)))
             else:
                 plan.items.append(Planned(case.id, seed, case, info))
     if report_orphans and not test_ids and not tags:
         for key, info in sorted(by_key.items()):
             state = golden_state(info, current)
-            if key in claimed or state not in ("CORRUPT", "ORPHAN"):
+            if key in claimed or state not in (GoldenState.CORRUPT, GoldenState.ORPHAN):
                 continue  # claimed, or a seed of a known test that was not asked for
-            if state == "CORRUPT":
+            if state is GoldenState.CORRUPT:
                 plan.items.append(_corrupt(info.test_id, info.seed, info, info.problem))
             else:
-                plan.items.append(Planned(info.test_id, info.seed, None, info, Verdict.STALE,
+                plan.items.append(Planned(info.test_id, info.seed, None, info, state.verdict,
                                           "golden of a test that no longer exists in the suites; "
                                           "`opdiff goldens prune` removes it"))
     return plan

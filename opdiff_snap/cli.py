@@ -17,6 +17,7 @@ from .errors import Interrupted, OpdiffError
 from .limits import FlagError, Number
 from .safetext import printable
 from .suite.model import Tolerance
+from .verdicts import NOT_FAILING, PRECEDENCE, GoldenState, Verdict
 
 
 def _echo(text: str, err: bool = False) -> None:
@@ -247,9 +248,8 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_
 # ---------------------------------------------------------------- suites and presets
 
 @main.command("list-presets")
-@click.option("--all", "show_all", is_flag=True, default=True, hidden=True)
 @guarded
-def list_presets(show_all: bool) -> None:
+def list_presets() -> None:
     """Every preset, and whether it can export and run on this machine."""
     from . import api
     from .output import presets_table
@@ -490,8 +490,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")
-@click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 "
-                                "(default: all but PASS, SKIPPED, UNAVAILABLE).")
+@click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 (default: all but "
+                                + ", ".join(v.value for v in reversed(PRECEDENCE) if v in NOT_FAILING) + ").")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @click.option("--python", "python", type=click.Path(path_type=Path),
               help="Run the workers under this interpreter (another venv, conda or uv environment): "
@@ -642,14 +642,14 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
 
     results = api.add_references(None, test_ids=_patterns(test_ids), force=force, in_process=in_process,
                                  trust_goldens=trust_goldens, settings=_settings(ctx, jobs=jobs))
-    counts: dict[str, int] = {}
+    counts: dict[Verdict, int] = {}
     for r in results:
-        counts[r.verdict.value] = counts.get(r.verdict.value, 0) + 1
-        if r.verdict.value == "BASELINE_FAIL" or (r.verdict.value == "RECORDED" and "added" not in r.message):
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+        if r.verdict is Verdict.BASELINE_FAIL or (r.verdict is Verdict.RECORDED and "added" not in r.message):
             _echo(f"{r.verdict.value} {r.test_id} seed={r.seed}: {r.message}")
-    _echo(f"{counts.get('RECORDED', 0)} goldens measured, {counts.get('KEPT', 0)} already had a "
-          f"reference, {counts.get('BASELINE_FAIL', 0)} could not be rebuilt")
-    sys.exit(1 if counts.get("BASELINE_FAIL") else 0)
+    _echo(f"{counts.get(Verdict.RECORDED, 0)} goldens measured, {counts.get(Verdict.KEPT, 0)} already had a "
+          f"reference, {counts.get(Verdict.BASELINE_FAIL, 0)} could not be rebuilt")
+    sys.exit(1 if counts.get(Verdict.BASELINE_FAIL) else 0)
 
 
 @goldens.command("verify")
@@ -667,12 +667,11 @@ def goldens_verify(ctx) -> None:
     findings, n = api.verify(_settings(ctx))
     for f in findings:
         _echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
-    count = {kind: len({f.info.key for f in findings if f.kind == kind})
-             for kind in ("CORRUPT", "STALE", "UNCHECKED")}
-    _echo(f"{n} goldens checked, {count['CORRUPT']} corrupt"
-          + (f", {count['STALE']} stale" if count["STALE"] else "")
-          + (f", {count['UNCHECKED']} with a spec hash not checked from here" if count["UNCHECKED"] else ""))
-    sys.exit(1 if count["CORRUPT"] or count["STALE"] else 0)
+    corrupt, stale, unchecked = (len({f.info.key for f in findings if f.kind is kind})
+                                 for kind in (GoldenState.CORRUPT, GoldenState.STALE, GoldenState.UNCHECKED))
+    _echo(f"{n} goldens checked, {corrupt} corrupt" + (f", {stale} stale" if stale else "")
+          + (f", {unchecked} with a spec hash not checked from here" if unchecked else ""))
+    sys.exit(1 if corrupt or stale else 0)
 
 
 # ---------------------------------------------------------------- analytics
@@ -731,13 +730,15 @@ def _warn(text: str) -> None:
 
 @main.command()
 @click.argument("sql", required=False)
-@click.option("--schema", is_flag=True, help="Print the views and their columns with their meaning.")
+@click.option("--schema", is_flag=True, help="Print the views (and the verdicts table) and their columns "
+                                             "with their meaning.")
 @FORMAT_OPTION
 @_query_limits
 @click.pass_context
 @guarded
 def query(ctx, sql, schema, fmt) -> None:
-    """Read-only SQL over the history: views `runs` and `results` (see --schema).
+    """Read-only SQL over the history: views `runs` and `results`, and the `verdicts` table
+    with the verdict_* macros (see --schema).
 
     \b
     opdiff query "SELECT preset, status, count(*) FROM results GROUP BY ALL ORDER BY ALL"

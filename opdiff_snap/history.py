@@ -44,6 +44,7 @@ from .history_sync import (
 )
 from .storage import StorageError, is_url
 from .trees import json_safe
+from .verdicts import Verdict
 
 RUNS_DIR = "runs"
 
@@ -541,7 +542,7 @@ class RunWriter:
         kept = (f"the {n} results it wrote before the interruption stay in its history" if n else
                 "it had written no results yet")
         if self.meta.get("command") == "record":
-            goldens = self._counts.get("RECORDED", 0)
+            goldens = self._counts.get(Verdict.RECORDED.value, 0)
             text = (f"interrupted: record run {self.run_id} stopped; {kept}, and the {goldens} goldens it "
                     "recorded are kept. A record run is not resumed: run `opdiff record` again, it records "
                     "only the goldens still missing")

@@ -32,7 +32,7 @@ from .verdicts import PLANNED
 Key = tuple[str, int, str]          # (test id, seed, preset)
 DISPATCH_MS = 25.0                  # a job's cost beyond its own timings: pickling, the pipe, judging
 HISTORY_RUNS = 30                   # the newest check runs whose results give costs
-NOT_RUN = {v.value for v in PLANNED}   # decided by planning: no latency to learn from
+PLANNED_STATUSES = {v.value for v in PLANNED}   # decided by planning: no latency to learn from
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -52,7 +52,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def job_cost(item: dict, repeats: int, warmup: int) -> float | None:
     """Milliseconds a history item's job took, or None when it did not run."""
-    if item.get("status") in NOT_RUN:
+    if item.get("status") in PLANNED_STATUSES:
         return None
     times = [t for t in (item.get("infer_ms_all") or []) if isinstance(t, (int, float))]
     infer = item.get("infer_ms") if isinstance(item.get("infer_ms"), (int, float)) else None

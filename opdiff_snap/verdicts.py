@@ -16,6 +16,10 @@ history, plots and localize all use the groups below.
 | SKIPPED | a suite `skip:` or `--skips` entry, with its reason; in localize, an ATen node computed from weights and constants only (not run alone) | planning (record and check); localize |
 | BASELINE_FAIL | record: the baseline could not produce a golden | record |
 | RECORDED, KEPT | record: a golden written / an up-to-date one kept | record; the pytest fixture's recording run |
+
+PRECEDENCE orders them worst first; every grouping is a set below. The history's SQL gets the
+same from `TABLE` (analytics registers it as the `verdicts` table and macros), and the states
+of a stored golden (`GoldenState`) are defined here too, each with the verdict check gives it.
 """
 
 from __future__ import annotations
@@ -56,6 +60,15 @@ PASSING = frozenset({V.PASS, V.RECORDED, V.KEPT})
 QUIET = frozenset({V.SKIPPED, V.UNAVAILABLE})
 # What does not fail a run by default (`--fail-on` overrides).
 NOT_FAILING = PASSING | QUIET
+# The target was not run, and nothing in the result says it would fail: a skip, a preset
+# this machine cannot run, no golden yet, a test changed since its golden. Such a result
+# says nothing about the backend, so between two runs it is never newly failing or newly
+# passing.
+NOT_RUN = QUIET | {V.NO_GOLDEN, V.STALE}
+# Something failed: the target, its worker, the baseline, or the golden itself (CORRUPT).
+# Between two runs, PASSING in the first and FAILING in the second is newly failing; the
+# reverse is newly passing.
+FAILING = frozenset(Verdict) - PASSING - NOT_RUN
 # The target ran and produced outputs that disagree with the golden.
 COMPARISON = frozenset({V.MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.STRUCTURE_MISMATCH})
 # A backend stage raised; its runtime often says why only on stderr, so the worker's
@@ -75,14 +88,65 @@ PLANNED = frozenset({V.NO_GOLDEN, V.STALE, V.CORRUPT, V.SKIPPED})
 # Results whose message is not an error (the history keeps no error_message for them).
 NO_ERROR = PASSING
 
-# Worst first: how summaries order results, and which verdict wins when several apply.
+# Worst first: how summaries order results, which verdict wins when several apply (the
+# support matrix's cell for several seeds), and `rank` in the SQL table (1 = worst).
 PRECEDENCE: tuple[Verdict, ...] = (
     V.CRASH, V.TIMEOUT, V.CORRUPT, V.BASELINE_FAIL, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL,
     V.STRUCTURE_MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.MISMATCH, V.STALE, V.NO_GOLDEN,
     V.UNAVAILABLE, V.SKIPPED, V.KEPT, V.RECORDED, V.PASS)
 
+# The kind of each verdict, one word per disjoint group.
+KINDS: tuple[tuple[str, frozenset[Verdict]], ...] = (
+    ("passing", PASSING), ("not_run", NOT_RUN), ("comparison", COMPARISON),
+    ("stage", STAGE_FAILURES), ("worker", WORKER_FAILURES),
+    ("golden", frozenset({V.CORRUPT})), ("baseline", frozenset({V.BASELINE_FAIL})))
 
-def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The verdict that comes first in PRECEDENCE (PASS for none)."""
-    return min(verdicts, key=PRECEDENCE.index, default=V.PASS)
 
+def kind(v: Verdict) -> str:
+    return next(name for name, group in KINDS if v in group)
+
+
+# One row per verdict, worst first: what the history's SQL knows of them (the `verdicts`
+# table and the verdict_* macros, analytics/views.py).
+TABLE_COLUMNS = ("status", "rank", "kind", "passing", "failing", "not_run")
+TABLE: tuple[tuple[str, int, str, bool, bool, bool], ...] = tuple(
+    (v.value, i, kind(v), v in PASSING, v in FAILING, v in NOT_RUN)
+    for i, v in enumerate(PRECEDENCE, start=1))
+
+# opdiff's own history files (readable beside ours) say OK for a stage that ran, and name
+# their errors otherwise; none of that is a Verdict.
+OPDIFF_OK = "OK"
+
+
+class GoldenState(str, enum.Enum):
+    """What the suites and verification say of one stored golden (`opdiff goldens ls` and
+    `verify`), and the verdict check gives it (`verdict`; None: check compares it)."""
+
+    CORRUPT = "CORRUPT"        # unreadable metadata, or verification fails
+    ORPHAN = "ORPHAN"          # its test no longer exists in the suites
+    STALE = "STALE"            # its test or a file: module changed since record
+    MISSING = "missing"        # a selected test and seed without a golden
+    UNCHECKED = "UNCHECKED"    # verify: its spec hash could not be checked from here
+    UNKNOWN = "?"              # there are no suites to tell
+    OK = "ok"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return _GOLDEN_VERDICTS.get(self)
+
+
+_GOLDEN_VERDICTS = {GoldenState.CORRUPT: V.CORRUPT, GoldenState.ORPHAN: V.STALE,
+                    GoldenState.STALE: V.STALE, GoldenState.MISSING: V.NO_GOLDEN}
+
+# Worst first: the state of a test shown for all its goldens.
+GOLDEN_PRECEDENCE: tuple[GoldenState, ...] = (
+    GoldenState.CORRUPT, GoldenState.ORPHAN, GoldenState.STALE, GoldenState.MISSING,
+    GoldenState.UNCHECKED, GoldenState.UNKNOWN, GoldenState.OK)
+
+
+def worst_state(states: Iterable[GoldenState]) -> GoldenState:
+    """The state that comes first in GOLDEN_PRECEDENCE (OK for none)."""
+    return min(states, key=GOLDEN_PRECEDENCE.index, default=GoldenState.OK)

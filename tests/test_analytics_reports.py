@@ -25,6 +25,7 @@ from opdiff_snap.analytics import connect, format_table
 from opdiff_snap.analytics.reports import diff_runs, latency_report, latency_trend, support_matrix, version_key
 from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.errors import OpdiffError
+from opdiff_snap.verdicts import PRECEDENCE, Verdict
 
 T, O, E = "torch_cpu_fp32", "onnx_cpu_fp32", "executorch_cpu_fp32"
 
@@ -180,6 +181,52 @@ def test_diff_runs_bad_ids(hist):
         diff_runs(a, "r", "r2")
     with pytest.raises(OpdiffError, match="no run 'x9'"):
         diff_runs(a, "x9", "r2")
+
+
+def _seeds(test_id, preset, *statuses):
+    return [Res(test_id, preset, status=st, seed=i) for i, st in enumerate(statuses)]
+
+
+def test_support_matrix_cell_is_the_worst_verdict_by_precedence(tmp_path):
+    """Several seeds in one cell: the worst verdict by precedence, not the first by spelling
+    (alphabetically CORRUPT < CRASH, DTYPE_MISMATCH < LOAD_FAIL, MISMATCH < TIMEOUT)."""
+    results = (_seeds("crash", O, "PASS", "CRASH", "PASS") + _seeds("export", O, "MISMATCH", "EXPORT_FAIL")
+               + _seeds("timeout", O, "MISMATCH", "TIMEOUT") + _seeds("load", O, "DTYPE_MISMATCH", "LOAD_FAIL")
+               + _seeds("corrupt", O, "CORRUPT", "CRASH") + _seeds("quiet", O, "SKIPPED", "UNAVAILABLE")
+               + _seeds("pass", O, "PASS", "PASS"))
+    write_run(tmp_path, Run("r1", "2026-01-01T00:00:00Z", results))
+    with connect(tmp_path) as a:
+        t = support_matrix(a)
+    assert dict(t.rows) == {"crash": "CRASH", "export": "EXPORT_FAIL", "timeout": "TIMEOUT",
+                            "load": "LOAD_FAIL", "corrupt": "CRASH", "quiet": "UNAVAILABLE", "pass": "PASS"}
+
+
+def test_support_matrix_follows_precedence_for_every_pair(tmp_path):
+    results = [r for i, va in enumerate(Verdict) for vb in list(Verdict)[i + 1:]
+               for r in _seeds(f"{va.value}+{vb.value}", O, va.value, vb.value)]
+    write_run(tmp_path, Run("r1", "2026-01-01T00:00:00Z", results))
+    with connect(tmp_path) as a:
+        t = support_matrix(a)
+    assert len(t.rows) == len(Verdict) * (len(Verdict) - 1) // 2
+    for test_id, verdict in t.rows:
+        pair = [Verdict(v) for v in test_id.split("+")]
+        assert verdict == min(pair, key=PRECEDENCE.index).value, test_id
+
+
+def test_diff_runs_not_run_is_neither_newly_failing_nor_newly_passing(tmp_path):
+    before = {"skipped": "PASS", "unavailable": "PASS", "no_golden": "PASS", "stale": "PASS",
+              "mismatch": "PASS", "corrupt": "PASS", "back": "SKIPPED", "fixed": "CRASH",
+              "unskipped": "UNAVAILABLE", "skipped_crash": "CRASH", "recorded": "RECORDED"}
+    after = {"skipped": "SKIPPED", "unavailable": "UNAVAILABLE", "no_golden": "NO_GOLDEN", "stale": "STALE",
+             "mismatch": "MISMATCH", "corrupt": "CORRUPT", "back": "PASS", "fixed": "PASS",
+             "unskipped": "PASS", "skipped_crash": "SKIPPED", "recorded": "BASELINE_FAIL"}
+    write_run(tmp_path, Run("ra", "2026-01-01T00:00:00Z", [Res(t, O, status=st) for t, st in before.items()]))
+    write_run(tmp_path, Run("rb", "2026-01-02T00:00:00Z", [Res(t, O, status=st) for t, st in after.items()]))
+    with connect(tmp_path) as a:
+        d = diff_runs(a, "ra", "rb")
+    assert [(r[0], r[3], r[4]) for r in d.newly_failing.rows] == [
+        ("corrupt", "PASS", "CORRUPT"), ("mismatch", "PASS", "MISMATCH"), ("recorded", "RECORDED", "BASELINE_FAIL")]
+    assert [(r[0], r[3], r[4]) for r in d.newly_passing.rows] == [("fixed", "CRASH", "PASS")]
 
 
 def test_formats(hist):

@@ -1,4 +1,4 @@
-"""The views: incremental cache, read-only queries, opdiff's own files, schema."""
+"""The views: incremental cache, read-only queries, opdiff's own files, schema, the verdicts table."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from opdiff_snap.analytics import check_read_only, connect
 from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.errors import OpdiffError
+from opdiff_snap.verdicts import FAILING, NOT_RUN, PASSING, PRECEDENCE, TABLE, Verdict
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -111,6 +112,30 @@ def test_query_rejects_writes_and_reports_sql_errors(tmp_path):
         assert an.query("SELECT count(*) FROM results").rows == [(2,)]
 
 
+def test_verdicts_table_is_made_from_the_enum(tmp_path):
+    """User SQL reads the same vocabulary as the code: one row per Verdict, in precedence
+    order, and the macros agree with the groups (a new verdict cannot be missing there)."""
+    _run(tmp_path, "a", 1)
+    for cache in (True, False):          # the read-only cache and an in-memory connection alike
+        with connect(tmp_path, cache=cache) as an:
+            t = an.query("SELECT * FROM verdicts ORDER BY rank")
+            assert t.columns == ["status", "rank", "kind", "passing", "failing", "not_run"]
+            assert t.rows == list(TABLE)
+            assert [r[0] for r in t.rows] == [v.value for v in PRECEDENCE]
+            assert {r[0] for r in t.rows} == {v.value for v in Verdict}
+            macros = an.query("SELECT status, verdict_rank(status), verdict_kind(status), "
+                              "verdict_passing(status), verdict_failing(status), verdict_not_run(status) "
+                              "FROM verdicts ORDER BY rank")
+            assert macros.rows == t.rows
+            grouped = {v.value: (v in PASSING, v in FAILING, v in NOT_RUN) for v in Verdict}
+            assert {r[0]: r[3:] for r in t.rows} == grouped
+            # a status that is no verdict (opdiff's own files), or none at all
+            assert an.query("SELECT verdict_rank('OK'), verdict_kind('OK'), verdict_passing('OK'), "
+                            "verdict_failing(NULL), verdict_not_run(NULL)").rows == [(None, None, False, False, False)]
+            assert an.query("SELECT v.kind, count(*) FROM results JOIN verdicts v USING (status) "
+                            "GROUP BY ALL").rows == [("passing", 2)]
+
+
 def test_schema_lists_both_views_with_meanings(tmp_path):
     _run(tmp_path, "a", 1)
     with connect(tmp_path) as an:
@@ -119,6 +144,7 @@ def test_schema_lists_both_views_with_meanings(tmp_path):
     assert cols[("runs", "onnxruntime")][0] == "VARCHAR"
     assert cols[("runs", "started")][0] == "TIMESTAMP"
     assert cols[("results", "infer_ms_all")][0] == "DOUBLE[]"
+    assert cols[("verdicts", "rank")][0] == "INTEGER" and cols[("verdicts", "not_run")][0] == "BOOLEAN"
     assert all(m for _, _, _, m in rows), [c for v, c, t, m in rows if not m]
 
 

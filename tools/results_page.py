@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from opdiff_snap.analytics import connect  # noqa: E402
 from opdiff_snap.output import headline  # noqa: E402
+from opdiff_snap.verdicts import Verdict  # noqa: E402
 
 PRESETS = ["torch_cpu_fp32", "torch_cpu_fp16", "torch_cpu_bf16", "inductor_cpu_fp32", "onnx_cpu_fp32", "onnx_cpu_fp16",
            "executorch_cpu_fp32", "executorch_cpu_fp16", "executorch_portable_fp32",
@@ -138,7 +139,7 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path, before
         now: dict[str, set[str]] = defaultdict(set)
         for (t, p), (status, message, _) in results.items():
             rule = next((r for r in rules if r.explains(p, t, status, message)), None)
-            if status == "MISMATCH" and rule is not None and rule.kind == "tolerance":
+            if status == Verdict.MISMATCH and rule is not None and rule.kind == "tolerance":
                 now[p].add(t)
         lines += ["", "## Tolerance choices before and after the rounding policy", "",
                   "MISMATCH results explained only as a tolerance choice, from the previous page (the",
@@ -156,7 +157,7 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path, before
             if (t, p) not in results:
                 continue
             status, message, _ = results[(t, p)]
-            if status == "PASS":
+            if status == Verdict.PASS:
                 continue
             rule = next((r for r in rules if r.explains(p, t, status, message)), None)
             if rule is None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..compare import Metrics
 from ..results import JSON_KEYS, RES_FIELDS, Result
+from ..verdicts import OPDIFF_OK
 
 _SQL = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN"}
 
@@ -181,7 +182,7 @@ def _result_cols(r: str) -> str:
 def _opdiff_res(ol: str, dl: str) -> str:
     """The result struct for one of opdiff's own `res` lists `ol` (and `diff_all` list `dl`):
     the combined status (first non-OK), the median ms, max_abs; NULL for the rest."""
-    known = {"status": f"coalesce(list_filter({ol}, lambda x: x.status <> 'OK')[1].status, {ol}[1].status)",
+    known = {"status": f"coalesce(list_filter({ol}, lambda x: x.status <> '{OPDIFF_OK}')[1].status, {ol}[1].status)",
              "infer_ms": f"list_median(list_transform({ol}, lambda x: x.ms))",
              "infer_ms_all": f"list_filter(list_transform({ol}, lambda x: x.ms), lambda x: x IS NOT NULL)"}
 

@@ -8,17 +8,17 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..safetext import printable
-from ..verdicts import COMPARISON, PASSING
+from ..verdicts import COMPARISON, OPDIFF_OK, PASSING, Verdict
 from ..verdicts import QUIET as QUIET_VERDICTS
 from .reports import LatencyReport
 from .table import Table
 
 MAX_ROWS = 60      # above this many tests the heatmap shows op families instead
-GOOD = {v.value for v in PASSING} | {"OK"}     # "OK": opdiff's own files
+GOOD = {v.value for v in PASSING} | {OPDIFF_OK}
 QUIET = {v.value for v in QUIET_VERDICTS}
 COMPARE = {v.value for v in COMPARISON}
 # verdict class -> (code, color, label)
-CLASSES = [("none", "#ffffff", "not run"), ("good", "#3a9d4a", "PASS"),
+CLASSES = [("none", "#ffffff", "not run"), ("good", "#3a9d4a", Verdict.PASS.value),
            ("quiet", "#b8b8b8", "skipped / unavailable"), ("compare", "#f0a030", "mismatch"),
            ("fail", "#d03a30", "export/load/infer fail, crash, ...")]
 

@@ -50,7 +50,9 @@ def _lib(by: str) -> str:
 
 def support_matrix(store, by: str | None = None, command: str | None = "check") -> Table:
     """Tests x presets, the latest verdict per cell (the latest run holding that test and
-    preset; with several seeds, PASS only when every seed passed, else the failing verdict).
+    preset; with several seeds, the worst of their verdicts by verdicts.PRECEDENCE: PASS only
+    when every seed passed). A status that is no verdict (opdiff's own files) ranks after
+    every verdict, and such statuses by name.
 
     With `by` (a library name) the columns are `preset@version`: one column per preset
     and version of that library found in the history.
@@ -61,8 +63,7 @@ def support_matrix(store, by: str | None = None, command: str | None = "check") 
         t = a.sql(f"""
             WITH cell AS (
               SELECT r.test_id, r.preset, {ver} AS ver, r.run_id, any_value(runs.started) AS started,
-                     CASE WHEN bool_and(r.status = 'PASS') THEN 'PASS'
-                          ELSE min(r.status) FILTER (WHERE r.status <> 'PASS') END AS verdict
+                     first(r.status ORDER BY verdict_rank(r.status) NULLS LAST, r.status) AS verdict
               FROM results r JOIN runs USING (run_id)
               WHERE {where} AND r.test_id IS NOT NULL AND r.preset IS NOT NULL
               GROUP BY ALL)
@@ -229,7 +230,9 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
               latency_threshold: float = 0.25, spread_k: float = 3.0) -> RunDiff:
     """Compare run A with run B per (test, seed, preset).
 
-    - newly failing: PASS in A, anything else in B; newly passing: the reverse.
+    - newly failing: passing in A, failing in B (verdicts.PASSING, FAILING); newly passing:
+      the reverse. A result that was not run on either side (verdicts.NOT_RUN: SKIPPED,
+      UNAVAILABLE, NO_GOLDEN, STALE) is neither.
     - drift: max_abs_b > drift_factor * max(max_abs_a, atol) (tiny values below atol ignored).
     - latency: |median_b - median_a| > max(latency_threshold * median_a,
       spread_k * max(IQR_a, IQR_b)), medians and IQRs over each result's infer_ms_all.
@@ -267,9 +270,9 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
                  AND ra.seed IS NOT DISTINCT FROM rb.seed AND ra.preset = rb.preset""", [runs_a, runs_b])
         key = "test_id, seed, preset"
         failing = an.sql(f"SELECT {key}, status_a, status_b, error_class, error_message FROM _pair "
-                         f"WHERE status_a = 'PASS' AND status_b <> 'PASS' ORDER BY {key}")
+                         f"WHERE verdict_passing(status_a) AND verdict_failing(status_b) ORDER BY {key}")
         passing = an.sql(f"SELECT {key}, status_a, status_b FROM _pair "
-                         f"WHERE status_a <> 'PASS' AND status_b = 'PASS' ORDER BY {key}")
+                         f"WHERE verdict_failing(status_a) AND verdict_passing(status_b) ORDER BY {key}")
         drift = an.sql(f"""SELECT {key}, max_abs_a, max_abs_b,
                               max_abs_b / greatest(max_abs_a, atol) AS factor FROM _pair
                            WHERE max_abs_b > $1 * greatest(coalesce(max_abs_a, 0), atol)

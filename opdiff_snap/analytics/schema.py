@@ -1,4 +1,7 @@
-"""One line of meaning per column of the `runs` and `results` views (`opdiff query --schema`)."""
+"""One line of meaning per column of the `runs` and `results` views and the `verdicts` table
+(`opdiff query --schema`)."""
+
+from ..verdicts import KINDS, PASSING, PRECEDENCE
 
 _LIB = "version of {} in the run's environment (NULL if not installed)"
 
@@ -60,5 +63,14 @@ MEANINGS: dict[str, dict[str, str]] = {
         "within_rounding": "elements outside atol/rtol that passed within rounding",
         "ts": "when the result was written (UTC)",
         "file": "the JSONL file", "line": "1-based line in that file",
+    },
+    "verdicts": {
+        "status": "a verdict (join results.status); one row per verdict, made from verdicts.py",
+        "rank": "precedence, 1 = worst: the support matrix shows a cell's lowest rank",
+        "kind": "its group: " + ", ".join(name for name, _ in KINDS),
+        "passing": "the target matched, or record did its job ("
+                   + ", ".join(v.value for v in PRECEDENCE if v in PASSING) + ")",
+        "failing": "something failed; diff-runs: passing in A and failing in B is newly failing",
+        "not_run": "the target did not run and nothing says it would fail; never newly failing or passing",
     },
 }

@@ -24,7 +24,7 @@ class Res:
 
     test_id: str
     preset: str
-    status: str = "PASS"
+    status: str = Verdict.PASS.value
     infer_ms: float | None = 1.0
     infer_ms_all: list[float] | None = None
     max_abs: float | None = 0.0
@@ -40,7 +40,7 @@ class Res:
             [self.infer_ms] if self.infer_ms is not None else [])
         metrics = None if self.max_abs is None else Metrics(
             max_abs=self.max_abs, mean_abs=self.max_abs / 2, mse=self.max_abs ** 2, max_rel=self.max_abs,
-            mismatched=0 if self.status == "PASS" else 1, numel=12, worst_index=(0, 1), worst_output="0",
+            mismatched=0 if Verdict(self.status) is Verdict.PASS else 1, numel=12, worst_index=(0, 1), worst_output="0",
             worst_expected=1.0, worst_actual=1.0 + self.max_abs, min_atol=self.max_abs).to_json()
         result = Result(self.test_id, self.seed, self.preset, Verdict(self.status), self.error_message or "",
                         test_type=self.test_type, suite=self.suite, spec_hash="h-" + self.test_id,

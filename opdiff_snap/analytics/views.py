@@ -6,9 +6,10 @@ by name, size and mtime); deleting it loses nothing. If the cache cannot be open
 for writing (locked by another process, read-only store), everything is read into
 memory instead.
 
-Once the tables are up to date the connection is locked (sandbox.lock): user SQL and
-the reports see the tables and views, and no file, extension or network. Every statement
-then runs under the time and memory limits of `sandbox.Limits`.
+Once the tables are up to date the connection gets the `verdicts` table and the verdict_*
+macros, made from verdicts.py (`register_verdicts`), and is locked (sandbox.lock): user SQL
+and the reports see the tables and views, and no file, extension or network. Every
+statement then runs under the time and memory limits of `sandbox.Limits`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import duckdb
 from ..errors import OpdiffError
 from ..history import check_store_dir
 from ..history_sync import readable_dir
+from ..verdicts import TABLE, TABLE_COLUMNS
 from . import ingest
 from .sandbox import Limits, check_query, execute, lock, refusal
 from .table import Table
@@ -69,14 +71,14 @@ class Analytics:
             refused = refusal(e)
             if refused is not None:
                 raise refused from None
-            raise OpdiffError(f"query failed: {e}\nThe views are `runs` and `results`; "
-                              "`opdiff query --schema` lists their columns.") from None
+            raise OpdiffError(f"query failed: {e}\nThe views are `runs` and `results` (and the "
+                              "`verdicts` table); `opdiff query --schema` lists their columns.") from None
 
     def schema(self) -> list[tuple[str, str, str, str]]:
-        """(view, column, type, meaning) for every column of both views."""
+        """(view, column, type, meaning) for every column of the views and the verdicts table."""
         from .schema import MEANINGS
         out = []
-        for view in ("runs", "results"):
+        for view in ("runs", "results", "verdicts"):
             for name, typ, *_ in self.con.execute(f"DESCRIBE {view}").fetchall():
                 out.append((view, name, typ, MEANINGS.get(view, {}).get(name, "")))
         return out
@@ -156,6 +158,35 @@ def _update(con: duckdb.DuckDBPyConnection, files: dict[str, tuple[int, int]]) -
     return len(changed)
 
 
+_SQL_TYPES = {bool: "BOOLEAN", int: "INTEGER", str: "VARCHAR"}
+
+
+def _sql_literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def register_verdicts(con: duckdb.DuckDBPyConnection) -> None:
+    """The `verdicts` table (verdicts.TABLE: one row per verdict) and, for each column but
+    `status`, a macro `verdict_<column>(status)`: the value in that status's row; NULL (or
+    false for a flag) for a status that is no verdict (opdiff's own files) or NULL."""
+    types = [_SQL_TYPES[type(value)] for value in TABLE[0]]
+    cols = ", ".join(f"{name} {typ}" for name, typ in zip(TABLE_COLUMNS, types))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE verdicts ({cols})")
+    con.executemany(f"INSERT INTO verdicts VALUES ({', '.join('?' * len(TABLE_COLUMNS))})",
+                    [list(row) for row in TABLE])
+    for i, (name, typ) in enumerate(zip(TABLE_COLUMNS, types)):
+        if i == 0:
+            continue
+        cases = " ".join(f"WHEN {_sql_literal(row[0])} THEN {_sql_literal(row[i])}" for row in TABLE)
+        otherwise = "false" if typ == "BOOLEAN" else f"NULL::{typ}"
+        con.execute(f"CREATE OR REPLACE TEMP MACRO verdict_{name}(status) AS "
+                    f"CASE status {cases} ELSE {otherwise} END")
+
+
 def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True,
             limits: Limits | None = None) -> Analytics:
     """Open the history of `store_dir` (the folder holding `runs/`); every statement on it
@@ -191,6 +222,7 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True,
         n = _update(con, files)
     con.execute("SET TimeZone = 'UTC'")
     rows = con.execute("SELECT file, line, message FROM _warnings ORDER BY file, line").fetchall()
+    register_verdicts(con)
     # everything is loaded: from here on the connection reaches nothing but its tables
     limits = limits or Limits()
     lock(con, limits)

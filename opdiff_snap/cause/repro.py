@@ -34,6 +34,7 @@ from ..suite.construct import split_file_path
 from ..suite.locate import package_files
 from ..suite.model import Node, TestCase, Tolerance
 from ..trees import flatten
+from ..verdicts import Verdict as V
 
 EMBED_LIMIT = 256 * 1024  # bytes of torch.save data embedded in the script; larger goes beside it
 
@@ -71,13 +72,13 @@ def flatten(out):
 def compare(expected, actual):
     """Print per-output metrics; True when every output matches within ATOL/RTOL."""
     if len(actual) != len(expected):
-        print(f"MISMATCH: {len(actual)} outputs, expected {len(expected)}")
+        print(f"{MISMATCH}: {len(actual)} outputs, expected {len(expected)}")
         return False
     ok = True
     for i, (e, a) in enumerate(zip(expected, actual)):
         a = a.detach().cpu()
         if tuple(a.shape) != tuple(e.shape):
-            print(f"output {i}: MISMATCH shape {tuple(a.shape)}, expected {tuple(e.shape)}")
+            print(f"output {i}: {MISMATCH} shape {tuple(a.shape)}, expected {tuple(e.shape)}")
             ok = False
             continue
         if not e.is_floating_point():
@@ -104,7 +105,7 @@ def main():
     module = Flat(build(data)).eval()
     actual = [t for t in run(module, data["inputs"])]
     ok = compare(data["expected"], actual)
-    print("PASS" if ok else "MISMATCH")
+    print(PASS if ok else MISMATCH)
     return 0 if ok else 1
 
 
@@ -272,7 +273,7 @@ def _write_script(out_path: Path, docstring: str, preset: Preset, tolerance: Tol
     imports = ("import base64\nimport io\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
                "HERE = Path(__file__).resolve().parent\n")
     consts = (f"\nATOL = {tolerance.atol!r}\nRTOL = {tolerance.rtol!r}\n"
-              f"PRESET = {preset.to_json()!r}\n")
+              f"PRESET = {preset.to_json()!r}\nPASS, MISMATCH = {V.PASS.value!r}, {V.MISMATCH.value!r}\n")
     user = ("\n".join(user_imports) + "\n") if user_imports else ""
     text = (header + imports + user + consts + _COMMON + "\n" + runner.lstrip("\n")
             + "\n\n" + _data_source(out_path, data) + "\n\n" + build_src + flat_src + _COMPARE_AND_MAIN)

@@ -22,6 +22,7 @@ from ..errors import OpdiffError
 from ..safetext import printable, unsafe_char
 from ..storage import StorageError, Stray, is_url, open_place
 from ..storage.local import STAGING, TRASH, unique
+from ..verdicts import GoldenState
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
 from .keys import seed_of_key, store_key, unknown_entry
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
@@ -45,7 +46,7 @@ class Finding:
     are now) or UNCHECKED (its spec hash could not be checked from here)."""
 
     info: GoldenInfo
-    kind: str
+    kind: GoldenState
     message: str
 
 
@@ -209,7 +210,7 @@ class GoldenStore:
         """(info, problem) for every golden (or those of one test) that check would call
         CORRUPT. With `definitions`, each stored definition is also rebuilt and hashed."""
         return [(f.info, f.message) for f in self.findings(test_id, definitions=definitions)
-                if f.kind == "CORRUPT"]
+                if f.kind is GoldenState.CORRUPT]
 
     def findings(self, test_id: str | None = None, *, definitions: bool = True) -> list[Finding]:
         """Everything verification says about the goldens: every reason `read` refuses
@@ -219,19 +220,19 @@ class GoldenStore:
             if test_id is not None and info.test_id != test_id:
                 continue
             if info.problem:
-                out.append(Finding(info, "CORRUPT", info.problem))
+                out.append(Finding(info, GoldenState.CORRUPT, info.problem))
                 continue
             try:
                 golden = self.read(info.test_id, info.seed)
             except CorruptGolden as exc:
-                out.append(Finding(info, "CORRUPT", exc.reason))
+                out.append(Finding(info, GoldenState.CORRUPT, exc.reason))
                 continue
             if definitions:
                 found = definition_findings(golden.test_id, golden.definition, golden.suite, golden.spec_hash,
                                             golden.test_type)
-                out += [Finding(info, "CORRUPT", m) for m in found.problems]
-                out += [Finding(info, "STALE", m) for m in found.stale]
-                out += [Finding(info, "UNCHECKED", m) for m in found.unchecked]
+                out += [Finding(info, GoldenState.CORRUPT, m) for m in found.problems]
+                out += [Finding(info, GoldenState.STALE, m) for m in found.stale]
+                out += [Finding(info, GoldenState.UNCHECKED, m) for m in found.unchecked]
         return out
 
     def check_writable(self) -> None:

@@ -46,7 +46,7 @@ def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()
     if shown:
         lines.append("metrics: " + " ".join(shown))
     grad = metrics.get("grad") if isinstance(metrics.get("grad"), dict) else None
-    if grad and grad.get("verdict") not in (None, "PASS"):
+    if grad and grad.get("verdict") not in (None, Verdict.PASS.value):
         lines.append("gradient metrics: " + " ".join(f"{k}={_fmt(grad[k])}" for k in SHOWN_METRICS
                                                    if grad.get(k) is not None))
     if result.tolerance is not None and result.verdict is not Verdict.PASS and shown:

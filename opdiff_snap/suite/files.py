@@ -104,11 +104,3 @@ def split_file_path(path: str) -> tuple[str, str]:
     if not sep or not file or not name:
         raise OpdiffError(f"'{path}' is not a valid file path: write it as file:relative/file.py::Name.")
     return file, name
-
-
-def canonical_file_path(path: str, suite_dir: Path, roots: SearchRoots) -> str:
-    """`file:rel.py::Name` rewritten relative to `suite_dir` once the file is found."""
-    rel, name = split_file_path(path)
-    found = find_file(rel, suite_dir, roots)
-    canon = Path(os.path.relpath(found, os.path.abspath(suite_dir))).as_posix()
-    return f"file:{canon}::{name}"
