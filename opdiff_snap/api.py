@@ -282,15 +282,17 @@ def verify(settings: Settings | None = None) -> tuple[list, int]:
     return store.findings(), len(infos)
 
 
-def validate(suites=None, *, imports: bool = False, settings=None, in_process: bool = False) -> list:
+def validate(suites=None, *, imports: bool = False, settings=None, in_process: bool = False,
+             python: Path | None = None) -> list:
     """Load and validate suites (every problem at once, SuiteError). Paths are located
     without importing user code; those that parsing cannot settle (and, with `imports`,
-    every path outside torch) are imported in workers, and what fails there is reported
-    the same way, naming the test and the path."""
+    every path outside torch) are imported in workers (those of `settings.executor`, under
+    `python` when given), and what fails there is reported the same way, naming the test
+    and the path."""
     from .config import Settings
     from .errors import OpdiffError, Problem, SuiteError
-    from .execution import WorkerPool
     from .execution.probe import ImportProbe
+    from .session import make_pool
     from .suite import load_suites, suite_paths
     from .suite.locate import Kind, NotFound, locate_path
 
@@ -318,7 +320,7 @@ def validate(suites=None, *, imports: bool = False, settings=None, in_process: b
             probes[key] = ImportProbe(path, case.suite_dir, case.import_dirs, module, key=key)
     problems = []
     if probes:
-        with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
+        with make_pool(settings, in_process, python=python) as pool:
             for result in pool.run(list(probes.values())):
                 if result.problem is not None:
                     case = owners[result.key][0]
@@ -347,22 +349,23 @@ def golden_case(test_id: str, seed: int, goldens: Path | str = Path("goldens"), 
 
 def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
              goldens: Path | str = Path("goldens"), ops: bool = False, tolerance=None, settings=None,
-             in_process: bool = False, trust_goldens: bool = False):
+             in_process: bool = False, trust_goldens: bool = False, python: Path | None = None):
     """Where `test_id` first diverges on `backend`: the first leaf submodule, and below it
     (when no leaf diverges, or `ops`) the first ATen node or node range (see
     cause.localize). `tolerance` overrides the test's field by field, as check's does.
-    Every step runs in the worker pool of `settings` (jobs, timeout_s)."""
+    Every step runs in the pool of `settings` (executor, jobs, timeout_s), its workers
+    under `python` when given."""
     from .backends.registry import get_preset
     from .cause.localize import localize as find
     from .compare import tolerance_for
     from .config import Settings
     from .errors import OpdiffError
-    from .execution import WorkerPool
+    from .session import make_pool
 
     settings = settings or Settings()
     case, golden = golden_case(test_id, seed, goldens, trust_goldens, settings.suites)
     preset = get_preset(backend, preset_options)
-    with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
+    with make_pool(settings, in_process, python=python) as pool:
         report = find(case, golden.invocation, preset, lambda p: tolerance_for(case.tolerance, p, tolerance),
                       pool=pool, ops=ops, seed=seed,
                       baseline_precision=str(golden.baseline.get("precision") or "fp32"))
@@ -399,7 +402,7 @@ def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_option
                           "picks ATen nodes inside a module test (an op test's repro is already one op: "
                           "leave --node out).")
     from .cause.atengraph import ScopeGraphTask
-    from .execution.pool import run_one
+    from .execution.pools import run_one
 
     parse_node_range(node)   # its syntax, before anything runs
     graph = run_one(ScopeGraphTask(case, golden.invocation, scope, bool(preset.options.get("export_strict"))),
@@ -412,13 +415,14 @@ def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_option
 
 
 def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: float = 1e-6,
-              max_entries: int = 32, settings=None, in_process: bool = False):
+              max_entries: int = 32, settings=None, in_process: bool = False, python: Path | None = None):
     """Autograd vs central finite differences in float64 for tests with `grad: true`
-    (or every selected test when `test_ids` is given)."""
+    (or every selected test when `test_ids` is given), in the pool of `settings`
+    (executor, jobs, timeout_s), its workers under `python` when given."""
     from .config import Settings
     from .errors import OpdiffError
-    from .execution import WorkerPool
     from .execution.gradients import GradcheckTask
+    from .session import make_pool
     from .suite import load_suites, select, suite_paths
 
     settings = settings or Settings()
@@ -431,7 +435,7 @@ def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: floa
     if not cases:
         raise OpdiffError("no test to gradcheck: mark tests with `grad: true` or select them with --test-ids.")
     tasks = [GradcheckTask(c, seed, eps, max_entries, key=c.id) for c in cases]
-    with WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process) as pool:
+    with make_pool(settings, in_process, python=python) as pool:
         done = {r.test_id: r for r in pool.run(tasks)}
     return [done[c.id] for c in cases]
 

@@ -245,6 +245,36 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_
     ctx.obj = Context(debug, settings)
 
 
+def _executor_option(fn):
+    """--executor on every command that runs jobs: where they run (kept in the settings)."""
+
+    def keep(ctx: click.Context, param, value):
+        if value is not None:
+            from .config import parse_executor
+
+            try:
+                parse_executor(value)
+            except OpdiffError as exc:
+                raise click.BadParameter(str(exc).removeprefix(f"--executor {value!r}: ")) from None
+            found = ctx.find_object(Context)
+            assert found is not None, "the main group makes the context"
+            found.settings = found.settings.with_overrides(executor=value)
+        return value
+
+    return click.option("--executor", metavar="local|ray|ray://HOST:PORT", expose_value=False, callback=keep,
+                        help="Where jobs run: worker processes here (local, the default), a Ray instance "
+                             "started here (ray), or the Ray cluster whose head is at HOST:PORT, each job on "
+                             "a node with the hardware its preset needs (docs/distributed.md).")(fn)
+
+
+def _python_option(fn):
+    """--python on every command that runs jobs in local workers: the interpreter they run under."""
+    return click.option("--python", "python", type=click.Path(path_type=Path),
+                        help="Run the workers under this interpreter (another venv, conda or uv environment): "
+                             "its packages run the jobs; suites, goldens, tolerances and the store stay "
+                             "these.")(fn)
+
+
 # ---------------------------------------------------------------- suites and presets
 
 @main.command("list-presets")
@@ -282,9 +312,11 @@ def list_tests(ctx, suites, test_ids, tags, long_) -> None:
 @click.option("--imports", is_flag=True,
               help="Also import every user path (file: modules, packages) in a worker process.")
 @click.option("--timeout-s", type=TIMEOUT_S, help="Per-import timeout in seconds.")
+@_python_option
+@_executor_option
 @click.pass_context
 @guarded
-def validate(ctx, suites, imports, timeout_s) -> None:
+def validate(ctx, suites, imports, timeout_s, python) -> None:
     """Load and validate SUITES; report every problem at once (exit 2 if any).
 
     Paths are found without running the suite's code; what cannot be settled that way
@@ -292,7 +324,7 @@ def validate(ctx, suites, imports, timeout_s) -> None:
     from . import api
 
     cases = api.validate([Path(s) for s in suites] or None, imports=imports,
-                         settings=_settings(ctx, timeout_s=timeout_s))
+                         settings=_settings(ctx, timeout_s=timeout_s), python=python)
     _echo(f"ok: {len(cases)} tests")
 
 
@@ -340,28 +372,6 @@ def _opdiff_options(fn):
     ]):
         fn = opt(fn)
     return fn
-
-
-def _executor_option(fn):
-    """--executor on record and check: where the jobs run (kept in the settings)."""
-
-    def keep(ctx: click.Context, param, value):
-        if value is not None:
-            from .config import parse_executor
-
-            try:
-                parse_executor(value)
-            except OpdiffError as exc:
-                raise click.BadParameter(str(exc).removeprefix(f"--executor {value!r}: ")) from None
-            found = ctx.find_object(Context)
-            assert found is not None, "the main group makes the context"
-            found.settings = found.settings.with_overrides(executor=value)
-        return value
-
-    return click.option("--executor", metavar="local|ray|ray://HOST:PORT", expose_value=False, callback=keep,
-                        help="Where jobs run: worker processes here (local, the default), a Ray instance "
-                             "started here (ray), or the Ray cluster whose head is at HOST:PORT, each job on "
-                             "a node with the hardware its preset needs (docs/distributed.md).")(fn)
 
 
 def _parse_skips(text: str | None) -> list[tuple[str, str]]:
@@ -493,9 +503,7 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 (default: all but "
                                 + ", ".join(v.value for v in reversed(PRECEDENCE) if v in NOT_FAILING) + ").")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
-@click.option("--python", "python", type=click.Path(path_type=Path),
-              help="Run the workers under this interpreter (another venv, conda or uv environment): "
-                   "its packages run the jobs; goldens, tolerances and the store stay these.")
+@_python_option
 @click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _shard(value, ctx, param),
               help="Run the K-th of N shards of the planned jobs (with --run-group).")
 @click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it).")
@@ -631,6 +639,7 @@ def goldens_prune(ctx, yes) -> None:
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")
+@_executor_option
 @click.pass_context
 @guarded
 def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> None:
@@ -956,10 +965,12 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")
+@_python_option
+@_executor_option
 @click.pass_context
 @guarded
 def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, jobs, timeout_s,
-             in_process, trust_goldens) -> None:
+             in_process, trust_goldens, python) -> None:
     """Where a module test first diverges on BACKEND: submodule, then ATen node.
 
     Every leaf submodule runs alone on the target with the baseline's captured inputs.
@@ -974,7 +985,7 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,
                           tolerance=Tolerance(*given) if any(v is not None for v in given) else None,
                           goldens=_settings(ctx).goldens, settings=_settings(ctx, jobs=jobs, timeout_s=timeout_s),
-                          in_process=in_process, trust_goldens=trust_goldens)
+                          in_process=in_process, trust_goldens=trust_goldens, python=python)
     _echo(format_report(report))
     sys.exit(1 if report.found else 0)
 
@@ -1018,14 +1029,19 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
 @click.option("--eps", type=POSITIVE, default=1e-6, show_default=True, help="Finite-difference step.")
 @click.option("--max-entries", type=ENTRIES, default=32, show_default=True,
               help="Entries perturbed per tensor (a seeded sample beyond this).")
+@click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
+@click.option("--timeout-s", type=TIMEOUT_S, help="Per-test timeout in seconds (>= 0.1).")
+@_python_option
+@_executor_option
 @click.pass_context
 @guarded
-def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries) -> None:
+def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout_s, python) -> None:
     """Autograd against central finite differences in float64 on the baseline; exit 1 on a mismatch."""
     from . import api
 
     reports = api.gradcheck(list(suites) or None, test_ids=_patterns(test_ids), tags=_patterns(tags),
-                            seed=seed, eps=eps, max_entries=max_entries, settings=_settings(ctx))
+                            seed=seed, eps=eps, max_entries=max_entries,
+                            settings=_settings(ctx, jobs=jobs, timeout_s=timeout_s), python=python)
     for rep in reports:
         _echo(rep.format())
     failed = [r.test_id for r in reports if not r.passed]

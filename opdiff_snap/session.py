@@ -7,39 +7,26 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, parse_executor
-from .errors import OpdiffError
-from .execution import WorkerPool
+from .config import Settings
+from .execution.pools import Pool, open_pool
 from .results import Listener
 
 
-def make_pool(settings: Settings, in_process: bool, listener: Listener | None = None,
-              python: Path | None = None):
-    """The pool the run's jobs go to: worker processes here (under this interpreter, or
-    `python`), this process, or a Ray cluster (`settings.executor`, execution/ray_pool.py),
-    which tells the listener of nodes lost on the way. Each runs tasks with the same contract."""
-    kind, address = parse_executor(settings.executor)
-    if kind == "local":
-        return WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process, python=python)
-    if in_process or python is not None:
-        flag = "--in-process runs jobs in this process" if in_process else "--python runs workers here"
-        raise OpdiffError(f"{flag}, --executor {settings.executor} on a Ray cluster's own interpreters; "
-                          "give one of them.")
-    from .execution.ray_pool import RayPool
-
-    return RayPool(address, jobs=settings.jobs, timeout_s=settings.timeout_s,
-                   notify=lambda text: notice(listener, text))
+def make_pool(settings: Settings, in_process: bool = False, listener: Listener | None = None,
+              python: Path | None = None) -> Pool:
+    """The pool a command's jobs go to (execution/pools.py: worker processes here, under
+    this interpreter or `python`, this process, or a Ray cluster), telling the listener of
+    what happens on the way that is no result (a cluster's node lost)."""
+    return open_pool(settings, in_process=in_process, python=python, notify=lambda text: notice(listener, text))
 
 
-def settings_json(settings: Settings, in_process: bool, cache: bool, pool) -> dict[str, Any]:
-    out = {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
-           "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
-           "threads": pool.threads}
+def settings_json(settings: Settings, in_process: bool, cache: bool, pool: Pool) -> dict[str, Any]:
+    out: dict[str, Any] = {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
+                           "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
+                           "threads": pool.threads}
     if pool.python:
         out["python"] = str(pool.python)
-    describe = getattr(pool, "describe", None)   # where a Ray run ran: its executor and nodes
-    if callable(describe):
-        out.update(describe())
+    out.update(pool.describe())   # where a Ray run ran: its executor and nodes
     return out
 
 

@@ -115,7 +115,7 @@ def test_grad_parity_on_inductor():
 
 
 def test_gradcheck_runs_in_a_worker_and_a_dying_one_is_a_report_not_a_crash():
-    from opdiff_snap.execution.pool import run_one
+    from opdiff_snap.execution.pools import run_one
     from opdiff_snap.verdicts import Verdict as V
 
     case, _ = load_case("cube_bad")

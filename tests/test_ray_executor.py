@@ -65,6 +65,62 @@ def test_a_bad_executor_flag_is_a_usage_error(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+NOT_HERE = "OPDIFF_TEST_NOT_HERE"   # helpers_ray/where.py refuses to import where it is set
+
+
+def where_project(root: Path, site: Path) -> Path:
+    """A project with helpers_ray/where.yaml and its golden (recorded here, in this process)."""
+    (root / "suites").mkdir(parents=True)
+    for name in ("where.py", "where.yaml"):
+        shutil.copy(HERE / "helpers_ray" / name, root / "suites" / name)
+    proc = opdiff(root, site, "record", *FAST, "--in-process")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root
+
+
+def opdiff_not_here(cwd: Path, site: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI with where.py unimportable in its own process and its local workers. The
+    suites are named by absolute path: a node finds a suite's `file:` modules from the
+    suite's path as given, and the nodes run in another working directory."""
+    return subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--suites", str(cwd / "suites"), *args],
+                          cwd=cwd,
+                          env={**cli_env(site), NOT_HERE: "1"}, capture_output=True, text=True, timeout=300)
+
+
+def one_paragraph_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("opdiff: error: "), proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, (needle, proc.stderr)
+
+
+@pytest.mark.slow
+def test_validate_localize_and_gradcheck_refuse_local_only_flags_with_ray(site, where):
+    """--in-process and --python are for local workers: with --executor ray, validate,
+    localize and gradcheck refuse them the way check does, before any Ray starts."""
+    root = where
+    python = ["--python", sys.executable, "--executor", "ray"]
+    both = "--executor ray on a Ray cluster's own interpreters; give one of them."
+    one_paragraph_error(opdiff(root, site, "validate", "--imports", *python), "--python runs workers here", both)
+    one_paragraph_error(opdiff(root, site, "gradcheck", *python), "--python runs workers here", both)
+    one_paragraph_error(opdiff(root, site, "localize", "cube", "-b", "torch_cpu_fp32", *python),
+                        "--python runs workers here", both)
+    one_paragraph_error(opdiff(root, site, "localize", "cube", "-b", "torch_cpu_fp32", "--in-process",
+                               "--executor", "ray"), "--in-process runs jobs in this process", both)
+
+
+@pytest.mark.slow
+def test_validate_localize_and_gradcheck_run_their_workers_under_python(site, where, tmp_path):
+    """--python reaches the pool of validate, localize and gradcheck: an interpreter without
+    opdiff-snap is refused before anything runs, as check refuses it."""
+    root = where
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    bare = tmp_path / "bare" / "bin" / "python"
+    for args in (["validate", "--imports"], ["gradcheck"], ["localize", "cube", "-b", "torch_cpu_fp32"]):
+        one_paragraph_error(opdiff(root, site, *args, "--python", str(bare)), f"{bare} has no opdiff-snap")
+
+
 # ---------------------------------------------------------------- the cluster
 
 @pytest.fixture(scope="module")
@@ -309,3 +365,43 @@ def test_a_node_that_dies_mid_run_loses_no_item(cluster, site, project):
         assert "died during the run" in i["error_message"] and i["error_class"] == "NodeDied"
     # whatever the node was running: a CRASH naming it, or a job retried elsewhere
     assert crashed or ("retried elsewhere" in out and doomed_label in out)
+
+
+@pytest.fixture(scope="module")
+def where(tmp_path_factory, site):
+    return where_project(tmp_path_factory.mktemp("raywhere"), site)
+
+
+@pytest.mark.slow
+def test_validate_imports_on_the_cluster(cluster, site, where):
+    """validate --imports probes the suite's code in the executor's workers: on the cluster's
+    nodes with --executor, in local workers without."""
+    local = opdiff_not_here(where, site, "validate", "--imports")
+    assert local.returncode == 2 and "not on a Ray node" in local.stderr, local.stdout + local.stderr
+    on_ray = opdiff_not_here(where, site, "validate", "--imports", "--executor", f"ray://{cluster.address}")
+    assert on_ray.returncode == 0 and "ok: 1 tests" in on_ray.stdout, on_ray.stdout + on_ray.stderr
+
+
+@pytest.mark.slow
+def test_gradcheck_on_the_cluster(cluster, site, where):
+    local = opdiff_not_here(where, site, "gradcheck")
+    assert local.returncode == 1 and "not on a Ray node" in local.stdout, local.stdout + local.stderr
+    on_ray = opdiff_not_here(where, site, "gradcheck", "--executor", f"ray://{cluster.address}")
+    assert on_ray.returncode == 0, on_ray.stdout + on_ray.stderr
+    assert "1 of 1 tests pass gradcheck" in on_ray.stdout
+
+
+@pytest.mark.slow
+def test_localize_on_the_cluster(cluster, site, where):
+    """localize runs every piece on the cluster (those of a preset needing `special` on the
+    node advertising it); a preset no node can run is refused before anything runs, naming
+    what is missing."""
+    local = opdiff_not_here(where, site, "localize", "cube", "-b", "special_cpu_fp32")
+    assert local.returncode == 2 and "not on a Ray node" in local.stderr, local.stdout + local.stderr
+    ray_flag = ["--executor", f"ray://{cluster.address}"]
+    on_ray = opdiff_not_here(where, site, "localize", "cube", "-b", "special_cpu_fp32", *ray_flag)
+    assert on_ray.returncode == 0, on_ray.stdout + on_ray.stderr
+    assert "reproduce the baseline within tolerance" in on_ray.stdout
+    nowhere = opdiff_not_here(where, site, "localize", "cube", "-b", "nowhere_cpu_fp32", *ray_flag)
+    one_paragraph_error(nowhere, "localize needs to run preset 'nowhere_cpu_fp32'", "advertises nowhere",
+                        """--resources '{"nowhere": 1}'""")

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from ..backends.base import Backend, Preset
+from ..execution.job import WorkerContext
 from ..suite.model import TestCase, Tolerance
 from ..verdicts import Verdict
 
@@ -95,10 +96,10 @@ class PieceTask:
     def cut(self) -> Piece:
         raise NotImplementedError
 
-    def run(self, context=None) -> PieceResult:
+    def run(self, context: WorkerContext = WorkerContext()) -> PieceResult:
         from ..errors import error_text
 
-        threads = getattr(context, "threads", 0)
+        threads = context.threads
         try:
             piece = self.cut()
         except Exception as exc:

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from ..backends.base import Backend, Preset
+from ..config import Settings
 from ..errors import OpdiffError
-from ..execution.pool import WorkerPool
+from ..execution.pools import Pool, open_pool
 from ..suite.model import Invocation, TestCase, Tolerance
 from ..verdicts import NOT_DIVERGED, RAN, Verdict
 from .alone import PieceResult, PieceTask
@@ -225,7 +226,7 @@ class _Search:
     """Runs localize's tasks on the pool; holds what every task needs."""
 
     def __init__(self, case: TestCase, invocation: Invocation, preset: Preset, tol: Tolerance,
-                 pool: WorkerPool, backend: Backend | None, baseline_precision: str):
+                 pool: Pool, backend: Backend | None, baseline_precision: str):
         self.case, self.invocation, self.preset, self.tol = case, invocation, preset, tol
         self.pool, self.backend, self.baseline_precision = pool, backend, baseline_precision
 
@@ -407,7 +408,7 @@ def _smallest_divergent(enclosing: list[SubmoduleRow], calls: list[CallInfo]) ->
 
 def localize(case: TestCase, invocation: Invocation, preset: Preset,
              tol_for: Callable[[Preset], Tolerance] | None = None, *, backend: Backend | None = None,
-             pool: WorkerPool | None = None, ops: bool = False, baseline_precision: str = "fp32",
+             pool: Pool | None = None, ops: bool = False, baseline_precision: str = "fp32",
              seed: int = 0) -> LocalizeReport:
     """Find where `case` first diverges on `preset` (see the module docstring).
 
@@ -420,19 +421,19 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
     if case.call.kind != "module" or case.pair is not None:
         raise OpdiffError(f"test '{case.id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "
                           "localize needs a module test (it hooks the module's submodules).")
-    if backend is None:
-        from ..backends.registry import backend_for
-        backend_avail = backend_for(preset).availability(preset)
-    else:
-        backend_avail = backend.availability(preset)
-    if not backend_avail.can_export:
-        raise OpdiffError(f"preset '{preset.name}' cannot export on this machine ({backend_avail.reason}); "
-                          "localize needs to run the target. Try it where the preset is available.")
     tol = tol_for(preset) if tol_for is not None else tolerance_for(case.tolerance, preset)
     own_pool = pool is None
     # isolated workers by default; a Backend object given here cannot travel to one, so it runs here
-    pool = pool if pool is not None else WorkerPool(jobs=1, in_process=backend is not None)
+    pool = pool if pool is not None else open_pool(Settings(jobs=1), in_process=backend is not None)
     try:
+        if backend is None:
+            why = pool.unavailable(preset)
+        else:
+            avail = backend.availability(preset)
+            why = None if avail.can_export else f"this machine cannot export it ({avail.reason})"
+        if why:
+            raise OpdiffError(f"localize needs to run preset '{preset.name}', and {why}. Try it where the "
+                              "preset is available.")
         return _localize(_Search(case, invocation, preset, tol, pool, backend, baseline_precision), ops, seed)
     finally:
         if own_pool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator
 
 from .job import Task
-from .pool import WorkerPool
+from .pools import Pool
 
 
 @dataclass
@@ -38,7 +38,7 @@ class _Raised:
 class Dispatcher:
     """Queue work on a WorkerPool now, take each result when it is wanted."""
 
-    def __init__(self, pool: WorkerPool):
+    def __init__(self, pool: Pool):
         self.pool = pool
         self._queue: deque[tuple[str, Callable[[], Task | Ready]]] = deque()
         self._keys: set[str] = set()      # queued or running, result not yet taken

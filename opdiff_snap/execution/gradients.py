@@ -146,7 +146,7 @@ def can_differentiate(preset: Preset) -> bool:
     """Whether the preset's backend declares it can run a backward pass."""
     from ..backends.registry import backend_for
 
-    return bool(getattr(backend_for(preset), "can_differentiate", False))
+    return bool(backend_for(preset).can_differentiate)
 
 
 def compute_grads(case: TestCase, invocation: Invocation, cotangent: list, preset: Preset) -> dict:

@@ -395,6 +395,18 @@ class WorkerPool:
             self._logs.cleanup()
             self._logs = None
 
+    def describe(self) -> dict[str, Any]:
+        """What a run's settings add about where it ran: nothing beyond this machine."""
+        return {}
+
+    def unavailable(self, preset) -> str | None:
+        """Why this machine cannot export `preset` (None: it can); whether it can run what it
+        exported, each job finds out."""
+        from ..backends.registry import availability
+
+        avail = availability(preset)
+        return None if avail.can_export else f"this machine cannot export it ({avail.reason})"
+
     # ------------------------------------------------------------ the workers' environment
     def environment(self) -> dict:
         """The environment jobs run in, for the run's meta line: this process's, or, for
@@ -575,10 +587,3 @@ class WorkerPool:
 
 def _quoted(text: str) -> str:
     return f"; its last output:\n{text}\n" if text else ""
-
-
-def run_one(task: Task, timeout_s: float = 300.0, in_process: bool = False):
-    """One task in a fresh worker (or here, in-process mode): its result, or what its
-    `failed` builds when the worker crashed or timed out."""
-    with WorkerPool(jobs=1, timeout_s=timeout_s, in_process=in_process) as pool:
-        return next(iter(pool.run([task])))

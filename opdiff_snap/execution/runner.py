@@ -122,7 +122,7 @@ def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
         return _fail(job, Verdict.STRUCTURE_MISMATCH,
                      f"test '{job.case.id}' returns {_describe(prepared.out_structure)}: nothing to compare; "
                      "make its forward return the result")
-    if not getattr(backend, "serializes", False) or job.cache_dir is not None:
+    if not backend.serializes or job.cache_dir is not None:
         # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
         outcome = _export_and_run(job, backend, prepared, avail, threads, None)
     else:
@@ -160,7 +160,7 @@ def _gradients(job: Job, outcome: Outcome) -> None:
 
 def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Availability, threads: int,
                     tmp: Path | None) -> Outcome:
-    use_cache = job.cache_dir is not None and getattr(backend, "serializes", False)
+    use_cache = job.cache_dir is not None and backend.serializes
     cache = ArtifactCache(job.cache_dir) if job.cache_dir is not None and use_cache else None
     key = cache_key(job) if cache is not None else ""
     for attempt in (0, 1):  # a cached artifact that fails to load is evicted and rebuilt once
