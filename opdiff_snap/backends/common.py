@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -109,3 +110,14 @@ def export_program(module: torch.nn.Module, inputs: Sequence[torch.Tensor], opts
         if opts.get("use_default_decompositions"):
             return program.run_decompositions()
         return program.run_decompositions({}) if always_decompose else program
+
+
+def script_source(imports: Sequence[str], constants: Mapping[str, Any], functions: Sequence[Callable[..., Any]],
+                  glue: str) -> str:
+    """A family's `repro_source` built from the code its run path runs: the imports, the
+    constants (as literals), each function's own source, then the glue that calls them as
+    the family's export and load do. The functions may use only torch, the runtime, the
+    constants and each other, so the script runs them without this package."""
+    parts = ["\n".join(imports), "\n".join(f"{name} = {value!r}" for name, value in constants.items())]
+    parts += [inspect.getsource(f).rstrip("\n") for f in functions]
+    return "\n" + "\n\n\n".join(p for p in parts if p) + "\n" + glue

@@ -18,7 +18,16 @@ import torch
 
 from ..limits import THREADS
 from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
-from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module, single_file, thread_budget
+from .common import (
+    IS_MACOS,
+    cast_inputs,
+    contiguous_cpu,
+    export_program,
+    has_module,
+    script_source,
+    single_file,
+    thread_budget,
+)
 
 PROGRAM_FILE = "model.pte"
 
@@ -51,6 +60,8 @@ class ExecuTorchBackend:
     option_ranges = {"num_threads": THREADS}
     serializes = True
     can_differentiate = False
+    repro_needs = "torch, executorch"
+    repro_source = ""  # set below the class, from the functions export and load call
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
         if device == "coreml":
@@ -77,109 +88,130 @@ class ExecuTorchBackend:
                                              "delegate runs only on macOS (lowering is checked here)")
         return Availability(True, True)
 
-    def _partitioners(self, preset: Preset) -> list[Any]:
-        opts = preset.options
-        device = preset.device
-        if device == "portable":
-            return []
-        if device == "cpu":
-            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-            return [XnnpackPartitioner()]
-        if device == "mps":
-            from executorch.backends.apple.mps.partition import MPSPartitioner
-            from executorch.exir.backend.compile_spec_schema import CompileSpec
-            use_fp32 = not bool(opts.get("export_fp16"))
-            return [MPSPartitioner([CompileSpec("use_fp32", bytes([use_fp32]))])]
-        if device == "coreml":
-            import coremltools as ct
-            from executorch.backends.apple.coreml.compiler import CoreMLBackend
-            from executorch.backends.apple.coreml.partition import CoreMLPartitioner
-            precision = opts.get("coreml_compute_precision") or preset.precision
-            spec_kwargs: dict[str, Any] = {
-                "compute_precision": ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32,
-                "compute_unit": getattr(ct.ComputeUnit, str(opts.get("coreml_compute_units") or "ALL")),
-            }
-            target = opts.get("coreml_minimum_deployment_target")
-            if target:
-                spec_kwargs["minimum_deployment_target"] = getattr(ct.target, str(target))
-            specs = CoreMLBackend.generate_compile_specs(**spec_kwargs)
-            return [CoreMLPartitioner(compile_specs=specs,
-                                      lower_full_graph=bool(opts.get("coreml_lower_full_graph")))]
-        raise ValueError(f"unknown ExecuTorch device '{device}'")
-
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
-        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-
         opts = preset.options
         program = export_program(module, inputs, opts, always_decompose=False)
-        edge = to_edge_transform_and_lower(program, partitioner=self._partitioners(preset))
-        config = ExecutorchBackendConfig(extract_delegate_segments=bool(opts.get("extract_delegate_segments", True)))
-        et_program = edge.to_executorch(config=config)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         with open(workdir / PROGRAM_FILE, "wb") as f:
-            et_program.write_to_file(f)
+            executorch_lower(program, preset.device, preset.precision, opts).write_to_file(f)
         return Artifact(path=workdir)
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         avail = self.availability(preset)
         if not avail.can_run:
             raise RuntimeError(avail.reason)
-        from executorch.runtime import Runtime, Verification
-
         opts = preset.options
         _set_threads(thread_budget(opts.get("num_threads"), threads))
-        level = str(opts.get("verification", "minimal"))
-        verification = {"minimal": Verification.Minimal,
-                        "internal_consistency": Verification.InternalConsistency}.get(level)
-        if verification is None:
-            raise ValueError(f"verification must be 'minimal' or 'internal_consistency', got {level!r}")
         assert artifact.path is not None
-        path = single_file(Path(artifact.path), ".pte")
-        program = Runtime.get().load_program(path, verification=verification)
-        method = program.load_method(str(opts.get("method_name", "forward")))
+        method = executorch_method(single_file(Path(artifact.path), ".pte"), opts)
         dtype = torch.float16 if opts.get("export_fp16") else None
 
         def run(inputs):
-            args = contiguous_cpu(cast_inputs(inputs, dtype))
-            outs = method.execute(args)
-            # outputs may live in the method's planned memory: copy before the next call
-            return [t.clone() if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in outs]
+            return executorch_execute(method, contiguous_cpu(cast_inputs(inputs, dtype)))
 
         return run
 
-    # What a standalone repro script runs for this family (cause/repro.py writes it out;
-    # it needs only torch and the runtime). Keep it in step with export and load above.
-    repro_needs = "torch, executorch"
-    repro_source = '''
-from executorch.exir import to_edge_transform_and_lower
-from executorch.runtime import Runtime
+# The steps below are what check runs, and, written out as source, what a repro script
+# runs (`repro_source`): they use only torch, executorch and their arguments.
+
+def executorch_partitioners(device: str, precision: str, options: Mapping[str, Any]) -> list[Any]:
+    """The delegate for the device: cpu XNNPACK, portable none, mps MPS, coreml CoreML."""
+    if device == "portable":
+        return []
+    if device == "cpu":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        return [XnnpackPartitioner()]
+    if device == "mps":
+        from executorch.backends.apple.mps.partition import MPSPartitioner
+        from executorch.exir.backend.compile_spec_schema import CompileSpec
+        use_fp32 = not bool(options.get("export_fp16"))
+        return [MPSPartitioner([CompileSpec("use_fp32", bytes([use_fp32]))])]
+    if device == "coreml":
+        import coremltools as ct
+        from executorch.backends.apple.coreml.compiler import CoreMLBackend
+        from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+        compute = options.get("coreml_compute_precision") or precision
+        spec_kwargs: dict[str, Any] = {
+            "compute_precision": ct.precision.FLOAT16 if compute == "fp16" else ct.precision.FLOAT32,
+            "compute_unit": getattr(ct.ComputeUnit, str(options.get("coreml_compute_units") or "ALL")),
+        }
+        target = options.get("coreml_minimum_deployment_target")
+        if target:
+            spec_kwargs["minimum_deployment_target"] = getattr(ct.target, str(target))
+        specs = CoreMLBackend.generate_compile_specs(**spec_kwargs)
+        return [CoreMLPartitioner(compile_specs=specs,
+                                  lower_full_graph=bool(options.get("coreml_lower_full_graph")))]
+    raise ValueError(f"unknown ExecuTorch device '{device}'")
+
+
+def executorch_lower(program: Any, device: str, precision: str, options: Mapping[str, Any]) -> Any:
+    """An ExportedProgram lowered (to_edge_transform_and_lower with the device's delegate)
+    to an ExecuTorch program."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+    edge = to_edge_transform_and_lower(program, partitioner=executorch_partitioners(device, precision, options))
+    segments = bool(options.get("extract_delegate_segments", True))
+    return edge.to_executorch(config=ExecutorchBackendConfig(extract_delegate_segments=segments))
+
+
+def executorch_method(path: Path, options: Mapping[str, Any]) -> Any:
+    """The program's method loaded by executorch.runtime, with the preset's verification."""
+    from executorch.runtime import Runtime, Verification
+
+    level = str(options.get("verification", "minimal"))
+    verification = {"minimal": Verification.Minimal,
+                    "internal_consistency": Verification.InternalConsistency}.get(level)
+    if verification is None:
+        raise ValueError(f"verification must be 'minimal' or 'internal_consistency', got {level!r}")
+    program = Runtime.get().load_program(path, verification=verification)
+    return program.load_method(str(options.get("method_name", "forward")))
+
+
+def executorch_execute(method: Any, args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """One call; outputs may live in the method's planned memory: copied before the next."""
+    outs = method.execute(args)
+    return [t.clone() if isinstance(t, torch.Tensor) else torch.as_tensor(t) for t in outs]
+
+
+_REPRO_GLUE = '''
 
 OPTIONS = PRESET["options"]
 
 
-def partitioners():
-    """cpu: XNNPACK delegate; portable: no delegate (portable kernels)."""
-    if PRESET["device"] == "cpu":
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        return [XnnpackPartitioner()]
-    if PRESET["device"] == "portable":
-        return []
-    raise SystemExit(f"this script knows the cpu and portable ExecuTorch devices, not {PRESET['device']!r}")
-
-
-def run(module, inputs):
-    """torch.export -> to_edge_transform_and_lower -> .to_executorch() -> executorch.runtime."""
-    if OPTIONS.get("export_fp16"):  # the preset exports a float16 program
+def export(module, inputs):
+    """torch.export (float16 when the preset exports fp16), lowered and written to a .pte file."""
+    if OPTIONS.get("export_fp16"):
         module = module.half()
         inputs = [x.half() if x.is_floating_point() else x for x in inputs]
     with torch.no_grad():
-        program = torch.export.export(module.eval(), tuple(inputs), strict=bool(OPTIONS.get("export_strict")))
-    executorch_program = to_edge_transform_and_lower(program, partitioner=partitioners()).to_executorch()
-    method = Runtime.get().load_program(executorch_program.buffer).load_method("forward")
-    return [t.clone() for t in method.execute([x.contiguous() for x in inputs])]
+        program = torch.export.export(module, tuple(x.contiguous() for x in inputs),
+                                      strict=bool(OPTIONS.get("export_strict")))
+        if OPTIONS.get("use_default_decompositions"):
+            program = program.run_decompositions()
+    path = Path(tempfile.mkdtemp()) / "model.pte"
+    with open(path, "wb") as f:
+        executorch_lower(program, PRESET["device"], PRESET["precision"], OPTIONS).write_to_file(f)
+    return path
+
+
+def load(path):
+    method = executorch_method(path, OPTIONS)
+
+    def run(inputs):
+        if OPTIONS.get("export_fp16"):
+            inputs = [x.half() if x.is_floating_point() else x for x in inputs]
+        return executorch_execute(method, [x.contiguous() for x in inputs])
+
+    return run
 '''
+
+# What a standalone repro script runs for this family (cause/repro.py writes it out): the
+# functions check runs, as source, and the glue that calls them the way export and load do.
+ExecuTorchBackend.repro_source = script_source(
+    ["import tempfile", "from typing import Any, Mapping"], {},
+    [executorch_partitioners, executorch_lower, executorch_method, executorch_execute], _REPRO_GLUE)
 
 
 def _set_threads(n: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 
 from .base import CUDA, Artifact, Availability, Preset, Runnable
-from .common import as_output_list, cast_inputs, cast_module, has_module, reduced_dtype
+from .common import as_output_list, cast_inputs, cast_module, has_module, reduced_dtype, script_source
 from .torch_eager import device_availability, grad_context
 
 
@@ -30,7 +30,12 @@ def _cxx_compiler() -> str | None:
 
 def compile_kwargs(preset: Preset) -> dict[str, Any]:
     """torch.compile's keyword arguments for an inductor preset."""
-    opts = preset.options
+    return compile_options(preset.options)
+
+
+def compile_options(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """torch.compile's keyword arguments for an inductor preset's options (a repro script
+    runs this function too, written out as source)."""
     kwargs: dict[str, Any] = {"fullgraph": bool(opts.get("fullgraph", False)),
                               "dynamic": bool(opts.get("dynamic", False)),
                               "backend": opts.get("backend", "inductor")}
@@ -106,21 +111,23 @@ class InductorBackend:
 
         return run
 
-    # What a standalone repro script runs for this family (cause/repro.py writes it out;
-    # it needs only torch and the runtime). Keep it in step with export and load above.
+    # What a standalone repro script runs for this family (cause/repro.py writes it out):
+    # compile_options as source, and export and load above as the script's steps.
     repro_needs = "torch (with a C++ compiler for inductor)"
-    repro_source = '''
-def run(module, inputs):
-    """torch.compile (inductor) on DEVICE in DTYPE."""
-    module = cast_module(module).to(DEVICE)
-    opts = PRESET["options"]
-    kwargs = {"fullgraph": opts.get("fullgraph", False), "dynamic": opts.get("dynamic", False),
-              "backend": opts.get("backend", "inductor")}
-    if opts.get("inductor_options"):
-        kwargs["options"] = opts["inductor_options"]
-    else:
-        kwargs["mode"] = opts.get("mode") or "default"
-    compiled = torch.compile(module, **kwargs)
+    repro_source = script_source(["from typing import Any, Mapping"], {}, [compile_options], '''
+
+def export(module, inputs):
+    """torch.compile (inductor) on DEVICE in DTYPE, called once: compiling happens here."""
+    torch._dynamo.reset()
+    compiled = torch.compile(cast_module(module).to(DEVICE), **compile_options(PRESET["options"]))
     with torch.no_grad():
-        return list(compiled(*[cast(x).to(DEVICE) for x in inputs]))
-'''
+        compiled(*[cast(x).to(DEVICE) for x in inputs])
+    return compiled
+
+
+def load(compiled):
+    def run(inputs):
+        with torch.no_grad():
+            return [t.detach().cpu() for t in compiled(*[cast(x).to(DEVICE) for x in inputs])]
+    return run
+''')

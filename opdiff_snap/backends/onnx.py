@@ -15,12 +15,10 @@ import torch
 
 from ..limits import THREADS, Range
 from .base import CUDA, MACOS, Artifact, Availability, Preset, Runnable
-from .common import cast_inputs, cast_module, contiguous_cpu, reduced_dtype, single_file, thread_budget
+from .common import cast_inputs, cast_module, contiguous_cpu, reduced_dtype, script_source, single_file, thread_budget
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
              "coreml": "CoreMLExecutionProvider"}
-
-_OPT_LEVELS = ("disable", "basic", "extended", "layout", "all")
 
 MODEL_FILE = "model.onnx"
 
@@ -55,6 +53,8 @@ class OnnxBackend:
                      "inter_op_num_threads": THREADS}
     serializes = True
     can_differentiate = False
+    repro_needs = "torch, onnx, onnxscript, onnxruntime"
+    repro_source = ""  # set below the class, from the functions export and load call
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
         return {"providers": [PROVIDERS[device]]}
@@ -79,116 +79,103 @@ class OnnxBackend:
         return Availability(can_export, True, why)
 
     def _providers(self, preset: Preset) -> list[str]:
-        providers = list(preset.options.get("providers") or [PROVIDERS[preset.device]])
-        if preset.options.get("fallback_cpu") and "CPUExecutionProvider" not in providers:
-            providers.append("CPUExecutionProvider")
-        return providers
+        return onnx_providers(preset.options, preset.device)
 
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
-        opts = preset.options
         dtype = reduced_dtype(preset)
-        model = cast_module(module, dtype)
-        args = cast_inputs(inputs, dtype)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        path = workdir / MODEL_FILE
-        names = [f"in{i}" for i in range(len(args))]
-        dynamo = bool(opts.get("dynamo", True))
-        target: Any = model
-        if dynamo and opts.get("use_default_decompositions"):
-            target = torch.export.export(model, args, strict=bool(opts.get("export_strict"))).run_decompositions()
-        kwargs: dict[str, Any] = {
-            "input_names": names,
-            "opset_version": int(opts.get("opset", 20)),
-            "dynamo": dynamo,
-            "external_data": bool(opts.get("external_data", False)),
-            "verbose": False,
-        }
-        if dynamo:
-            kwargs["optimize"] = bool(opts.get("optimize", True))
-        else:
-            kwargs["do_constant_folding"] = bool(opts.get("do_constant_folding", True))
-        with torch.no_grad():
-            torch.onnx.export(target, args, str(path), **kwargs)
-        if not path.is_file():
-            raise RuntimeError(f"torch.onnx.export wrote no file at {path}")
+        onnx_export(cast_module(module, dtype), cast_inputs(inputs, dtype), preset.options, workdir / MODEL_FILE)
         return Artifact(path=workdir)
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         import numpy as np
-        import onnxruntime as ort
 
-        opts = preset.options
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        budget = thread_budget(opts.get("intra_op_num_threads"), threads)
-        if budget:
-            so.intra_op_num_threads = budget
-        if opts.get("inter_op_num_threads"):
-            so.inter_op_num_threads = int(opts["inter_op_num_threads"])
-        level = str(opts.get("graph_optimization_level", "all"))
-        if level not in _OPT_LEVELS:
-            raise ValueError(f"graph_optimization_level must be one of {_OPT_LEVELS}, got {level!r}")
-        so.graph_optimization_level = {
-            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "layout": getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT",
-                              ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[level]
         assert artifact.path is not None
         path = single_file(Path(artifact.path), ".onnx")
-        session = ort.InferenceSession(str(path), sess_options=so, providers=self._providers(preset))
+        session = onnx_session(path, preset.options, self._providers(preset),
+                               thread_budget(preset.options.get("intra_op_num_threads"), threads))
         in_names = [i.name for i in session.get_inputs()]
         dtype = reduced_dtype(preset)
 
         def run(inputs):
-            args = contiguous_cpu(cast_inputs(inputs, dtype))
-            ours = {f"in{i}": t for i, t in enumerate(args)}
-            if all(n in ours for n in in_names):
-                # the exporter may drop inputs the graph never reads: feed by our names
-                feeds = {n: _to_numpy(ours[n]) for n in in_names}
-            elif len(args) == len(in_names):
-                feeds = {n: _to_numpy(t) for n, t in zip(in_names, args)}
-            else:
-                raise RuntimeError(f"the ONNX graph takes {len(in_names)} inputs "
-                                   f"({', '.join(in_names)}), got {len(args)}")
-            outs = session.run(None, feeds)
+            outs = session.run(None, onnx_feeds(in_names, contiguous_cpu(cast_inputs(inputs, dtype))))
             return [torch.as_tensor(np.asarray(o)) for o in outs]
 
         return run
 
-    # What a standalone repro script runs for this family (cause/repro.py writes it out;
-    # it needs only torch and the runtime). Keep it in step with export and load above.
-    repro_needs = "torch, onnx, onnxscript, onnxruntime"
-    repro_source = '''
-import tempfile
+# The steps below are what check runs, and, written out as source, what a repro script
+# runs (`repro_source`): they use only torch, onnxruntime, numpy and their arguments.
 
-import onnxruntime as ort
-
-OPTIONS = PRESET["options"]
-PROVIDERS = list(OPTIONS.get("providers") or [{"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
-                                                "coreml": "CoreMLExecutionProvider"}[PRESET["device"]]])
-if OPTIONS.get("fallback_cpu") and "CPUExecutionProvider" not in PROVIDERS:
-    PROVIDERS.append("CPUExecutionProvider")
+def onnx_providers(options: Mapping[str, Any], device: str) -> list[str]:
+    """The execution providers: the preset's (or its device's), CPU appended on `fallback_cpu`."""
+    providers = list(options.get("providers") or [PROVIDERS[device]])
+    if options.get("fallback_cpu") and "CPUExecutionProvider" not in providers:
+        providers.append("CPUExecutionProvider")
+    return providers
 
 
-def run(module, inputs):
-    """torch.onnx.export (in DTYPE) with the preset's exporter options, then an ONNX Runtime session."""
-    module, inputs = cast_module(module), tuple(cast(x) for x in inputs)
-    path = Path(tempfile.mkdtemp()) / "model.onnx"
-    dynamo = OPTIONS.get("dynamo", True)
-    kwargs = {"opset_version": int(OPTIONS.get("opset", 20)), "dynamo": dynamo}
+def onnx_export(model: torch.nn.Module, args: tuple[torch.Tensor, ...], options: Mapping[str, Any],
+                path: Path) -> None:
+    """torch.onnx.export of `model` on `args` (both already in the preset's dtype) to `path`,
+    with the preset's exporter options; inputs are named in0, in1, ..."""
+    dynamo = bool(options.get("dynamo", True))
+    target: Any = model
+    if dynamo and options.get("use_default_decompositions"):
+        target = torch.export.export(model, args, strict=bool(options.get("export_strict"))).run_decompositions()
+    kwargs: dict[str, Any] = {
+        "input_names": [f"in{i}" for i in range(len(args))],
+        "opset_version": int(options.get("opset", 20)),
+        "dynamo": dynamo,
+        "external_data": bool(options.get("external_data", False)),
+        "verbose": False,
+    }
     if dynamo:
-        kwargs["optimize"] = OPTIONS.get("optimize", True)
+        kwargs["optimize"] = bool(options.get("optimize", True))
+    else:
+        kwargs["do_constant_folding"] = bool(options.get("do_constant_folding", True))
     with torch.no_grad():
-        torch.onnx.export(module, inputs, str(path), verbose=False, **kwargs)
-    session = ort.InferenceSession(str(path), providers=PROVIDERS)
-    feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
-    return [torch.from_numpy(o) for o in session.run(None, feeds)]
-'''
+        torch.onnx.export(target, args, str(path), **kwargs)
+    if not path.is_file():
+        raise RuntimeError(f"torch.onnx.export wrote no file at {path}")
+
+
+def onnx_session(path: Path, options: Mapping[str, Any], providers: list[str], threads: int) -> Any:
+    """An ONNX Runtime session with the preset's optimisation level and thread counts
+    (`threads` intra-op threads; 0: the runtime's default)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    if options.get("inter_op_num_threads"):
+        so.inter_op_num_threads = int(options["inter_op_num_threads"])
+    level = str(options.get("graph_optimization_level", "all"))
+    levels = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "layout": getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT",
+                          ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    if level not in levels:
+        raise ValueError(f"graph_optimization_level must be one of {tuple(levels)}, got {level!r}")
+    so.graph_optimization_level = levels[level]
+    return ort.InferenceSession(str(path), sess_options=so, providers=providers)
+
+
+def onnx_feeds(in_names: list[str], args: list[torch.Tensor]) -> dict[str, Any]:
+    """The session's feeds: by our names in0, in1, ... (the exporter may drop inputs the
+    graph never reads), else in order."""
+    ours = {f"in{i}": t for i, t in enumerate(args)}
+    if all(n in ours for n in in_names):
+        return {n: _to_numpy(ours[n]) for n in in_names}
+    if len(args) == len(in_names):
+        return {n: _to_numpy(t) for n, t in zip(in_names, args)}
+    raise RuntimeError(f"the ONNX graph takes {len(in_names)} inputs ({', '.join(in_names)}), got {len(args)}")
 
 
 def _to_numpy(t: torch.Tensor):
@@ -196,3 +183,35 @@ def _to_numpy(t: torch.Tensor):
         raise TypeError("ONNX Runtime's Python feeds cannot carry bfloat16 inputs (NumPy has no "
                         "bfloat16); this test needs a float32 or float16 input for ONNX presets")
     return t.numpy()
+
+
+_REPRO_GLUE = '''
+
+OPTIONS = PRESET["options"]
+
+
+def export(module, inputs):
+    """The module and inputs in DTYPE, exported to an .onnx file."""
+    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    onnx_export(cast_module(module), tuple(cast(x) for x in inputs), OPTIONS, path)
+    return path
+
+
+def load(path):
+    """An ONNX Runtime session on the preset's providers; run() feeds it inputs in DTYPE."""
+    session = onnx_session(path, OPTIONS, onnx_providers(OPTIONS, PRESET["device"]),
+                           int(OPTIONS.get("intra_op_num_threads") or 0))
+    in_names = [i.name for i in session.get_inputs()]
+
+    def run(inputs):
+        outs = session.run(None, onnx_feeds(in_names, [cast(x).contiguous() for x in inputs]))
+        return [torch.as_tensor(np.asarray(o)) for o in outs]
+
+    return run
+'''
+
+# What a standalone repro script runs for this family (cause/repro.py writes it out): the
+# functions check runs, as source, and the glue that calls them the way export and load do.
+OnnxBackend.repro_source = script_source(
+    ["import tempfile", "from typing import Any, Mapping", "", "import numpy as np"],
+    {"PROVIDERS": PROVIDERS}, [onnx_providers, onnx_export, onnx_session, onnx_feeds, _to_numpy], _REPRO_GLUE)

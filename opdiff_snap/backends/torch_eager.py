@@ -91,12 +91,17 @@ class TorchEagerBackend:
         return run
 
     # What a standalone repro script runs for this family (cause/repro.py writes it out;
-    # it needs only torch and the runtime). Keep it in step with export and load above.
+    # it needs only torch and the runtime): export and load above, step by step.
     repro_needs = "torch"
     repro_source = '''
-def run(module, inputs):
-    """Eager PyTorch on DEVICE in DTYPE."""
-    module = cast_module(module).to(DEVICE)
-    with torch.no_grad():
-        return list(module(*[cast(x).to(DEVICE) for x in inputs]))
+def export(module, inputs):
+    """Eager PyTorch: the module cast to DTYPE and moved to DEVICE."""
+    return cast_module(module).to(DEVICE)
+
+
+def load(module):
+    def run(inputs):
+        with torch.no_grad():
+            return [t.detach().cpu() for t in module(*[cast(x).to(DEVICE) for x in inputs])]
+    return run
 '''

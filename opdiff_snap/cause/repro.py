@@ -36,6 +36,9 @@ from ..suite.model import Node, TestCase, Tolerance
 from ..trees import flatten
 from ..verdicts import Verdict as V
 
+SCRIPT_VERDICTS = "".join(f"{v.value} = {v.value!r}\n" for v in (   # the verdicts a script can reach
+    V.PASS, V.MISMATCH, V.SHAPE_MISMATCH, V.STRUCTURE_MISMATCH, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL))
+
 EMBED_LIMIT = 256 * 1024  # bytes of torch.save data embedded in the script; larger goes beside it
 
 
@@ -70,43 +73,72 @@ def flatten(out):
 
 
 def compare(expected, actual):
-    """Print per-output metrics; True when every output matches within ATOL/RTOL."""
+    """Print per-output metrics; return the verdict and the metrics over all outputs together,
+    computed as `opdiff check` computes them: max_abs, mean_abs and max_rel over the entries
+    finite on both sides (max_rel leaves out entries whose expected value is 0), mismatched =
+    entries outside ATOL/RTOL (integers and bools: not equal)."""
     if len(actual) != len(expected):
         print(f"{MISMATCH}: {len(actual)} outputs, expected {len(expected)}")
-        return False
-    ok = True
+        return STRUCTURE_MISMATCH, None
+    verdict, total = PASS, {"max_abs": 0.0, "max_rel": 0.0, "mean_abs": 0.0, "mismatched": 0, "numel": 0}
+    sum_abs, counted = 0.0, 0
     for i, (e, a) in enumerate(zip(expected, actual)):
         a = a.detach().cpu()
         if tuple(a.shape) != tuple(e.shape):
             print(f"output {i}: {MISMATCH} shape {tuple(a.shape)}, expected {tuple(e.shape)}")
-            ok = False
+            verdict = SHAPE_MISMATCH
             continue
-        if not e.is_floating_point():
-            bad = int((a.to(e.dtype) != e).sum())
-            print(f"output {i}: {e.dtype} exact compare, mismatched={bad}/{e.numel()}")
-            ok = ok and bad == 0
-            continue
+        atol, rtol = (ATOL, RTOL) if e.is_floating_point() else (0.0, 0.0)  # integers, bools: exact
         e64, a64 = e.double(), a.to(e.dtype).double()
-        close = torch.isclose(a64, e64, rtol=RTOL, atol=ATOL, equal_nan=True)
+        close = torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
         both = torch.isfinite(e64) & torch.isfinite(a64)
-        diff = (a64 - e64).abs()[both]
-        rel = diff / e64.abs()[both].clamp_min(torch.finfo(torch.float64).tiny)
+        diff, size = (a64 - e64).abs()[both], e64.abs()[both]
+        rel = diff[size > 0] / size[size > 0]
         max_abs = float(diff.max()) if diff.numel() else 0.0
         max_rel = float(rel.max()) if rel.numel() else 0.0
         bad = int((~close).sum())
-        print(f"output {i}: shape {tuple(e.shape)} max_abs={max_abs:.6g} max_rel={max_rel:.6g} "
-              f"mismatched={bad}/{e.numel()} (atol={ATOL:g}, rtol={RTOL:g})")
-        ok = ok and bad == 0
-    return ok
+        print(f"output {i}: {e.dtype} shape {tuple(e.shape)} max_abs={max_abs:.6g} max_rel={max_rel:.6g} "
+              f"mismatched={bad}/{e.numel()} (atol={atol:g}, rtol={rtol:g})")
+        total["max_abs"], total["max_rel"] = max(total["max_abs"], max_abs), max(total["max_rel"], max_rel)
+        total["mismatched"] += bad
+        total["numel"] += e.numel()
+        sum_abs, counted = sum_abs + float(diff.sum()), counted + diff.numel()
+        if bad and verdict == PASS:
+            verdict = MISMATCH
+    total["mean_abs"] = sum_abs / counted if counted else 0.0
+    return verdict, total
+
+
+def failed(verdict, exc):
+    """A step of the backend raised: the traceback, then the verdict `opdiff check` gives it."""
+    traceback.print_exception(exc)
+    print(verdict)
+    print(json.dumps({"verdict": verdict, "error": f"{type(exc).__name__}: {exc}"}))
+    return 1
 
 
 def main():
+    """Export, load and run as the preset does, then compare. The last line printed is
+    JSON: {"verdict": ..., "metrics": {...}} (or "error" when a step failed)."""
     data = load_data()
     module = Flat(build(data)).eval()
-    actual = [t for t in run(module, data["inputs"])]
-    ok = compare(data["expected"], actual)
-    print(PASS if ok else MISMATCH)
-    return 0 if ok else 1
+    inputs = data["inputs"]
+    try:
+        artifact = export(module, inputs)
+    except Exception as exc:
+        return failed(EXPORT_FAIL, exc)
+    try:
+        runnable = load(artifact)
+    except Exception as exc:
+        return failed(LOAD_FAIL, exc)
+    try:
+        actual = list(runnable(inputs))
+    except Exception as exc:
+        return failed(INFER_FAIL, exc)
+    verdict, metrics = compare(data["expected"], actual)
+    print(verdict)
+    print(json.dumps({"verdict": verdict, "metrics": metrics}))
+    return 0 if verdict == PASS else 1
 
 
 if __name__ == "__main__":
@@ -203,13 +235,30 @@ def _expected_leaves(outputs: Any) -> list[torch.Tensor]:
     return [_plain(torch.view_as_real(t) if t.is_complex() else t) for t in leaves]
 
 
+_RUN_ONLY = '''
+
+def export(module, inputs):
+    """This family's code is one run(): export and load happen inside it."""
+    return module
+
+
+def load(module):
+    return lambda inputs: run(module, inputs)
+'''
+
+
 def _runner(preset: Preset) -> tuple[str, str]:
-    """The backend family's repro code and what it needs."""
+    """The backend family's repro code and what it needs. The code defines `export(module,
+    inputs) -> artifact` and `load(artifact) -> run(inputs)`, the steps of the Backend
+    protocol, so the script tells an export failure from a load or an inference one; a
+    family that writes only `run(module, inputs)` gets the two wrapped around it."""
     backend = backend_for(preset)
     runner, needs = getattr(backend, "repro_source", None), getattr(backend, "repro_needs", "")
     if not runner:
         raise OpdiffError(f"backend family '{preset.family}' (preset '{preset.name}') provides no repro "
                           "template (its `repro_source`); a repro script cannot be written for it.")
+    if not re.search(r"^def export\(", runner, re.M):
+        runner = runner.rstrip("\n") + "\n" + _RUN_ONLY
     return runner, needs
 
 
@@ -270,10 +319,11 @@ def _write_script(out_path: Path, docstring: str, preset: Preset, tolerance: Tol
     docstring = printable(docstring, lines=True).replace("\\", "\\\\").replace('"', '\\"')
     header = ('#!/usr/bin/env python3\n"""' + docstring.strip() + "\n\n"
               f"Needs only: {needs}. Written by opdiff-snap with torch {torch.__version__}.\n" + '"""\n')
-    imports = ("import base64\nimport io\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
+    imports = ("import base64\nimport io\nimport json\nimport sys\nimport traceback\n"
+               "from pathlib import Path\n\nimport torch\n\n"
                "HERE = Path(__file__).resolve().parent\n")
     consts = (f"\nATOL = {tolerance.atol!r}\nRTOL = {tolerance.rtol!r}\n"
-              f"PRESET = {preset.to_json()!r}\nPASS, MISMATCH = {V.PASS.value!r}, {V.MISMATCH.value!r}\n")
+              f"PRESET = {preset.to_json()!r}\n" + SCRIPT_VERDICTS)
     user = ("\n".join(user_imports) + "\n") if user_imports else ""
     text = (header + imports + user + consts + _COMMON + "\n" + runner.lstrip("\n")
             + "\n\n" + _data_source(out_path, data) + "\n\n" + build_src + flat_src + _COMPARE_AND_MAIN)
