@@ -21,8 +21,7 @@ from pathlib import Path
 import duckdb
 
 from ..errors import OpdiffError
-from ..history import check_store_dir
-from ..history_sync import readable_dir
+from ..history import check_store_dir, readable_dir
 from . import ingest
 from .sandbox import Limits, check_query, execute, lock, refusal
 from .table import Table
