@@ -147,7 +147,7 @@ from pathlib import Path
 import duckdb
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics import views
-from opdiff_snap.history_sync import RemoteRuns
+from opdiff_snap.storage.runs_remote import RemoteRuns
 QUERY = {QUERY!r}
 out = {{}}
 def timed(fn, n=3):

@@ -103,16 +103,10 @@ def reconcile_history(settings: Settings | None, how: str) -> str:
     """For a history store behind a URL that lacks runs this machine's mirror of it has (or
     has less of one): `how` = "restore" uploads the mirror's copies into the store, "accept"
     takes the store as it is and sets the mirror's copies aside. Says what was done."""
-    from .errors import OpdiffError
-    from .history_sync import RemoteRuns
-    from .storage import is_url
+    from .storage import open_runs
 
-    store = (settings or Settings()).store
-    if not is_url(store):
-        raise OpdiffError(f"--restore and --accept-store are for a history store behind an s3:// URL; {store} "
-                          "is a local folder, read as it is.")
-    remote = RemoteRuns(str(store))
-    return remote.restore() if how == "restore" else remote.accept()
+    runs = open_runs((settings or Settings()).store)
+    return runs.restore() if how == "restore" else runs.accept()
 
 
 def run_groups(runs: list) -> list:

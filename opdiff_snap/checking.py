@@ -44,7 +44,6 @@ from .execution.gradients import can_differentiate
 from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from .goldens.cases import GoldenCases, UntrustedGolden
 from .goldens.validate import definition_findings
-from .history_sync import readable_dir
 from .pipeline import Pipeline, Running, Selection, Sinks
 from .results import Listener, Result, RunReport
 from .safetext import printable
@@ -496,7 +495,7 @@ def _shard_keys(plan: CheckPlan, presets: Sequence[Preset], shard: tuple[int, in
     decided = [(i.test_id, i.seed, p.name) for i in plan.items for p in presets if i.verdict is not None]
 
     def compute() -> list[list[sharding.Key]]:
-        known = sharding.history_costs(readable_dir(settings.store), settings.repeats, settings.warmup)
+        known = sharding.history_costs(history.readable_dir(settings.store), settings.repeats, settings.warmup)
         return sharding.partition(keys, sharding.expected_costs(keys, known, decided), shard[1])
 
     split, _ = sharding.agreed_split(settings.store, keys, shard[1], group, compute)

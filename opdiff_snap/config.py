@@ -14,23 +14,12 @@ from typing import Any
 from . import limits
 from .errors import OpdiffError, suggest
 from .limits import setting
-from .storage import is_url
+from .storage import parse_location
 
 LOCATIONS = ("goldens", "store", "cache")   # may be s3:// URLs
 # the numeric settings and their ranges (the same as their flags')
 NUMBERS = {"jobs": limits.JOBS, "timeout_s": limits.TIMEOUT_S, "repeats": limits.REPEATS, "warmup": limits.WARMUP,
            "query_timeout_s": limits.TIMEOUT_S}
-
-
-def location(value: Any) -> Path | str:
-    """A store location: an s3:// URL stays a string, anything else is a path."""
-    text = str(value)
-    if is_url(text):
-        return text.rstrip("/")
-    if "://" in text:
-        raise OpdiffError(f"'{text}': only local paths and s3://bucket/prefix URLs are supported as "
-                          "store locations.")
-    return Path(value)
 
 
 @dataclass(frozen=True)
@@ -55,7 +44,7 @@ class Settings:
             given["suites"] = Path(given["suites"])
         for key in LOCATIONS:
             if key in given:
-                given[key] = location(given[key])
+                given[key] = parse_location(given[key])
         return replace(self, **given)
 
 
@@ -110,7 +99,7 @@ def load_settings(start: Path | None = None) -> Settings:
                                   f"not {value!r}.")
             if name in LOCATIONS:
                 try:
-                    where = location(value)
+                    where = parse_location(value)
                 except OpdiffError as exc:
                     raise OpdiffError(f"{pyproject}: [tool.opdiff] {key}: {exc}") from None
                 value = where if isinstance(where, str) else pyproject.parent / where

@@ -10,8 +10,10 @@ most the line being written; readers skip a truncated last line. A write that fa
 (disk full, read-only store) stops the run with HistoryWriteError; the lines before
 it stay, and the run reads as interrupted.
 
-A store behind an s3:// URL is written through a local spool and uploaded at intervals,
-and read through a local mirror (history_sync.py). The lines of an interrupted run that
+Where the run files lie is the history store's business (storage/runs.py): a local folder
+holds them as they are written; a store behind an s3:// URL is written through a local
+spool and uploaded at intervals, and read through a local mirror (storage/runs_remote.py).
+The lines of an interrupted run that
 reached the store only after its writer died (from this machine's spool) are followed by a
 `recovered` line saying so; readers skip it, and `opdiff runs` shows it.
 
@@ -32,21 +34,10 @@ from typing import IO, Any, Callable, Iterable, Mapping
 
 from .environment import environment
 from .errors import Interrupted, OpdiffError
-from .history_sync import (
-    RemoteRuns,
-    Uploads,
-    hold,
-    last_line,
-    match_run_id,
-    readable_dir,
-    utc_now,
-    whole_lines,
-)
-from .storage import StorageError, is_url
+from .storage import StorageError, occupied_by_file, open_runs
+from .storage.runs import RUNS_DIR, RunFileError, Runs, Uploads, utc_now
 from .trees import json_safe
 from .verdicts import Verdict
-
-RUNS_DIR = "runs"
 
 ItemKey = tuple[str, int, str]  # (test id, seed, preset)
 
@@ -57,10 +48,7 @@ class HistoryWriteError(OpdiffError):
 
 def check_store_dir(store_dir: Path | str) -> None:
     """Raise OpdiffError when the history store path is a file."""
-    if is_url(store_dir):
-        return
-    store_dir = Path(store_dir)
-    if store_dir.exists() and not store_dir.is_dir():
+    if occupied_by_file(store_dir):
         raise OpdiffError(f"the history store {store_dir} is a file, not a folder: point --store (or "
                           "[tool.opdiff] store) at the folder that holds runs/ (default ./store).")
 
@@ -90,7 +78,7 @@ class RunFile:
     end: dict[str, Any] | None
     problems: list[str] = field(default_factory=list)
     truncated: bool = False
-    recovered: dict[str, Any] | None = None   # the last `recovered` line (history_sync.py)
+    recovered: dict[str, Any] | None = None   # the last `recovered` line (storage/runs_remote.py)
 
     @property
     def complete(self) -> bool:
@@ -148,6 +136,12 @@ def read_run(path: Path) -> RunFile:
     return _parse(path.read_bytes(), path)
 
 
+def readable_dir(store_dir: Path | str) -> Path:
+    """A local folder holding the store's runs/: the store itself, or the synced mirror of a
+    remote one."""
+    return open_runs(store_dir).readable()
+
+
 def _run_files(store_dir: Path | str) -> list[Path]:
     check_store_dir(store_dir)
     runs = readable_dir(store_dir) / RUNS_DIR
@@ -157,10 +151,18 @@ def _run_files(store_dir: Path | str) -> list[Path]:
 def find_run(store_dir: Path | str, run_id: str) -> Path:
     """The file of `run_id` (or of the one run whose id starts with it); for a remote store,
     its spool file (downloaded unless this machine has at least as much of it)."""
-    if is_url(store_dir):
-        return RemoteRuns(str(store_dir)).fetch(run_id)
-    files = {p.stem: p for p in _run_files(store_dir)}
-    return files[match_run_id(list(files), run_id, Path(store_dir) / RUNS_DIR)]
+    check_store_dir(store_dir)
+    return open_runs(store_dir).find(run_id)
+
+
+def last_line(path: Path, size: int = 65536) -> bytes:
+    """The last line of a run file (its end line, when the run finished)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        n = f.tell()
+        f.seek(max(0, n - size))
+        chunk = f.read()
+    return chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
 
 
 @dataclass
@@ -275,16 +277,16 @@ class RunWriter:
     line, so the run reads as interrupted (and a check stays resumable); Ctrl-C leaves it
     as Interrupted, whose message says so.
     Every line is handed to the OS in one unbuffered write; `fsync=True` also forces it
-    to disk (slower; survives a power cut, not only a killed process). The spool file of a
-    remote run is held locked while it is open (history_sync.hold), so no other command
-    takes it for one whose writer died.
+    to disk (slower; survives a power cut, not only a killed process). `uploads` says when
+    the file reaches its store (storage/runs.py); the spool file of a remote run is held
+    locked while it is open, so no other command takes it for one whose writer died.
     """
 
     def __init__(self, path: Path, run_id: str, meta: dict[str, Any], *, fsync: bool = False,
-                 prior: Iterable[Mapping[str, Any]] = (), remote: RemoteRuns | None = None,
+                 prior: Iterable[Mapping[str, Any]] = (), uploads: Uploads | None = None,
                  file: IO[bytes] | None = None, recovered: dict[str, Any] | None = None):
         self.path = Path(path)
-        self.uploads = Uploads(remote, self.path) if remote is not None else None
+        self.uploads = uploads or Uploads()
         self.run_id = run_id
         self.meta = meta
         self.fsync = fsync
@@ -316,12 +318,11 @@ class RunWriter:
         """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line.
         `plan` is what a resume must reproduce exactly (selection, items, presets); `extra`
         adds keys of the caller's own (the pytest plugin's `runner`). For a remote store the
-        file is spooled locally and uploaded (history_sync.py)."""
+        file is spooled locally and uploaded (storage/runs_remote.py)."""
         check_store_dir(store_dir)
-        remote = RemoteRuns(str(store_dir)) if is_url(store_dir) else None
-        if remote is not None:
-            _remote_call(remote, "open", remote.push_pending)
-        runs = remote.spool if remote is not None else Path(store_dir) / RUNS_DIR
+        store = open_runs(store_dir)
+        _store_call(store, "open", store.push_pending)
+        runs = store.writing_dir
         try:
             runs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -339,11 +340,8 @@ class RunWriter:
                 raise HistoryWriteError(f"cannot create a run file in {runs} ({_why(exc)}): the history "
                                         "store must be writable. Fix its permissions or point --store at a "
                                         "writable folder; nothing was run.") from None
-            if remote is None:
-                break
             try:
-                hold(file, run_id, wait_s=2.0)
-                if _remote_call(remote, "create the run in", lambda r=remote, i=run_id: r.claim(i), path):
+                if _store_call(store, "create the run in", lambda f=file, i=run_id: store.claim(f, i), path):
                     break
             except BaseException:
                 file.close()
@@ -365,7 +363,7 @@ class RunWriter:
             meta["plan"] = plan
         for key, value in (extra or {}).items():
             meta.setdefault(key, value)
-        writer = cls(path, run_id, meta, fsync=fsync, remote=remote, file=file)
+        writer = cls(path, run_id, meta, fsync=fsync, uploads=store.uploads(path), file=file)
         writer._write(meta)
         writer.upload()
         return writer
@@ -378,66 +376,16 @@ class RunWriter:
         `accept(run)` may refuse (raise) before anything is written; then a partial last
         line (the process died mid-write) is cut off. A remote store's run is resumed from
         its latest upload (or this machine's spool of it) and uploaded as it grows."""
-        remote = RemoteRuns(str(store_dir)) if is_url(store_dir) else None
-        path = (_remote_call(remote, "fetch the run from", lambda: remote.fetch(run_id)) if remote is not None
-                else find_run(store_dir, run_id))
-        if remote is not None:
-            return cls._resume_spooled(path, remote, fsync, accept)
+        check_store_dir(store_dir)
+        store = open_runs(store_dir)
+        path = _store_call(store, "fetch the run from", lambda: store.find(run_id))
         try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise OpdiffError(f"cannot read the run file {path} ({_why(exc)}).") from None
-        run = _resumable(data, path, accept)
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            try:
-                with open(path, "r+b") as f:
-                    if run.truncated:      # unparseable partial line: drop it
-                        f.truncate(cut)
-                    else:                  # a whole line that lost only its newline
-                        f.seek(0, os.SEEK_END)
-                        f.write(b"\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as exc:
-                raise HistoryWriteError(f"cannot repair the end of the run file {path} to resume it "
-                                        f"({_why(exc)}); make the history store writable and try "
-                                        "again.") from None
+            run, file = store.reopen(path, lambda data, at: _resumable(data, at, accept))
+        except RunFileError as exc:
+            raise (HistoryWriteError if exc.writing else OpdiffError)(str(exc)) from None
         assert run.meta is not None
         writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items,
-                     recovered=run.recovered)
-        return writer, run.keys()
-
-    @classmethod
-    def _resume_spooled(cls, path: Path, remote: RemoteRuns, fsync: bool,
-                        accept: Callable[[RunFile], None] | None) -> tuple["RunWriter", set[ItemKey]]:
-        """Resume a remote run from its spool file, held locked from the first read on."""
-        try:
-            file = open(path, "r+b", buffering=0)
-        except OSError as exc:
-            raise HistoryWriteError(f"cannot open the spooled run file {path} ({_why(exc)}); make it "
-                                    "writable and try again.") from None
-        try:
-            hold(file, path.stem, wait_s=2.0)
-            data = file.readall()
-            run = _resumable(data, path, accept)
-            whole = whole_lines(data)
-            if whole != data:   # a partial last line is dropped; one that lost only its newline gets it
-                file.seek(0)
-                file.truncate(0)
-                file.write(whole)
-                os.fsync(file.fileno())
-            file.seek(0, os.SEEK_END)
-        except OSError as exc:
-            file.close()
-            raise HistoryWriteError(f"cannot repair the end of the spooled run file {path} to resume it "
-                                    f"({_why(exc)}); make it writable and try again.") from None
-        except BaseException:
-            file.close()
-            raise
-        assert run.meta is not None
-        writer = cls(path, run.meta.get("run_id", path.stem), run.meta, fsync=fsync, prior=run.items,
-                     remote=remote, file=file, recovered=run.recovered)
+                     uploads=store.uploads(path), file=file, recovered=run.recovered)
         return writer, run.keys()
 
     # -- writing
@@ -469,13 +417,11 @@ class RunWriter:
         self._note(line)
         status = str(line.get("status"))
         self._counts[status] = self._counts.get(status, 0) + 1
-        if self.uploads is not None and self.uploads.due():
+        if self.uploads.due():
             self.upload()
 
     def upload(self) -> None:
-        """Upload the run file as it is now (remote stores only)."""
-        if self.uploads is None:
-            return
+        """Upload the run file as it is now (a local store's has nothing to upload)."""
         try:
             self.uploads.now()
         except StorageError as exc:
@@ -507,18 +453,15 @@ class RunWriter:
             end["recovered"] = self.recovered
         self._write(end)
         self.ended = True
-        if self.uploads is not None:
-            try:
-                self.uploads.now()   # still holding the spool file: no other command pushes it meanwhile
-            except StorageError as exc:
-                self._file.close()
-                raise HistoryWriteError(f"run {self.run_id} finished, but its history could not be uploaded: "
-                                        f"{exc} It is kept in {self.path}; the next opdiff command on this "
-                                        "store uploads it.") from None
+        try:
+            self.uploads.now()   # still holding the spool file: no other command pushes it meanwhile
+        except StorageError as exc:
             self._file.close()
-            self.path.unlink(missing_ok=True)   # in the store now; the spool keeps unfinished runs only
-            self.uploads = None
+            raise HistoryWriteError(f"run {self.run_id} finished, but its history could not be uploaded: "
+                                    f"{exc} It is kept in {self.path}; the next opdiff command on this "
+                                    "store uploads it.") from None
         self._file.close()
+        self.uploads.done()   # in the store now; a spool keeps unfinished runs only
 
     def close(self, upload: bool = True) -> bool:
         """Close the file; a remote run that stops early uploads what it has first (best
@@ -528,7 +471,7 @@ class RunWriter:
         if self._file.closed:
             return True
         uploaded = True
-        if upload and self.uploads is not None and not self.ended:
+        if upload and not self.ended:
             try:
                 self.uploads.now()
             except (StorageError, OSError):
@@ -584,13 +527,13 @@ def _resumable(data: bytes, path: Path, accept: Callable[[RunFile], None] | None
     return run
 
 
-def _remote_call(remote: RemoteRuns, doing: str, fn, path: Path | None = None):
-    """Run a call on a remote history store, its failure as one clear HistoryWriteError."""
+def _store_call(store: Runs, doing: str, fn, path: Path | None = None):
+    """Run a call on a history store, a failure to reach it as one clear HistoryWriteError."""
     try:
         return fn()
     except StorageError as exc:
         if path is not None:
             path.unlink(missing_ok=True)
-        raise HistoryWriteError(f"cannot {doing} the history store {remote.url}: {exc} Nothing was "
+        raise HistoryWriteError(f"cannot {doing} the history store {store.url}: {exc} Nothing was "
                                 "run.") from None
 

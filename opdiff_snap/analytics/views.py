@@ -22,8 +22,7 @@ from pathlib import Path
 import duckdb
 
 from ..errors import OpdiffError
-from ..history import check_store_dir
-from ..history_sync import readable_dir
+from ..history import check_store_dir, readable_dir
 from ..verdicts import TABLE, TABLE_COLUMNS
 from . import ingest
 from .sandbox import Limits, check_query, execute, lock, refusal

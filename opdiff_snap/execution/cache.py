@@ -13,8 +13,8 @@ not reuse an old artifact), and the versions of torch, of the backend's runtime
 packages and of opdiff-snap.
 
 A cache behind an s3:// URL is shared: the same entries, as objects under
-`<key[:2]>/<key>/` with `complete` written last, in front of a local folder
-(storage.local_copy_dir) that loads them. A lookup that misses locally downloads a
+`<key[:2]>/<key>/` with `complete` written last, behind a local folder
+(storage.local_copy_dir) that loads them (storage/shared.py). A lookup that misses locally downloads a
 complete remote entry; a new export is uploaded once it is published locally. The key is
 the same as a local cache's, so a runner re-checking unchanged goldens downloads
 artifacts instead of exporting them, and never gets one exported for anything else.
@@ -41,8 +41,7 @@ import torch
 from .. import __version__, trees
 from ..backends.base import Artifact, Preset
 from ..errors import OpdiffError
-from ..storage import StorageError, is_url, local_copy_dir, open_place
-from ..storage.local import LocalPlace
+from ..storage import StorageError, occupied_by_file, open_tiers
 from ..suite.model import Invocation, TestCase
 
 
@@ -128,19 +127,15 @@ class CacheEntry:
 def cache_unusable(root: Path | str) -> str | None:
     """Why artifacts cannot be cached under `root` (None when they can). Raises
     OpdiffError when `root` is a file. Creates nothing: a missing folder is judged by
-    the nearest folder above it that exists. A remote cache is probed with one small
-    object written and deleted."""
-    if is_url(root):
-        try:
-            place = open_place(str(root))
-            probe = f".opdiff-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            place.put(probe, b"")
-            place.delete(probe)
-        except StorageError as exc:
-            return str(exc)
-        return cache_unusable(local_copy_dir(str(root), "artifacts"))
-    root = Path(root)
-    if root.exists() and not root.is_dir():
+    the nearest folder above it that exists. A cache shared behind a URL is probed with one
+    small object written and deleted, and its local folder judged the same way."""
+    try:
+        tiers = open_tiers(root)
+        tiers.probe()
+    except StorageError as exc:
+        return str(exc)
+    root = tiers.root
+    if occupied_by_file(root):
         raise OpdiffError(f"the artifact cache {root} is a file, not a folder: point --cache (or "
                           "[tool.opdiff] cache) at a folder (default ./.opdiff-cache), or pass --no-cache.")
     if root.is_dir():
@@ -159,9 +154,8 @@ def cache_unusable(root: Path | str) -> str | None:
 
 class ArtifactCache:
     def __init__(self, root: Path | str):
-        self.remote = open_place(str(root)) if is_url(root) else None
-        self.root = local_copy_dir(str(root), "artifacts") if is_url(root) else Path(root)
-        self.local = LocalPlace(self.root)
+        self.tiers = open_tiers(root)   # a cache behind a URL: a local folder in front of it
+        self.root = self.tiers.root
 
     def entry_dir(self, key: str) -> Path:
         return self.root / key[:2] / key
@@ -169,7 +163,7 @@ class ArtifactCache:
     def lookup(self, key: str) -> CacheEntry | None:
         """The complete entry for `key`, or None (an incomplete one is removed)."""
         path = self.entry_dir(key)
-        if not path.exists() and not self._download(key):
+        if not path.exists() and not self.tiers.fetch(_name(key), MARKER):
             return None
         try:
             if (path / "complete").is_file():
@@ -177,56 +171,13 @@ class ArtifactCache:
                 return CacheEntry(key, path, meta.get("export_ms"))
         except (OSError, ValueError):
             pass
-        self.evict(key, remote=False)
+        self.evict(key, shared=False)
         return None
 
-    def _download(self, key: str) -> bool:
-        """Fetch a complete remote entry into the local folder; False when there is none."""
-        if self.remote is None:
-            return False
-        name = f"{key[:2]}/{key}"
-        try:
-            objects = [e.key for e in self.remote.list(name)]
-            if f"{name}/{MARKER}" not in objects:
-                return False
-            final = self.entry_dir(key)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=final.parent))
-            try:
-                for obj in objects:
-                    rel = obj[len(name) + 1:]
-                    if rel != MARKER:
-                        self.remote.download(obj, staging / rel)
-                (staging / MARKER).write_text("")
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-            self.local.publish_dir(name, staging)   # False: another process brought it first
-            return True
-        except (StorageError, OSError):
-            return False
-
-    def _upload(self, key: str) -> None:
-        """Share a locally published entry: its files first, `complete` last."""
-        if self.remote is None:
-            return
-        name, path = f"{key[:2]}/{key}", self.entry_dir(key)
-        try:
-            if self.remote.exists(f"{name}/{MARKER}"):
-                return
-            objects = {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*"))
-                       if p.is_file() and p.name != MARKER}
-            self.remote.publish(name, {**objects, MARKER: b""}, MARKER)   # data first, the marker last
-        except (StorageError, OSError):
-            pass   # the artifact is cached here all the same; another runner will export it
-
-    def evict(self, key: str, remote: bool = True) -> None:
+    def evict(self, key: str, shared: bool = True) -> None:
         """Remove an entry (one that does not load: from the shared cache too)."""
-        if remote and self.remote is not None:
-            try:
-                self.remote.remove(f"{key[:2]}/{key}", MARKER)
-            except StorageError:
-                pass
+        if shared:
+            self.tiers.drop(_name(key), MARKER)
         path = self.entry_dir(key)
         if path.exists():
             trash = path.with_name(f".trash-{key}-{uuid.uuid4().hex[:8]}")
@@ -243,8 +194,7 @@ class ArtifactCache:
         Returns the entry and the export time in ms. If another process published the
         same key meanwhile, its entry is used and ours discarded."""
         final = self.entry_dir(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=final.parent))
+        staging = self.tiers.local.stage(_name(key))
         try:
             work = staging / "work"
             work.mkdir()
@@ -263,15 +213,19 @@ class ArtifactCache:
             meta = {"key": key, "export_ms": export_ms, "artifact": rel, "created": time.time(), **info}
             (staging / "entry.json").write_text(json.dumps(meta, indent=1, default=str))
             (staging / "complete").write_text("")
-            if not self.local.publish_dir(f"{key[:2]}/{key}", staging):
+            if not self.tiers.local.publish_dir(_name(key), staging):
                 entry = self.lookup(key)   # published by someone else meanwhile
                 if entry is None:
                     raise OpdiffError(f"the artifact cache entry {final} vanished while it was published; "
                                       "run again.")
                 return entry, export_ms
-            self._upload(key)
+            self.tiers.share(_name(key), MARKER)   # its files first, `complete` last
             return CacheEntry(key, final, export_ms), export_ms
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
 
+
+def _name(key: str) -> str:
+    """An entry's name in the cache: `<key[:2]>/<key>`."""
+    return f"{key[:2]}/{key}"

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..errors import OpdiffError
 from ..safetext import printable, unsafe_char
-from ..storage import StorageError, Stray, is_url, open_place
-from ..storage.local import STAGING, TRASH, unique
+from ..storage import StorageError, Stray, occupied_by_file, open_place
+from ..storage.units import UnitMissing, open_units
 from ..verdicts import GoldenState
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
 from .keys import seed_of_key, store_key, unknown_entry
@@ -52,17 +52,15 @@ class Finding:
 
 class GoldenStore:
     def __init__(self, root: Path | str):
-        self.remote = is_url(root)
-        self.root: Path | str = str(root).rstrip("/") if self.remote else Path(root)
         self._ready = False
-        if isinstance(self.root, Path) and self.root.exists() and not self.root.is_dir():
-            raise OpdiffError(f"the golden store {self.root} is a file, not a folder: point --goldens "
+        if occupied_by_file(root):
+            raise OpdiffError(f"the golden store {root} is a file, not a folder: point --goldens "
                               "(or [tool.opdiff] goldens) at the folder that holds the goldens "
                               "(default ./goldens).")
-        self.place = open_place(self.root)
-        # zarr.json bytes of goldens already read (a remote store reads them in one batch)
-        self._meta: dict[str, bytes] = {}
-        self._listed: set[str] | None = None
+        self.place = open_place(root)
+        self.root: Path | str = self.place.location
+        # the goldens and their zarr.json, read as the place suits (a remote store: in one batch)
+        self.units = open_units(self.place, META, keep=(META,))
 
     # ------------------------------------------------------------------ queries
 
@@ -71,12 +69,7 @@ class GoldenStore:
 
     def where(self, key: str = "") -> str | Path:
         """How messages name the store, or one golden (or object) in it."""
-        return (self.root / key if key else self.root) if isinstance(self.root, Path) else self.place.where(key)
-
-    def _present(self, key: str) -> bool:
-        if self._listed is not None:
-            return key in self._listed
-        return self.place.unit_exists(key, META)
+        return self.place.where(key)
 
     def key(self, test_id: str, seed: int) -> str:
         return store_key(test_id, seed)
@@ -85,9 +78,8 @@ class GoldenStore:
         """Metadata only; None when there is no golden. Unreadable metadata gives an info
         with `problem` set (and an empty spec hash, so record sees it as stale)."""
         key = store_key(test_id, seed)
-        if self.remote and self._listed is None:
-            self.index()   # one listing and a batch of reads instead of two requests per golden
-        if not self._present(key):
+        self.units.listed()
+        if not self.units.present(key):
             return None
         try:
             attrs = self._attrs(key, test_id, seed)
@@ -108,10 +100,6 @@ class GoldenStore:
         (a file, a symbolic link, a folder without zarr.json)."""
         infos = []
         keys, strays = self._survey()
-        if self.remote:
-            fetched = self.place.get_many(f"{k}/{META}" for k in keys if k not in self._meta)
-            self._meta.update({k.rsplit("/", 1)[0]: v for k, v in fetched.items() if v is not None})
-            self._listed = set(keys)
         for key in keys:
             try:
                 infos.append(self._checked_info(key))
@@ -144,15 +132,12 @@ class GoldenStore:
         """The whole golden, every array checked (crc32c and sha256); raises MissingGolden
         or CorruptGolden."""
         key = store_key(test_id, seed)
-        if not self.remote and not self.place.unit_exists(key, META):
-            raise MissingGolden(test_id, seed, self.root)
         try:
             return self._read(key, test_id, seed)
         except CorruptGolden:
-            if not self.remote or key not in self._meta:
+            if not self.units.forget(key):
                 raise
-        # a remote golden replaced since its metadata was read: read it afresh, once
-        self._meta.pop(key, None)
+        # a golden replaced since its metadata was read (and kept): read it afresh, once
         return self._read(key, test_id, seed)
 
     def _read(self, key: str, test_id: str, seed: int) -> Golden:
@@ -189,16 +174,12 @@ class GoldenStore:
         return {e.key.split("/", 1)[1] for e in self.place.list(key) if "/" in e.key}
 
     def _zarr_array(self, key: str):
-        import zarr
-
-        if isinstance(self.root, Path):
-            return zarr.open_array(str(self.root / key), mode="r")
-        return zarr.open_array(store=self.place.zarr_store(), path=key, mode="r")  # type: ignore[attr-defined]
+        return self.place.zarr_array(key)
 
     def read_definition(self, test_id: str, seed: int) -> dict[str, Any]:
         """The expanded test definition stored with the golden (metadata only)."""
         key = store_key(test_id, seed)
-        if not self._present(key):
+        if not self.units.present(key):
             raise MissingGolden(test_id, seed, self.root)
         definition = self._attrs(key, test_id, seed).get("definition")
         if not isinstance(definition, dict):
@@ -239,9 +220,7 @@ class GoldenStore:
         """Raise GoldenWriteError unless goldens can be written here (creates the store)."""
         try:
             self._ensure_root()
-            probe = f"{STAGING}/{unique('probe')}" if not self.remote else f".opdiff-probe-{unique('w')}"
-            self.place.put(probe, b"")
-            self.place.delete(probe)
+            self.place.probe()
         except OSError as exc:
             raise GoldenWriteError(f"cannot write to the golden store {self.root} ({_why(exc)}). "
                                    "Make it writable, or point --goldens at a writable folder; nothing "
@@ -281,10 +260,7 @@ class GoldenStore:
                                    f"{exc} Goldens already in the store are whole (a golden becomes "
                                    "visible only once all of it is written); run `opdiff record` again: "
                                    "it records only what is missing.") from None
-        if self.remote:
-            self._meta[key] = objects[META]
-        if self._listed is not None:
-            self._listed.add(key)
+        self.units.published(key, objects[META])
         return key
 
     def _write_error(self, golden: Golden, exc: OSError) -> GoldenWriteError:
@@ -297,14 +273,14 @@ class GoldenStore:
 
     def delete(self, test_id: str, seed: int) -> None:
         key = store_key(test_id, seed)
-        if not self._present(key):
+        if not self.units.present(key):
             raise MissingGolden(test_id, seed, self.root)
         self._remove(key)
 
     def delete_key(self, key: str) -> None:
         """Delete by store key (GoldenInfo.key): works for goldens whose metadata, and so
         whose test id, cannot be read."""
-        if "/" in key or key.startswith(".") or not self._present(key):
+        if "/" in key or key.startswith(".") or not self.units.present(key):
             raise OpdiffError(f"{self.root}: no golden under key '{key}'.")
         self._remove(key)
 
@@ -320,9 +296,10 @@ class GoldenStore:
         """Create the root group; safe when several writers do it at once (create-only)."""
         if self._ready:
             return
-        subs = ("",) if self.remote else ("", STAGING, TRASH)
+        subs = ("", *self.place.bookkeeping)
         for sub, attrs in ((sub, ROOT_ATTRS if not sub else {}) for sub in subs):
-            # locally .staging and .trash are (empty) groups too, so zarr lists the root cleanly
+            # the place's own folders (locally .staging and .trash) are (empty) groups too, so zarr
+            # lists the root cleanly
             key = f"{sub}/{META}" if sub else META
             if not self.place.exists(key):
                 body = {"zarr_format": 3, "node_type": "group", "attributes": attrs}
@@ -336,15 +313,13 @@ class GoldenStore:
         except OSError as exc:
             raise GoldenWriteError(f"cannot delete the golden {key} from the golden store {self.root} "
                                    f"({_why(exc)}); it is still there, unchanged.") from None
-        self._meta.pop(key, None)
-        if self._listed is not None:
-            self._listed.discard(key)
+        self.units.removed(key)
 
     def _survey(self) -> tuple[list[str], list[Stray]]:
         """(every folder, every other entry) at the top of the store, but its own root
         zarr.json and hidden bookkeeping (.staging, .trash)."""
         try:
-            return self.place.survey(META, keep=(META,))
+            return self.units.survey()
         except OSError as exc:
             raise OpdiffError(f"cannot list the golden store {self.root} ({_why(exc)}); check --goldens "
                               "and its permissions.") from None
@@ -359,11 +334,12 @@ class GoldenStore:
         tid = test_id if test_id is not None else unknown_entry(key)
         sd = seed if seed is not None else (seed_of_key(key) or 0)
         try:
-            raw = self._meta.get(key)
-            meta = parse_metadata(raw if raw is not None else self.place.get(f"{key}/{META}"))
-        except FileNotFoundError:
-            if self.remote and test_id is not None:   # not (or not yet) a whole golden: none
+            meta = parse_metadata(self.units.marker_of(key))
+        except UnitMissing:
+            if test_id is not None:   # no golden (or not yet a whole one)
                 raise MissingGolden(test_id, sd, self.root) from None
+            raise CorruptGolden(tid, sd, "", f"{META} is missing", path) from None
+        except FileNotFoundError:
             raise CorruptGolden(tid, sd, "", f"{META} is missing", path) from None
         except OSError as exc:
             raise CorruptGolden(tid, sd, "", f"{META} is unreadable ({exc.strerror or exc})", path) from None

@@ -1,9 +1,11 @@
 """Where stores live: a local folder or a prefix in an S3-compatible bucket, behind one
-small interface (`Place`). The golden store, the history store and the artifact cache are
-written against it; `open_place` picks the implementation from the location."""
+small interface (`Place`), and on it one seam per store: the golden store reads its units
+through `units`, the history its run files through `runs` (`open_runs`), the artifact
+cache its folders through `shared` (`open_tiers`). Only this package tells a local
+location from a URL (`open.py` picks the implementations)."""
 
-from .base import Entry, ObjectTooLarge, Place, StorageError, Stray, is_url, local_copy_dir
-from .open import open_place
+from .base import Entry, ObjectTooLarge, Place, StorageError, Stray, is_url, local_copy_dir, occupied_by_file
+from .open import open_place, open_runs, open_tiers, parse_location
 
 __all__ = ["Entry", "ObjectTooLarge", "Place", "StorageError", "Stray", "is_url", "local_copy_dir",
-           "open_place"]
+           "occupied_by_file", "open_place", "open_runs", "open_tiers", "parse_location"]

@@ -35,6 +35,15 @@ def is_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(SCHEMES)
 
 
+def occupied_by_file(location: Path | str) -> bool:
+    """Whether a local store location is taken by something other than a folder (a file),
+    so that nothing can be stored there. A URL never is."""
+    if is_url(location):
+        return False
+    path = Path(location)
+    return path.exists() and not path.is_dir()
+
+
 @dataclass(frozen=True)
 class Entry:
     key: str          # relative to the place
@@ -60,7 +69,9 @@ class Place(ABC):
     """A folder-like place holding objects. Keys are relative, `/`-separated."""
 
     url: str                  # how messages name it (never with credentials)
+    location: Path | str      # the location as it was given: a local path, or the URL
     remote: bool = False
+    bookkeeping: tuple[str, ...] = ()   # top-level folders the place keeps for itself (".staging")
 
     # ------------------------------------------------------------ objects
 
@@ -134,6 +145,21 @@ class Place(ABC):
     @abstractmethod
     def remove(self, name: str, marker: str) -> None:
         """Delete a unit (it disappears for readers first); a missing one is fine."""
+
+    def probe(self) -> None:
+        """Write a small object and delete it again: raises (OSError, StorageError) unless
+        this place can be written."""
+        key = self.probe_key()
+        self.put(key, b"")
+        self.delete(key)
+
+    @abstractmethod
+    def probe_key(self) -> str:
+        """A new key for `probe`, where readers of the place never look."""
+
+    @abstractmethod
+    def zarr_array(self, key: str):
+        """The zarr array stored under `key`, opened read-only with zarr itself."""
 
     def clean_debris(self, max_age_s: float, marker: str = "", keep: tuple[str, ...] = ()) -> int:
         """Remove what writers that died left behind (older than `max_age_s`, or whose

@@ -16,6 +16,7 @@ import errno
 import os
 import shutil
 import stat
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,9 +29,11 @@ STAGING, TRASH = ".staging", ".trash"
 
 class LocalPlace(Place):
     remote = False
+    bookkeeping = (STAGING, TRASH)
 
     def __init__(self, root: Path | str):
         self.root = Path(root)
+        self.location = self.root
         self.url = str(self.root)
 
     def path(self, key: str = "") -> Path:
@@ -107,6 +110,14 @@ class LocalPlace(Place):
     def exists(self, key: str) -> bool:
         return self.path(key).is_file()
 
+    def probe_key(self) -> str:
+        return f"{STAGING}/{unique('probe')}"
+
+    def zarr_array(self, key: str):
+        import zarr
+
+        return zarr.open_array(str(self.path(key)), mode="r")
+
     def download(self, key: str, path: Path) -> None:
         shutil.copyfile(self.path(key), path)
 
@@ -156,6 +167,13 @@ class LocalPlace(Place):
         except BaseException:
             shutil.rmtree(stage, ignore_errors=True)
             raise
+
+    def stage(self, name: str) -> Path:
+        """A new empty folder beside where unit `name` goes, to build it in and then move it
+        into place with `publish_dir` (its `.staging-` name marks it as debris meanwhile)."""
+        final = self.path(name)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".staging-{final.name[:12]}-", dir=final.parent))
 
     def publish_dir(self, name: str, stage: Path) -> bool:
         """Rename a folder built elsewhere on this disk into place as unit `name`, unless one

@@ -1,10 +1,28 @@
-"""Open a store location: a local path or an s3:// URL."""
+"""Open a store location, a local path or an s3:// URL: as a place (`open_place`), as a
+history store (`open_runs`), or as a cache's folders (`open_tiers`). Where the kind of a
+location is looked at: the stores are written against what these return."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from ..errors import OpdiffError
 from .base import Place, is_url
+from .runs import LocalRuns, Runs
+from .shared import Tiers
+
+
+def parse_location(value: Any) -> Path | str:
+    """A store location as given (a flag, a setting): an s3:// URL stays a string, anything
+    else is a path."""
+    text = str(value)
+    if is_url(text):
+        return text.rstrip("/")
+    if "://" in text:
+        raise OpdiffError(f"'{text}': only local paths and s3://bucket/prefix URLs are supported as "
+                          "store locations.")
+    return Path(value)
 
 
 def open_place(location: str | Path) -> Place:
@@ -15,3 +33,22 @@ def open_place(location: str | Path) -> Place:
     from .local import LocalPlace
 
     return LocalPlace(Path(location))
+
+
+def open_runs(location: Path | str) -> Runs:
+    """The runs of the history store at `location` (runs.py)."""
+    if is_url(location):
+        from .runs_remote import RemoteRuns
+
+        return RemoteRuns(str(location))
+    return LocalRuns(Path(location))
+
+
+def open_tiers(location: Path | str) -> Tiers:
+    """The local folder for the cache at `location`, and the shared place behind it if it is
+    a URL (shared.py)."""
+    if is_url(location):
+        from .shared import SharedTiers
+
+        return SharedTiers(str(location))
+    return Tiers(Path(location))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .base import Entry, ObjectTooLarge, Place, StorageError, Stray
+from .local import unique
 
 THREADS = 16
 CONNECT_TIMEOUT_S = 5.0
@@ -269,6 +270,7 @@ class S3Place(Place):
     def __init__(self, url: str):
         self.bucket, self.prefix = split_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        self.location = url.rstrip("/")
         self._store = _client(self.bucket, self.prefix)
 
     def _call(self, doing: str, key: str, fn, *args, **kwargs):
@@ -421,8 +423,16 @@ class S3Place(Place):
                 gone += 1
         return gone
 
+    def probe_key(self) -> str:
+        return f".opdiff-probe-{unique('w')}"
+
     def zarr_store(self):
         """The same location as a read-only zarr store (zarr's own obstore-backed store)."""
         from zarr.storage import ObjectStore
 
         return ObjectStore(self._store, read_only=True)
+
+    def zarr_array(self, key: str):
+        import zarr
+
+        return zarr.open_array(store=self.zarr_store(), path=key, mode="r")

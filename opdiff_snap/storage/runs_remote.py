@@ -1,4 +1,5 @@
-"""A history store behind a URL (s3://bucket/prefix): the same `runs/<run id>.jsonl` files.
+"""A history store behind a URL (s3://bucket/prefix): the same `runs/<run id>.jsonl` files,
+written through a local spool and read through a local mirror (runs.Runs).
 
 Writing: a run streams its JSONL into a local spool file, line by line as always, and
 uploads the whole file when it starts (create-only, so two machines can never claim the
@@ -29,26 +30,23 @@ import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable, TypeVar
 
-from .errors import OpdiffError
-from .storage import is_url, local_copy_dir, open_place
+from ..errors import OpdiffError
+from .base import local_copy_dir
+from .runs import RUNS_DIR, RunFileError, Runs, Uploads, is_line, match_run_id, os_reason, utc_now
+from .s3 import S3Place
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: a spool file is never taken for an abandoned one
     fcntl = None  # type: ignore[assignment]
 
-RUNS_DIR = "runs"
 UPLOAD_EVERY_S = float(os.environ.get("OPDIFF_UPLOAD_EVERY_S", "10"))
 UPLOAD_EVERY_ITEMS = int(os.environ.get("OPDIFF_UPLOAD_EVERY_ITEMS", "100"))
 ABANDONED_EMPTY_S = 3600.0   # a spool file without its meta line, unlocked this long, is dropped
 SET_ASIDE = "set-aside"      # where `--accept-store` moves the mirror's copies the store lacks
-
-
-def utc_now() -> str:
-    """ISO 8601 UTC with milliseconds, e.g. 2026-11-22T05:12:00.123Z."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+T = TypeVar("T")
 
 
 class SpoolBusy(OpdiffError):
@@ -80,23 +78,32 @@ def hold(f: IO[bytes], run_id: str = "", wait_s: float = 0.0) -> bool:
             return False   # no locks here (some network file systems): the writer goes on unguarded
 
 
-class RemoteRuns:
+class RemoteRuns(Runs):
     """The runs/ of a history store at `url`, and this machine's spool and mirror of it."""
 
     def __init__(self, url: str):
         self.url = url.rstrip("/")
-        self.place = open_place(f"{self.url}/{RUNS_DIR}")
+        self.place = S3Place(f"{self.url}/{RUNS_DIR}")
         self.spool = local_copy_dir(self.url, "spool") / RUNS_DIR
         self.mirror_root = local_copy_dir(self.url, "mirror")
 
     # ------------------------------------------------------------ writing
 
-    def claim(self, run_id: str) -> bool:
-        """Create the run's object, empty, unless a run of that id exists (then False)."""
+    @property
+    def writing_dir(self) -> Path:
+        return self.spool
+
+    def claim(self, file: IO[bytes], run_id: str) -> bool:
+        """Hold the new spool file locked, and create the run's object, empty, unless a run
+        of that id exists (then False)."""
+        hold(file, run_id, wait_s=2.0)
         return self.place.put(f"{run_id}.jsonl", b"", create=True)
 
     def upload(self, path: Path) -> None:
         self.place.upload(path, path.name)
+
+    def uploads(self, path: Path) -> Uploads:
+        return SpoolUploads(self, path)
 
     def push_pending(self) -> list[str]:
         """Upload what this machine's spool holds beyond the store's copy, then drop it from
@@ -158,7 +165,7 @@ class RemoteRuns:
         path.unlink(missing_ok=True)
         return items > before
 
-    def fetch(self, run_id: str) -> Path:
+    def find(self, run_id: str) -> Path:
         """The spool file of `run_id` (or of the one run whose id starts with it), downloaded
         unless this machine's spool already has at least as much of it."""
         remote = {e.key[:-6]: e.size for e in self.place.list() if e.key.endswith(".jsonl")}
@@ -170,7 +177,37 @@ class RemoteRuns:
             self.place.download(f"{found}.jsonl", path)
         return path
 
+    def reopen(self, path: Path, check: Callable[[bytes, Path], T]) -> tuple[T, IO[bytes] | None]:
+        """The spool file, held locked from the first read on."""
+        try:
+            file = open(path, "r+b", buffering=0)
+        except OSError as exc:
+            raise RunFileError(f"cannot open the spooled run file {path} ({os_reason(exc)}); make it "
+                               "writable and try again.", writing=True) from None
+        try:
+            hold(file, path.stem, wait_s=2.0)
+            data = file.readall()
+            checked = check(data, path)
+            whole = whole_lines(data)
+            if whole != data:   # a partial last line is dropped; one that lost only its newline gets it
+                file.seek(0)
+                file.truncate(0)
+                file.write(whole)
+                os.fsync(file.fileno())
+            file.seek(0, os.SEEK_END)
+        except OSError as exc:
+            file.close()
+            raise RunFileError(f"cannot repair the end of the spooled run file {path} to resume it "
+                               f"({os_reason(exc)}); make it writable and try again.", writing=True) from None
+        except BaseException:
+            file.close()
+            raise
+        return checked, file
+
     # ------------------------------------------------------------ reading
+
+    def readable(self) -> Path:
+        return self.sync()
 
     def sync(self) -> Path:
         """Bring the local mirror up to date; returns the folder holding its runs/. Raises
@@ -268,11 +305,7 @@ def whole_lines(data: bytes) -> bytes:
     if not data or data.endswith(b"\n"):
         return data
     cut = data.rfind(b"\n") + 1
-    try:
-        whole = isinstance(json.loads(data[cut:]), dict)
-    except ValueError:
-        whole = False
-    return data + b"\n" if whole else data[:cut]
+    return data + b"\n" if is_line(data[cut:]) else data[:cut]
 
 
 def _first_line(data: bytes) -> dict | None:
@@ -304,45 +337,10 @@ def _ends_with_end_line(data: bytes) -> bool:
     return isinstance(line, dict) and line.get("type") == "end"
 
 
-def last_line(path: Path, size: int = 65536) -> bytes:
-    """The last line of a run file (its end line, when the run finished)."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        n = f.tell()
-        f.seek(max(0, n - size))
-        chunk = f.read()
-    return chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-
-
-def match_run_id(ids: list[str], run_id: str, where: object) -> str:
-    """The one id of `ids` (oldest first) that is `run_id` or starts with it; otherwise
-    one clear error naming the store (`where`)."""
-    if run_id in ids:
-        return run_id
-    match = [i for i in ids if run_id and i.startswith(run_id)]
-    if len(match) == 1:
-        return match[0]
-    if not ids:
-        raise OpdiffError(f"run '{run_id}' not found: there are no runs in {where}. "
-                          "Check --store, or start a new run instead of resuming one.")
-    if match:
-        raise OpdiffError(f"run id '{run_id}' is ambiguous in {where}: it starts "
-                          f"{', '.join(match[-5:])}. Give the full run id.")
-    raise OpdiffError(f"run '{run_id}' not found in {where}. The latest runs are: "
-                      f"{', '.join(ids[-5:])} (`opdiff runs` lists them all).")
-
-
-def readable_dir(store: Path | str) -> Path:
-    """A local folder holding the store's runs/: the store itself, or the synced mirror of a
-    remote one."""
-    if is_url(store):
-        return RemoteRuns(str(store)).sync()
-    return Path(store)
-
-
-class Uploads:
-    """When a run being written uploads itself: at start, every UPLOAD_EVERY_S seconds or
-    UPLOAD_EVERY_ITEMS items, and at the end."""
+class SpoolUploads(Uploads):
+    """When a run being written uploads its spool file: at start, every UPLOAD_EVERY_S
+    seconds or UPLOAD_EVERY_ITEMS items, and at the end; once it ended and its last upload
+    succeeded, the spool file goes (the spool keeps unfinished runs only)."""
 
     def __init__(self, remote: RemoteRuns, path: Path):
         self.remote, self.path = remote, path
@@ -356,3 +354,6 @@ class Uploads:
     def now(self) -> None:
         self.remote.upload(self.path)
         self.last, self.items = time.monotonic(), 0
+
+    def done(self) -> None:
+        self.path.unlink(missing_ok=True)
