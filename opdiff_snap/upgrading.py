@@ -31,6 +31,7 @@ from .errors import OpdiffError
 from .goldens import GoldenStore
 from .pipeline import Running, Selection
 from .results import Listener, RunReport
+from .storage import local_folder
 from .workerenvs import WorkerEnv, ensure_environment, parse_with, requirements_for
 
 
@@ -88,10 +89,9 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline torch_cpu_fp32` "
                           "first, or point --goldens at an existing store; nothing was built or run.")
     history.check_store_dir(settings.store)
-    if not isinstance(settings.cache, Path):
-        raise OpdiffError(f"upgrade builds its environments in the local artifact cache, and --cache is "
-                          f"{settings.cache}; give a local folder (--cache .opdiff-cache). Nothing was built.")
-    env = ensure_environment(requirements_for(named, [p.family for p in presets]), settings.cache,
+    cache = local_folder(settings.cache, "--cache", "upgrade builds its environments in the local artifact "
+                         "cache (--cache .opdiff-cache, say)")
+    env = ensure_environment(requirements_for(named, [p.family for p in presets]), cache,
                              ui.installing, named)
     selection = Selection(suites, test_ids, tags, seeds, seed_list)
 

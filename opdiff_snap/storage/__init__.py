@@ -5,7 +5,7 @@ cache its folders through `shared` (`open_tiers`). Only this package tells a loc
 location from a URL (`open.py` picks the implementations)."""
 
 from .base import Entry, ObjectTooLarge, Place, StorageError, Stray, is_url, local_copy_dir, occupied_by_file
-from .open import open_place, open_runs, open_tiers, parse_location
+from .open import local_folder, open_place, open_runs, open_tiers, parse_location
 
 __all__ = ["Entry", "ObjectTooLarge", "Place", "StorageError", "Stray", "is_url", "local_copy_dir",
-           "occupied_by_file", "open_place", "open_runs", "open_tiers", "parse_location"]
+           "local_folder", "occupied_by_file", "open_place", "open_runs", "open_tiers", "parse_location"]

@@ -52,3 +52,11 @@ def open_tiers(location: Path | str) -> Tiers:
 
         return SharedTiers(str(location))
     return Tiers(Path(location))
+
+
+def local_folder(location: Path | str, what: str, why: str) -> Path:
+    """`location` as a local folder, for a use that needs one (`what` is the flag, `why`
+    says what needs it); a URL is refused with one paragraph."""
+    if is_url(location):
+        raise OpdiffError(f"{why}, and {what} is {location}; give a local folder. Nothing was done.")
+    return Path(location)
