@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from opdiff_snap.compare import compare
+from opdiff_snap.compare.numerics import compare
 from opdiff_snap.suite.model import Tolerance
 
 

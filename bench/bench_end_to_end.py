@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opdiff_snap import api  # noqa: E402
-from opdiff_snap.config import Settings  # noqa: E402
+from opdiff_snap.core.config import Settings  # noqa: E402
 from opdiff_snap.suite import load_suites, suite_paths  # noqa: E402
 
 PEER_JOB = r"""
@@ -37,7 +37,7 @@ from pathlib import Path
 from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.execution import Job, run_job, restore_outputs
-from opdiff_snap.compare import compare, tolerance_for
+from opdiff_snap.compare.numerics import compare, tolerance_for
 from opdiff_snap.suite import load_suites
 suite, test_id, seed, preset_name, goldens = sys.argv[1:6]
 case = next(c for c in load_suites([Path(suite)]) if c.id == test_id)

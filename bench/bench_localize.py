@@ -18,9 +18,9 @@ from pathlib import Path
 
 from opdiff_snap import api
 from opdiff_snap.cause.localize import format_report
-from opdiff_snap.config import Settings
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite.model import Tolerance
-from opdiff_snap.verdicts import Verdict
 
 CASES = ("tiny_attention_decoder__n_layers=1:executorch_cpu_fp16:bf0",
          "mixer_block:torch_cpu_fp16:ops",

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opdiff_snap import api  # noqa: E402
-from opdiff_snap.config import Settings  # noqa: E402
+from opdiff_snap.core.config import Settings  # noqa: E402
 from opdiff_snap.goldens import GoldenStore  # noqa: E402
 
 UNARY = ["neg", "abs", "relu", "sigmoid", "tanh", "exp", "sin", "cos", "sqrt", "reciprocal"]

@@ -120,7 +120,7 @@ def coverage(env: dict, proj: Path, unsharded: str) -> dict:
     code = f"""
 import json
 from opdiff_snap import api
-from opdiff_snap.config import Settings
+from opdiff_snap.core.config import Settings
 t = lambda sql: api.query(sql, Settings(store="s3://bench/store")).rows
 g = "SELECT test_id, seed, preset FROM results JOIN runs USING (run_id) WHERE run_group = 'bench-group'"
 u = "SELECT test_id, seed, preset FROM results WHERE run_id = '{unsharded}'"

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .checking import CheckRequest
-from .checking import check as check_run
-from .config import Settings
-from .pipeline import Running, Selection
-from .recording import RecordRequest, add_references
-from .recording import record as record_run
-from .results import Result, RunReport
-from .upgrading import UpgradeReport, UpgradeUI, upgrade
-from .verdicts import GoldenState, worst_state
+from .compare.results import Result, RunReport
+from .core.config import Settings
+from .core.verdicts import GoldenState, worst_state
+from .run.check import CheckRequest
+from .run.check import check as check_run
+from .run.pipeline import Running, Selection
+from .run.record import RecordRequest, add_references
+from .run.record import record as record_run
+from .run.upgrade import UpgradeReport, UpgradeUI, upgrade
 
 __all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "diff_page",
            "diff_runs", "gradcheck", "golden", "goldens", "html_report", "latency", "list_tests", "localize",
@@ -44,7 +44,7 @@ def presets() -> list:
 def list_tests(suites: Sequence[Path] | None = None, *, test_ids=None, tags=None,
                settings: Settings | None = None) -> list:
     """The expanded, selected test cases of the suites (default: every suite under settings.suites)."""
-    from .errors import OpdiffError
+    from .core.errors import OpdiffError
     from .suite import load_suites, select, suite_paths
 
     settings = settings or Settings()
@@ -94,7 +94,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
 
 def runs(settings: Settings | None = None) -> list:
     """history.RunSummary of every run in the store, oldest first."""
-    from .history import list_runs
+    from .history.runs import list_runs
 
     return list_runs((settings or Settings()).store)
 
@@ -111,7 +111,7 @@ def reconcile_history(settings: Settings | None, how: str) -> str:
 
 def run_groups(runs: list) -> list:
     """history.GroupSummary of each --run-group among `runs` (from runs()): its shards as one run."""
-    from .history import group_runs
+    from .history.runs import group_runs
 
     return group_runs(runs)
 
@@ -214,8 +214,8 @@ def _current(settings: Settings) -> dict[str, str] | None:
 
 def goldens(settings: Settings | None = None, test_ids=None) -> list[GoldenRow]:
     """Every golden grouped by test, with its state against the suites."""
-    from .checking import golden_state
     from .goldens import GoldenStore
+    from .run.check import golden_state
     from .suite.selection import id_matches, parse_patterns
 
     settings = settings or Settings()
@@ -238,9 +238,9 @@ def golden(test_id: str, seed: int = 0, settings: Settings | None = None):
 
 def prune(settings: Settings | None = None, delete: bool = False) -> list:
     """The goldens whose tests no longer exist in the suites (GoldenInfo); deleted with `delete`."""
-    from .checking import golden_state
-    from .errors import OpdiffError
+    from .core.errors import OpdiffError
     from .goldens import GoldenStore
+    from .run.check import golden_state
 
     settings = settings or Settings()
     current = _current(settings)
@@ -259,7 +259,7 @@ def verify(settings: Settings | None = None) -> tuple[list, int]:
     """(findings, number of goldens): goldens.store.Finding for everything verification
     says (CORRUPT, STALE, UNCHECKED), as check would read them. No store, or a store without
     a golden (emptied, or the wrong location), is an OpdiffError: there is nothing to verify."""
-    from .errors import OpdiffError
+    from .core.errors import OpdiffError
     from .goldens import GoldenStore
 
     where = (settings or Settings()).goldens
@@ -283,10 +283,10 @@ def validate(suites=None, *, imports: bool = False, settings=None, in_process: b
     every path outside torch) are imported in workers (those of `settings.executor`, under
     `python` when given), and what fails there is reported the same way, naming the test
     and the path."""
-    from .config import Settings
-    from .errors import OpdiffError, Problem, SuiteError
+    from .core.config import Settings
+    from .core.errors import OpdiffError, Problem, SuiteError
     from .execution.probe import ImportProbe
-    from .session import make_pool
+    from .run.session import make_pool
     from .suite import load_suites, suite_paths
     from .suite.locate import Kind, NotFound, locate_path
 
@@ -351,10 +351,10 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
     under `python` when given."""
     from .backends.registry import get_preset
     from .cause.localize import localize as find
-    from .compare import tolerance_for
-    from .config import Settings
-    from .errors import OpdiffError
-    from .session import make_pool
+    from .compare.numerics import tolerance_for
+    from .core.config import Settings
+    from .core.errors import OpdiffError
+    from .run.session import make_pool
 
     settings = settings or Settings()
     case, golden = golden_case(test_id, seed, goldens, trust_goldens, settings.suites)
@@ -380,8 +380,8 @@ def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_option
     intermediate values the baseline computes for them; they are recorded in a worker."""
     from .backends.registry import get_preset
     from .cause.repro import parse_node_range, write_node_repro, write_repro
-    from .compare import tolerance_for
-    from .errors import OpdiffError
+    from .compare.numerics import tolerance_for
+    from .core.errors import OpdiffError
 
     case, golden = golden_case(test_id, seed, goldens, trust_goldens, suites)
     preset = get_preset(backend, preset_options)
@@ -413,10 +413,10 @@ def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: floa
     """Autograd vs central finite differences in float64 for tests with `grad: true`
     (or every selected test when `test_ids` is given), in the pool of `settings`
     (executor, jobs, timeout_s), its workers under `python` when given."""
-    from .config import Settings
-    from .errors import OpdiffError
+    from .core.config import Settings
+    from .core.errors import OpdiffError
     from .execution.gradients import GradcheckTask
-    from .session import make_pool
+    from .run.session import make_pool
     from .suite import load_suites, select, suite_paths
 
     settings = settings or Settings()

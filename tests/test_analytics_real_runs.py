@@ -15,8 +15,8 @@ from helpers_check import make_site, new_project, plugin_installed
 from opdiff_snap import api
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.reports import diff_runs, latency_report, support_matrix
-from opdiff_snap.config import Settings
-from opdiff_snap.history import read_run
+from opdiff_snap.core.config import Settings
+from opdiff_snap.history.runs import read_run
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ import pytest
 from opdiff_snap.analytics import connect, format_table
 from opdiff_snap.analytics.reports import diff_runs, latency_report, latency_trend, support_matrix, version_key
 from opdiff_snap.analytics.synth import Res, Run, write_run
-from opdiff_snap.errors import OpdiffError
-from opdiff_snap.verdicts import PRECEDENCE, Verdict
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import PRECEDENCE, Verdict
 
 T, O, E = "torch_cpu_fp32", "onnx_cpu_fp32", "executorch_cpu_fp32"
 

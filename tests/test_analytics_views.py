@@ -9,8 +9,8 @@ import pytest
 
 from opdiff_snap.analytics import check_read_only, connect
 from opdiff_snap.analytics.synth import Res, Run, write_run
-from opdiff_snap.errors import OpdiffError
-from opdiff_snap.verdicts import FAILING, NOT_RUN, PASSING, PRECEDENCE, TABLE, Verdict
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import FAILING, NOT_RUN, PASSING, PRECEDENCE, TABLE, Verdict
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -191,8 +191,8 @@ def test_the_checks_notice_an_upward_import(tmp_path, monkeypatch):
     """A suite module importing the checking layer would be caught."""
     fake = dict(MODULES)
     spy = tmp_path / "spy.py"
-    spy.write_text("from ..checking import check\n")
+    spy.write_text("from ..run.check import check\n")
     fake["opdiff_snap.suite.spy"] = spy
     monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
-    with pytest.raises(AssertionError, match="suite.spy imports opdiff_snap.checking"):
+    with pytest.raises(AssertionError, match="suite.spy imports opdiff_snap.run.check"):
         test_every_import_follows_an_arrow()

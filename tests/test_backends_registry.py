@@ -19,7 +19,7 @@ from opdiff_snap.backends import (
     reload_plugins,
 )
 from opdiff_snap.backends.base import Backend
-from opdiff_snap.errors import OpdiffError
+from opdiff_snap.core.errors import OpdiffError
 
 BUILT_IN_PRESETS = (
     [f"torch_{d}_{p}" for d in ("cpu", "cuda", "mps") for p in ("fp32", "fp16", "bf16")]

@@ -9,8 +9,8 @@ from helpers_cause.wrong_backend import PerturbingBackend
 
 from opdiff_snap.cause.calls import capture_calls
 from opdiff_snap.cause.localize import format_report, localize
-from opdiff_snap.errors import OpdiffError
-from opdiff_snap.verdicts import Verdict
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import Verdict
 
 ORDER = ["fc1", "act", "norm", "scale", "fc2", "act"]
 

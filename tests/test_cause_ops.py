@@ -21,9 +21,9 @@ from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.cause.atengraph import ScopeGraphTask
 from opdiff_snap.cause.localize import format_report, localize
 from opdiff_snap.cause.repro import write_node_repro
-from opdiff_snap.compare import tolerance_for
+from opdiff_snap.compare.numerics import tolerance_for
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution import WorkerPool
-from opdiff_snap.verdicts import Verdict
 
 MODELS = SUITE.parent / "models.py"
 
@@ -180,7 +180,7 @@ def test_node_repros_reproduce_standalone_and_pass_on_a_clean_backend(pool, tmp_
 def project(site, tmp_path_factory):
     """helpers_cause's suite recorded on torch_cpu_fp32 (its functional-op models only)."""
     from opdiff_snap import api
-    from opdiff_snap.config import Settings
+    from opdiff_snap.core.config import Settings
 
     root = tmp_path_factory.mktemp("project")
     (root / "suites").mkdir()
@@ -232,7 +232,7 @@ def test_a_node_out_of_range_is_one_clear_error(project, site):
 ])
 def test_bad_node_arguments_are_clear_errors(project, site, kw, says):
     from opdiff_snap import api
-    from opdiff_snap.errors import OpdiffError
+    from opdiff_snap.core.errors import OpdiffError
 
     with contextlib.chdir(project), pytest.raises(OpdiffError) as err:
         api.repro("tanh_mlp", "wrongkernel_cpu_fp32", project / "x.py", in_process=True, **kw)

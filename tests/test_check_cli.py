@@ -15,8 +15,8 @@ import pytest
 from helpers_check import copy_project, make_site, new_project, opdiff, opdiff_popen
 
 from opdiff_snap import api
-from opdiff_snap.config import Settings
-from opdiff_snap.history import read_run
+from opdiff_snap.core.config import Settings
+from opdiff_snap.history.runs import read_run
 from opdiff_snap.suite import load_suites
 
 PERTURB = ["perturb_cpu_fp32", '{"perturb": ["aten::exp", "aten::tanh"]}']

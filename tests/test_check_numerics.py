@@ -21,12 +21,12 @@ from helpers_numerics.backends import SCALED, SWAPPED
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opdiff_snap import api
-from opdiff_snap.config import Settings
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.prepare import flat_module
 from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.model import Tolerance
-from opdiff_snap.verdicts import Verdict
 
 HERE = Path(__file__).resolve().parent / "helpers_numerics"
 REACHED = {"exp", "tanh", "sigmoid", "maximum", "minimum", "nn_tanh", "nn_sigmoid", "tanh_mlp",

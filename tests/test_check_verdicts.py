@@ -12,14 +12,14 @@ import pytest
 from helpers_check import copy_project, flip_byte, make_site, new_project, plugin_installed
 
 from opdiff_snap import api
-from opdiff_snap.compare import BASELINE_FACTOR
-from opdiff_snap.config import Settings
-from opdiff_snap.errors import OpdiffError
+from opdiff_snap.compare.numerics import BASELINE_FACTOR
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.goldens import GoldenStore, store_key
 from opdiff_snap.goldens.cases import UntrustedGolden
-from opdiff_snap.history import read_run
+from opdiff_snap.history.runs import read_run
 from opdiff_snap.suite.model import Tolerance
-from opdiff_snap.verdicts import Verdict
 
 OFFSET = 2.0 ** -10   # exact in float32: 1.0 + OFFSET is exactly representable
 
@@ -343,7 +343,7 @@ def test_resume_refuses_a_run_whose_suite_changed_since(site, project):
 
 
 def test_an_end_line_only_under_every_planned_item_exactly_once(site, project):
-    from opdiff_snap import history
+    from opdiff_snap.history import runs as history
 
     report, _ = check(project, ["torch_cpu_fp32"], tags=["tol"])
     lines = report.path.read_bytes().splitlines(keepends=True)
@@ -358,7 +358,7 @@ def test_an_end_line_only_under_every_planned_item_exactly_once(site, project):
 
 
 def test_resume_refuses_a_record_run_and_runs_does_not_offer_it(site, project):
-    from opdiff_snap import history
+    from opdiff_snap.history import runs as history
 
     with contextlib.chdir(project):
         rec = api.record(settings=settings(), in_process=True, force=True, test_ids=["tol_default"])

@@ -1,4 +1,4 @@
-"""compare.py: tolerance policy, verdicts and metrics."""
+"""compare/numerics.py: tolerance policy, verdicts and metrics."""
 
 from __future__ import annotations
 
@@ -10,9 +10,16 @@ import pytest
 import torch
 
 from opdiff_snap.backends.base import Preset
-from opdiff_snap.compare import ALLOWANCE_CAP, BASELINE_FACTOR, DEFAULT_TOLERANCES, Rounding, compare, tolerance_for
+from opdiff_snap.compare.numerics import (
+    ALLOWANCE_CAP,
+    BASELINE_FACTOR,
+    DEFAULT_TOLERANCES,
+    Rounding,
+    compare,
+    tolerance_for,
+)
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite.model import Tolerance
-from opdiff_snap.verdicts import Verdict
 
 T = Tolerance(atol=2.0 ** -10, rtol=2.0 ** -10)   # allowed at |e| = 1: exactly 2**-9
 FP32 = DEFAULT_TOLERANCES["fp32"]

@@ -7,8 +7,9 @@ import pytest
 import torch
 from helpers_cause import load_case
 
-from opdiff_snap.compare import compare_grads, tolerance_for
-from opdiff_snap.errors import OpdiffError
+from opdiff_snap.compare.numerics import compare_grads, tolerance_for
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.gradients import (
     GradcheckTask,
     compute_grads,
@@ -18,7 +19,6 @@ from opdiff_snap.execution.gradients import (
     step_tolerance,
     unpack_grads,
 )
-from opdiff_snap.verdicts import Verdict
 
 
 def _preset(name):
@@ -67,7 +67,7 @@ def test_recorded_grads_are_deterministic_and_cover_inputs_and_params():
 
 
 def test_grads_storable_in_a_golden():
-    from opdiff_snap.trees import flatten, unflatten
+    from opdiff_snap.core.trees import flatten, unflatten
     cot, grads = record_grads(*load_case("cube_good"), seed=0)
     structure, leaves = flatten(pack_grads(cot, grads))
     cot2, grads2 = unpack_grads(unflatten(structure, leaves))
@@ -115,8 +115,8 @@ def test_grad_parity_on_inductor():
 
 
 def test_gradcheck_runs_in_a_worker_and_a_dying_one_is_a_report_not_a_crash():
+    from opdiff_snap.core.verdicts import Verdict as V
     from opdiff_snap.execution.pools import run_one
-    from opdiff_snap.verdicts import Verdict as V
 
     case, _ = load_case("cube_bad")
     report = run_one(GradcheckTask(case, 0, 1e-6, 32, key="cube_bad"))

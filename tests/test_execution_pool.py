@@ -6,9 +6,9 @@ import pytest
 import torch
 from helpers_execution.cases import job, module_case, op_case, x
 
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution import WorkerPool, restore_outputs
 from opdiff_snap.execution.pool import death_description
-from opdiff_snap.verdicts import Verdict
 
 
 def relu_jobs(n, prefix="relu", preset="torch_cpu_fp32"):

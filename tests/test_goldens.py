@@ -14,7 +14,7 @@ import google_crc32c
 import pytest
 import torch
 
-from opdiff_snap.errors import OpdiffError
+from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.goldens import CorruptGolden, Golden, GoldenStore, MissingGolden, store_key
 from opdiff_snap.suite.model import Invocation
 

@@ -1,4 +1,4 @@
-"""history.py: run files (meta / item / end), resume after a kill, lookup."""
+"""history/runs.py: run files (meta / item / end), resume after a kill, lookup."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from opdiff_snap.compare import compare
-from opdiff_snap.errors import OpdiffError
-from opdiff_snap.history import RunWriter, find_run, list_runs, read_run
-from opdiff_snap.results import Result
+from opdiff_snap.compare.numerics import compare
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.history.runs import RunWriter, find_run, list_runs, read_run
 from opdiff_snap.suite.model import Tolerance
-from opdiff_snap.verdicts import Verdict
 
 PRESETS = {"onnx_cpu_fp32": {"family": "onnx", "device": "cpu", "precision": "fp32", "options": {}}}
 SETTINGS = {"jobs": 2, "repeats": 5, "warmup": 1, "timeout_s": 300, "in_process": False, "cache": True}
@@ -40,7 +40,7 @@ def item(i: int, status: str = "PASS") -> dict:
 
 
 def test_environment_has_versions_machine_and_none_for_missing():
-    from opdiff_snap.environment import differences, environment, package_version
+    from opdiff_snap.core.environment import differences, environment, package_version
 
     env = environment(threads=3)
     for key in ("python", "os", "machine", "host", "torch", "executorch", "onnxruntime", "onnx",
@@ -143,9 +143,9 @@ def test_resume_truncates_partial_line_and_appends_to_the_same_file(tmp_path):
 # argv: store, items, items to write before waiting to be killed
 WRITER_SCRIPT = textwrap.dedent("""
     import sys, time
-    from opdiff_snap.history import RunWriter
-    from opdiff_snap.results import Result
-    from opdiff_snap.verdicts import Verdict
+    from opdiff_snap.history.runs import RunWriter
+    from opdiff_snap.compare.results import Result
+    from opdiff_snap.core.verdicts import Verdict
     w = RunWriter.start(sys.argv[1], "check", [], [], {}, {})
     print(w.run_id, flush=True)
     for i in range(int(sys.argv[2])):

@@ -211,7 +211,7 @@ def test_an_interpreter_that_never_says_hello_is_stopped_with_its_children(tmp_p
 def test_an_interrupted_installer_is_stopped_with_what_it_started(tmp_path):
     """`upgrade` builds environments with pip or uv; Ctrl-C while one runs stops it and
     whatever it started (a build, a compiler)."""
-    from opdiff_snap import workerenvs
+    from opdiff_snap.execution import workerenvs
 
     arg = unique_sleep()
 

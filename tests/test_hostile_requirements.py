@@ -11,9 +11,15 @@ from __future__ import annotations
 import pytest
 from helpers_hostile import assert_clean_failure, cli_inproc, snapshot
 
-from opdiff_snap import workerenvs
-from opdiff_snap.errors import OpdiffError
-from opdiff_snap.workerenvs import Requirements, install_steps, parse_with, requirement_lines, requirements_for
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.execution import workerenvs
+from opdiff_snap.execution.workerenvs import (
+    Requirements,
+    install_steps,
+    parse_with,
+    requirement_lines,
+    requirements_for,
+)
 
 REFUSED = [
     ("onnxruntime==1.30\n--index-url http://127.0.0.1:9/simple", "not a requirement"),

@@ -33,10 +33,10 @@ from helpers_hostile import (
     tree_bytes,
 )
 
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.goldens import store_key
 from opdiff_snap.pytest_plugin.outcomes import describe
-from opdiff_snap.results import Result
-from opdiff_snap.verdicts import Verdict
 
 EVIL = "relu\x1b[31mRED\x1b]8;;http://x\x07L\x1b]8;;\x07\x00[bold]B[/bold]$\\frac{$\u202e"
 # how every text output shows it: each acting character as a visible escape

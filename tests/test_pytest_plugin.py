@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers_pytest import CRASHY, TESTS, junit_cases, make_site, recorded_verdicts_project
 
-from opdiff_snap.history import read_run
+from opdiff_snap.history.runs import read_run
 
 pytest_plugins = ["pytester"]
 
@@ -96,7 +96,7 @@ def test_dormant_without_the_flag(pytester, verdicts, env):
         import json, sys
 
         def pytest_collection_finish(session):
-            heavy = [m for m in ("torch", "opdiff_snap.checking", "opdiff_snap.pytest_plugin.run") if m in sys.modules]
+            heavy = [m for m in ("torch", "opdiff_snap.run.check", "opdiff_snap.pytest_plugin.run") if m in sys.modules]
             with open("seen.json", "w") as f:
                 json.dump({"heavy": heavy, "plugin": session.config.pluginmanager.hasplugin("opdiff"),
                            "items": [i.nodeid for i in session.items]}, f)

@@ -21,11 +21,11 @@ from helpers_hostile.processes import gone_within, kill_leftovers, unique_sleep,
 from helpers_ray import AUTH, ENTRY_POINTS, Cluster
 
 from opdiff_snap.backends.registry import all_presets, get_preset, requirements
-from opdiff_snap.config import parse_executor
-from opdiff_snap.errors import OpdiffError
+from opdiff_snap.core.config import parse_executor
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution import restore_outputs
-from opdiff_snap.history import read_run
-from opdiff_snap.verdicts import Verdict
+from opdiff_snap.history.runs import read_run
 
 HERE = Path(__file__).resolve().parent
 FAST = ["--repeats", "1", "--warmup", "0"]
@@ -35,7 +35,7 @@ TIMING = {"ts", "run_id", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "t
 # ---------------------------------------------------------------- without a cluster
 
 def test_importing_the_cli_and_api_imports_no_ray():
-    code = ("import sys, opdiff_snap.cli, opdiff_snap.api, opdiff_snap.session; "
+    code = ("import sys, opdiff_snap.cli, opdiff_snap.api, opdiff_snap.run.session; "
             "assert 'ray' not in sys.modules, 'ray was imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,7 @@ import torch
 from helpers_record import cli_inproc, make_project, read_plain, record_inproc, run_cli, statuses
 from helpers_tables import row_of, table_rows
 
-from opdiff_snap import trees
+from opdiff_snap.core import trees
 from opdiff_snap.execution.gradients import record_grads
 from opdiff_snap.goldens import GoldenStore, store_key
 from opdiff_snap.suite import load_suites, materialize

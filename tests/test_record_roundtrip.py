@@ -12,10 +12,11 @@ import pytest
 import torch
 from helpers_record import make_project, read_plain
 
-from opdiff_snap import api, trees
-from opdiff_snap.config import Settings
+from opdiff_snap import api
+from opdiff_snap.core import trees
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite import build_modules, load_suites, materialize, resolve_op
-from opdiff_snap.verdicts import Verdict
 
 DTYPES = {  # dtype -> sampling fields
     "float16": "init: normal", "float32": "init: normal", "float64": "init: normal",

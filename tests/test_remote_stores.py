@@ -368,8 +368,8 @@ def test_no_credentials_say_where_they_are_looked_for(server, tmp_path):
 
 
 def test_settings_take_urls_and_the_endpoint(tmp_path):
-    from opdiff_snap.config import load_settings
-    from opdiff_snap.errors import OpdiffError
+    from opdiff_snap.core.config import load_settings
+    from opdiff_snap.core.errors import OpdiffError
 
     (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""\
         [tool.opdiff]

@@ -33,8 +33,8 @@ from helpers_numerics import ENTRY_POINTS
 
 from opdiff_snap import api
 from opdiff_snap.backends.registry import backend_for, get_preset
-from opdiff_snap.config import Settings
-from opdiff_snap.verdicts import Verdict
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
 
 pytestmark = pytest.mark.slow
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from opdiff_snap.analytics import ingest
 from opdiff_snap.analytics.schema import MEANINGS
-from opdiff_snap.compare import Metrics
-from opdiff_snap.results import Result
+from opdiff_snap.compare.numerics import Metrics
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.model import Tolerance
-from opdiff_snap.verdicts import Verdict
 
 SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
 

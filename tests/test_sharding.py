@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from opdiff_snap import api, sharding
+from opdiff_snap import api
 from opdiff_snap.analytics.reports import diff_runs
-from opdiff_snap.config import Settings
-from opdiff_snap.errors import OpdiffError
-from opdiff_snap.history import group_runs, list_runs
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.history import sharding
+from opdiff_snap.history.runs import group_runs, list_runs
 from opdiff_snap.suite import load_suites, suite_paths
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -165,7 +165,7 @@ def test_the_shipped_goldens_pass_on_their_baseline_preset_here(tmp_path):
     import contextlib
 
     from opdiff_snap import api
-    from opdiff_snap.config import Settings
+    from opdiff_snap.core.config import Settings
 
     root = SUITES.parent
     settings = Settings(suites=SUITES, goldens=root / "goldens", store=tmp_path / "store", jobs=1,

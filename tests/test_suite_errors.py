@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opdiff_snap.errors import OpdiffError, SuiteError
+from opdiff_snap.core.errors import OpdiffError, SuiteError
 from opdiff_snap.suite import load_suites
 
 HEAD = "dims: {B: 2, N: 4}\npresets:\n  inp: {type: tensor, shape: [B, N], kind: float}\n"

@@ -20,9 +20,9 @@ import pytest
 from packaging.version import Version
 
 from opdiff_snap import api
-from opdiff_snap.config import Settings
-from opdiff_snap.history import read_run
-from opdiff_snap.workerenvs import ensure_environment, parse_with, requirements_for
+from opdiff_snap.core.config import Settings
+from opdiff_snap.execution.workerenvs import ensure_environment, parse_with, requirements_for
+from opdiff_snap.history.runs import read_run
 
 PYTHON = sys.executable
 FAST = ["--repeats", "3", "--warmup", "1", "-j", "2"]
@@ -314,7 +314,7 @@ ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics
 def test_a_conflict_is_named_with_the_pin_that_resolves_it(tmp_path):
     """pip's words (as it printed them here for `upgrade --with executorch==1.0.0`) become one
     paragraph naming both sides and the --with to add."""
-    from opdiff_snap.workerenvs import Requirements, _failure_message
+    from opdiff_snap.execution.workerenvs import Requirements, _failure_message
 
     text = _failure_message(Requirements(("-e .", "executorch==1.0.0"), (), "3.11"),
                             parse_with(["executorch==1.0.0"]), "pip", PIP_CONFLICT,

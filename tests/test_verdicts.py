@@ -1,9 +1,9 @@
-"""The vocabulary in verdicts.py: one precedence over every verdict, groupings that do not
+"""The vocabulary in core/verdicts.py: one precedence over every verdict, groupings that do not
 overlap where they must not, and the golden states with the verdict check gives each."""
 
 from __future__ import annotations
 
-from opdiff_snap.verdicts import (
+from opdiff_snap.core.verdicts import (
     FAILING,
     GOLDEN_PRECEDENCE,
     KINDS,

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opdiff_snap.analytics import connect  # noqa: E402
-from opdiff_snap.output import headline  # noqa: E402
-from opdiff_snap.verdicts import Verdict  # noqa: E402
+from opdiff_snap.cli.output import headline  # noqa: E402
+from opdiff_snap.core.verdicts import Verdict  # noqa: E402
 
 PRESETS = ["torch_cpu_fp32", "torch_cpu_fp16", "torch_cpu_bf16", "inductor_cpu_fp32", "onnx_cpu_fp32", "onnx_cpu_fp16",
            "executorch_cpu_fp32", "executorch_cpu_fp16", "executorch_portable_fp32",

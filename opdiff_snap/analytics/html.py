@@ -10,7 +10,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from ..safetext import printable
+from ..core.safetext import printable
 from . import plots
 from .reports import _open, diff_runs, latency_report, support_matrix
 from .table import Table, cell

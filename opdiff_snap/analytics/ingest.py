@@ -19,9 +19,9 @@ import types
 import typing
 from typing import Any
 
-from ..compare import Metrics
-from ..results import JSON_KEYS, RES_FIELDS, Result
-from ..verdicts import OPDIFF_OK
+from ..compare.numerics import Metrics
+from ..compare.results import JSON_KEYS, RES_FIELDS, Result
+from ..core.verdicts import OPDIFF_OK
 
 _SQL = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN"}
 

@@ -7,9 +7,9 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from ..safetext import printable
-from ..verdicts import COMPARISON, OPDIFF_OK, PASSING, Verdict
-from ..verdicts import QUIET as QUIET_VERDICTS
+from ..core.safetext import printable
+from ..core.verdicts import COMPARISON, OPDIFF_OK, PASSING, Verdict
+from ..core.verdicts import QUIET as QUIET_VERDICTS
 from .reports import LatencyReport
 from .table import Table
 

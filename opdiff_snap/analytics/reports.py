@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..errors import OpdiffError, suggest
+from ..core.errors import OpdiffError, suggest
 from .ingest import LIBS
 from .table import Table
 from .views import Analytics, connect

@@ -28,8 +28,8 @@ from typing import Any, Iterator
 
 import duckdb
 
-from ..config import Settings, memory_text
-from ..errors import OpdiffError
+from ..core.config import Settings, memory_text
+from ..core.errors import OpdiffError
 
 SCOPE = "query can only read the `runs` and `results` views"
 READ_ONLY_TYPES = {"SELECT", "PRAGMA", "EXPLAIN"}

@@ -1,7 +1,7 @@
 """One line of meaning per column of the `runs` and `results` views and the `verdicts` table
 (`opdiff query --schema`)."""
 
-from ..verdicts import KINDS, PASSING, PRECEDENCE
+from ..core.verdicts import KINDS, PASSING, PRECEDENCE
 
 _LIB = "version of {} in the run's environment (NULL if not installed)"
 
@@ -65,7 +65,7 @@ MEANINGS: dict[str, dict[str, str]] = {
         "file": "the JSONL file", "line": "1-based line in that file",
     },
     "verdicts": {
-        "status": "a verdict (join results.status); one row per verdict, made from verdicts.py",
+        "status": "a verdict (join results.status); one row per verdict, made from core/verdicts.py",
         "rank": "precedence, 1 = worst: the support matrix shows a cell's lowest rank",
         "kind": "its group: " + ", ".join(name for name, _ in KINDS),
         "passing": "the target matched, or record did its job ("

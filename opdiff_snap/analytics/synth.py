@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compare import Metrics
-from ..results import Result
+from ..compare.numerics import Metrics
+from ..compare.results import Result
+from ..core.verdicts import Verdict
 from ..suite.model import Tolerance
-from ..verdicts import Verdict
 
 ENV = {"python": "3.11.7", "torch": "2.13.0+cpu", "executorch": "1.5.1",
        "onnxruntime": "1.31.1", "onnx": "1.23.2", "coremltools": "9.0", "numpy": "2.4.6",

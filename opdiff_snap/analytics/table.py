@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OpdiffError, suggest
-from ..safetext import printable
+from ..core.errors import OpdiffError, suggest
+from ..core.safetext import printable
 
 FORMATS = ("table", "csv", "json", "markdown")
 

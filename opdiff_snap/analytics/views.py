@@ -7,7 +7,7 @@ for writing (locked by another process, read-only store), everything is read int
 memory instead.
 
 Once the tables are up to date the connection gets the `verdicts` table and the verdict_*
-macros, made from verdicts.py (`register_verdicts`), and is locked (sandbox.lock): user SQL
+macros, made from core/verdicts.py (`register_verdicts`), and is locked (sandbox.lock): user SQL
 and the reports see the tables and views, and no file, extension or network. Every
 statement then runs under the time and memory limits of `sandbox.Limits`.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import duckdb
 
-from ..errors import OpdiffError
-from ..history import check_store_dir, readable_dir
-from ..verdicts import TABLE, TABLE_COLUMNS
+from ..core.errors import OpdiffError
+from ..core.verdicts import TABLE, TABLE_COLUMNS
+from ..history.runs import check_store_dir, readable_dir
 from . import ingest
 from .sandbox import Limits, check_query, execute, lock, refusal
 from .table import Table

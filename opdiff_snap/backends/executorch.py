@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..limits import THREADS
+from ..core.limits import THREADS
 from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
 from .common import (
     IS_MACOS,

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..limits import THREADS, Range
+from ..core.limits import THREADS, Range
 from .base import CUDA, MACOS, Artifact, Availability, Preset, Runnable
 from .common import cast_inputs, cast_module, contiguous_cpu, reduced_dtype, script_source, single_file, thread_budget
 

@@ -26,8 +26,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import OpdiffError, suggest
-from ..limits import OPTION_INT, Range
+from ..core.errors import OpdiffError, suggest
+from ..core.limits import OPTION_INT, Range
 from .base import Availability, Backend, Preset
 from .coreml import CoreMLBackend
 from .executorch import ExecuTorchBackend

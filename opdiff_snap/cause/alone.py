@@ -19,9 +19,9 @@ from typing import Any, Callable
 import torch
 
 from ..backends.base import Backend, Preset
+from ..core.verdicts import Verdict
 from ..execution.job import WorkerContext
 from ..suite.model import TestCase, Tolerance
-from ..verdicts import Verdict
 
 
 @dataclass
@@ -58,8 +58,8 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
               baseline_precision: str = "fp32", backend: Backend | None = None,
               threads: int = 0) -> PieceResult:
     """Run `piece` alone on `preset` and compare it with what the baseline computed."""
-    from ..compare import Rounding, compare
-    from ..errors import error_text
+    from ..compare.numerics import Rounding, compare
+    from ..core.errors import error_text
     from ..execution import Job, prepare_call, run_job
     from ..execution.prepare import nest_residuals
 
@@ -97,7 +97,7 @@ class PieceTask:
         raise NotImplementedError
 
     def run(self, context: WorkerContext = WorkerContext()) -> PieceResult:
-        from ..errors import error_text
+        from ..core.errors import error_text
 
         threads = context.threads
         try:

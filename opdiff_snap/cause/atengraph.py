@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from ..execution.prepare import flat_values
 from ..suite.construct import resolve_op
 from ..suite.model import Invocation, TestCase
@@ -237,7 +237,7 @@ def export_scope(module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any
         program = export_program(prepared.module, prepared.inputs,
                                  {"use_default_decompositions": True, "export_strict": strict}, True)
     except Exception as exc:
-        from ..errors import error_text
+        from ..core.errors import error_text
         raise OpdiffError(f"{where} cannot be exported to an ATen graph on the baseline "
                           f"({error_text(exc)}); localize can name the submodule, not the op.") from None
     gm = program.graph_module
@@ -422,7 +422,7 @@ class ScopeGraphTask:
         except OpdiffError as exc:
             return self.failed(None, type(exc).__name__, str(exc))
         except Exception as exc:
-            from ..errors import error_text
+            from ..core.errors import error_text
             return self.failed(None, type(exc).__name__, f"recording the ATen graph failed: {error_text(exc)}")
 
     def failed(self, status, error_class, message) -> NodeGraph:

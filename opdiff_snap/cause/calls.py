@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from ..execution.prepare import flat_values
 from ..execution.target import build_target
 from ..suite.model import Invocation, TestCase
@@ -169,7 +169,7 @@ class CallTreeTask:
         except OpdiffError as exc:
             return self.failed(None, type(exc).__name__, str(exc))
         except Exception as exc:
-            from ..errors import error_text
+            from ..core.errors import error_text
             return self.failed(None, type(exc).__name__,
                                f"the module does not run on the stored inputs: {error_text(exc)}")
 

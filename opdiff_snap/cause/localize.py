@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from ..backends.base import Backend, Preset
-from ..config import Settings
-from ..errors import OpdiffError
+from ..core.config import Settings
+from ..core.errors import OpdiffError
+from ..core.verdicts import NOT_DIVERGED, RAN, Verdict
 from ..execution.pools import Pool, open_pool
 from ..suite.model import Invocation, TestCase, Tolerance
-from ..verdicts import NOT_DIVERGED, RAN, Verdict
 from .alone import PieceResult, PieceTask
 from .atengraph import Fragment, FragmentTask, GraphNode, NodeGraph, ScopeGraphTask, signature
 from .calls import CallInfo, CallTree, CallTreeTask, SubmoduleTask
@@ -416,7 +416,7 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
     given, as a test's own backend class may not be importable in a worker); `backend` replaces the
     registry's backend for the preset (tests pass their own; it travels with each task).
     `ops`: descend to ATen nodes even when a leaf submodule diverges."""
-    from ..compare import tolerance_for
+    from ..compare.numerics import tolerance_for
 
     if case.call.kind != "module" or case.pair is not None:
         raise OpdiffError(f"test '{case.id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "

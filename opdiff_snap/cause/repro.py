@@ -28,13 +28,13 @@ import torch
 
 from ..backends.base import Preset
 from ..backends.registry import backend_for
-from ..errors import OpdiffError
-from ..safetext import printable
+from ..core.errors import OpdiffError
+from ..core.safetext import printable
+from ..core.trees import flatten
+from ..core.verdicts import Verdict as V
 from ..suite.construct import split_file_path
 from ..suite.locate import package_files
 from ..suite.model import Node, TestCase, Tolerance
-from ..trees import flatten
-from ..verdicts import Verdict as V
 
 SCRIPT_VERDICTS = "".join(f"{v.value} = {v.value!r}\n" for v in (   # the verdicts a script can reach
     V.PASS, V.MISMATCH, V.SHAPE_MISMATCH, V.STRUCTURE_MISMATCH, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL))

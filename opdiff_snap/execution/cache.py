@@ -38,9 +38,10 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from .. import __version__, trees
+from .. import __version__
 from ..backends.base import Artifact, Preset
-from ..errors import OpdiffError
+from ..core import trees
+from ..core.errors import OpdiffError
 from ..storage import StorageError, occupied_by_file, open_tiers
 from ..suite.model import Invocation, TestCase
 

@@ -1,6 +1,6 @@
 """Gradients, computed where user code runs (a worker): record vector-Jacobian products
 on the baseline, recompute them on presets whose backend can differentiate, and check
-autograd itself against central finite differences. Comparing them is compare.py's job.
+autograd itself against central finite differences. Comparing them is compare/numerics.py's job.
 
 All three use the same scalar L = sum over float outputs of sum(out * cotangent), with
 a random cotangent seeded from (test id, seed) only. Its gradient w.r.t. every float
@@ -18,7 +18,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..backends.base import Preset
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from ..suite.model import Invocation, TestCase
 from .job import WorkerContext
 from .target import Target, build_target
@@ -307,7 +307,7 @@ class GradcheckTask:
     key: str = ""
 
     def run(self, context: WorkerContext = WorkerContext()) -> GradcheckReport:
-        from ..errors import error_text
+        from ..core.errors import error_text
         from ..suite.materialize import materialize
 
         try:

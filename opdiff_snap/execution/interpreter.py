@@ -19,7 +19,7 @@ import subprocess
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 
 # The messages between parent and worker: pickled Task objects one way, their results the
 # other, after the worker's hello. Bump it when Job, Outcome or the framing change shape, so

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 import torch
 
+from ..core.verdicts import Verdict
 from ..suite.model import Invocation
-from ..verdicts import Verdict
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Generator, Iterable, Iterator
 
-from ..errors import error_text
-from ..verdicts import STAGE_FAILURES, Verdict
+from ..core.errors import error_text
+from ..core.verdicts import STAGE_FAILURES, Verdict
 from .interpreter import (
     HELLO,
     WORKER_PROTOCOL,
@@ -71,7 +71,7 @@ def hello_message(threads: int) -> bytes:
     """What a worker says before its first job: protocol version, opdiff-snap, environment."""
     import opdiff_snap
 
-    from ..environment import environment
+    from ..core.environment import environment
 
     return HELLO + json.dumps({
         "protocol": WORKER_PROTOCOL, "opdiff_snap": opdiff_snap.__version__,
@@ -414,7 +414,7 @@ class WorkerPool:
         worker is started now and then serves jobs). Raises WorkerEnvironmentError, naming the
         interpreter and what to install, when no worker can start there."""
         if self.python is None:
-            from ..environment import environment
+            from ..core.environment import environment
 
             return environment(threads=self.threads)
         ready = [w for w in self._workers if w.ready and w.hello]

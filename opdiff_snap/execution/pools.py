@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Protocol
 
-from ..config import Settings, parse_executor
-from ..errors import OpdiffError
+from ..core.config import Settings, parse_executor
+from ..core.errors import OpdiffError
 from .job import Task
 from .pool import WorkerPool
 

@@ -10,7 +10,7 @@ arrive as real `[..., 2]` tensors and are rebuilt with `view_as_complex` inside 
 graph (this is also how `cast_input0_to_complex` works: materialize already stores
 input 0 as real pairs); complex outputs leave as `view_as_real`. Python scalar outputs
 leave as 0-d tensors. `out_structure` records how to rebuild the nested output value
-(see `restore_outputs`): it is a trees.py structure with two extra leaf kinds,
+(see `restore_outputs`): it is a core/trees.py structure with two extra leaf kinds,
 
     {"complex": i}               flat output i is a real [..., 2] view of a complex tensor
     {"scalar": i, "type": "int"} flat output i is a 0-d tensor standing for a Python
@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import torch
 
-from .. import trees
-from ..errors import OpdiffError
+from ..core import trees
+from ..core.errors import OpdiffError
 from ..suite.construct import bind, call_inputs
 from ..suite.model import Invocation, TestCase
 

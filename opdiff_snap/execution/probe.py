@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..verdicts import Verdict
+from ..core.verdicts import Verdict
 from .job import WorkerContext
 
 
@@ -27,7 +27,7 @@ class ImportProbe:
     key: str = ""
 
     def run(self, context: WorkerContext = WorkerContext()) -> ProbeResult:
-        from ..errors import error_text
+        from ..core.errors import error_text
         from ..suite.construct import import_path
         from ..suite.locate import Located, kind_of, problem
 

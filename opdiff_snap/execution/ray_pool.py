@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterable
 
-from ..errors import OpdiffError
-from ..verdicts import Verdict
+from ..core.errors import OpdiffError
+from ..core.verdicts import Verdict
 from .job import Task
 from .pool import STARTUP_TIMEOUT_S, WorkerPool
 
@@ -210,7 +210,7 @@ class RayPool:
     def environment(self) -> dict:
         """The environment of the process that coordinates the run (for the meta line);
         the nodes' library versions are in `describe()`."""
-        from ..environment import environment
+        from ..core.environment import environment
 
         return environment(threads=self.threads or 0)
 

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from ..backends.base import Artifact, Availability, Backend, Preset, Runnable
-from ..errors import error_text
+from ..core.errors import error_text
+from ..core.verdicts import Verdict
 from ..suite.materialize import materialize
 from ..suite.model import Invocation, TestCase
-from ..verdicts import Verdict
 from .cache import ArtifactCache, cache_key
 from .job import Outcome, WorkerContext
 from .prepare import Prepared, count_outputs, flat_module, restore_outputs

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from ..suite.construct import bind, call_inputs
 from ..suite.model import Invocation, TestCase
 

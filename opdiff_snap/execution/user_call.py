@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Preset
-from ..errors import error_text
+from ..core.errors import error_text
+from ..core.verdicts import Verdict
 from ..suite.model import Invocation, TestCase
-from ..verdicts import Verdict
 from .job import Outcome, WorkerContext
 
 

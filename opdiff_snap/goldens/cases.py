@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from ..suite import case_from_definition, load_suites
 from ..suite.model import TestCase
 from ..suite.trust import described, untrusted_paths

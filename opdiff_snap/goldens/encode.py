@@ -3,7 +3,7 @@
 Tensor leaves of each nested value are named `<section>.<i>`: `args.i`, `kwargs.i`,
 `outputs.i`, `grads.i`, `reference.i` (float64 reference minus output), and
 `state.<side>.i` for module parameters and buffers. The
-nested structures (trees.py JSON) and a `tensors` table (name -> where its bytes lie in
+nested structures (core/trees.py JSON) and a `tensors` table (name -> where its bytes lie in
 the packed array, shape, dtypes, sha256) sit in the golden array's attributes.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import trees
+from ..core import trees
 from ..suite.model import Invocation
 from .model import Golden, GoldenInfo
 from .packed import PackError, TensorRecord

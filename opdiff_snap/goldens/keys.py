@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ..safetext import printable
+from ..core.safetext import printable
 
 _UNSAFE = re.compile(r"[^a-z0-9_-]+")
 KEY_PATTERN = re.compile(r"^[a-z0-9_-]*-[0-9a-f]{16}-s-?[0-9]+$")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import OpdiffError
-from ..safetext import printable
+from ..core.errors import OpdiffError
+from ..core.safetext import printable
 from ..suite.model import Invocation
 
 
@@ -14,7 +14,7 @@ from ..suite.model import Invocation
 class Golden:
     """Everything recorded for one (test id, seed).
 
-    `outputs` and `grads` are nested values with tensor leaves (see trees.py); for pair
+    `outputs` and `grads` are nested values with tensor leaves (see core/trees.py); for pair
     tests `outputs` is {"a": ..., "b": ...}. `baseline` is Preset.to_json() plus "name".
     `reference` and `reference_note` are None on goldens recorded before references
     existed (their check keeps the configured tolerances only).

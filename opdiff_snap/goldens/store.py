@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import OpdiffError
-from ..safetext import printable, unsafe_char
+from ..core.errors import OpdiffError
+from ..core.safetext import printable, unsafe_char
+from ..core.verdicts import GoldenState
 from ..storage import StorageError, Stray, occupied_by_file, open_place
 from ..storage.units import UnitMissing, open_units
-from ..verdicts import GoldenState
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
 from .keys import seed_of_key, store_key, unknown_entry
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from ..limits import MAX_SEED
-from ..safetext import printable, unsafe_char
-from ..trees import MAX_DEPTH
+from ..core.limits import MAX_SEED
+from ..core.safetext import printable, unsafe_char
+from ..core.trees import MAX_DEPTH
 from .encode import FORMAT, MARK
 from .packed import STORED_AS, TORCH_DTYPES
 
@@ -93,7 +93,7 @@ def record_problems(name: str, rec: Any, data_nbytes: int | None = None) -> list
 
 
 def structure_problems(structure: Any, section: str) -> tuple[list[str], list[int]]:
-    """(problems, tensor indices in walk order) of one nested structure (trees.py JSON)."""
+    """(problems, tensor indices in walk order) of one nested structure (core/trees.py JSON)."""
     out: list[str] = []
     indices: list[int] = []
     stack: list[tuple[Any, str, int]] = [(structure, section, 0)]
@@ -276,7 +276,7 @@ def definition_findings(test_id: str, definition: Any, suite: str, spec_hash: st
     """Rebuild the stored definition (suite.case_from_definition) and compare its spec
     hash with the stored one. `file:` modules resolve against the stored suite path, as
     check resolves them."""
-    from ..errors import OpdiffError
+    from ..core.errors import OpdiffError
     from ..suite import case_from_definition
 
     found = DefinitionFindings()

@@ -50,7 +50,7 @@ class Plugin:
         """The session run, made on first use; a project setting it cannot use (a bad
         [tool.opdiff] table) stops the session with one paragraph, exit code 2."""
         if self._run is None:
-            from ..errors import OpdiffError
+            from ..core.errors import OpdiffError
             from .run import SessionRun
 
             try:
@@ -63,7 +63,7 @@ class Plugin:
 
 
 def _jobs(text: str) -> int:
-    from ..limits import JOBS  # here, not above: a dormant plugin imports nothing beyond pytest
+    from ..core.limits import JOBS  # here, not above: a dormant plugin imports nothing beyond pytest
 
     try:
         return int(JOBS.parse(text))
@@ -104,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not options.enabled:
         return
     config.addinivalue_line("markers", "opdiff: an item checking a golden of the project's suites")
-    from ..errors import OpdiffError
+    from ..core.errors import OpdiffError
 
     try:
         plugin.run().validate()

@@ -41,18 +41,18 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from .. import trees
-from ..checking import Pending, Planned, judge
-from ..compare import tolerance_for
-from ..errors import OpdiffError
+from ..compare.numerics import tolerance_for
+from ..compare.results import Result
+from ..core import trees
+from ..core.errors import OpdiffError
+from ..core.safetext import printable, unsafe_char
+from ..core.verdicts import Verdict
 from ..execution import Outcome
 from ..execution.user_call import NotShippable, UserCallJob, ship
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden
-from ..recording import golden_of
-from ..results import Result
-from ..safetext import printable, unsafe_char
+from ..run.check import Pending, Planned, judge
+from ..run.record import golden_of
 from ..suite.model import Call, Invocation, TestCase, Tolerance
-from ..verdicts import Verdict
 from .outcomes import settle
 
 GOLDENS_DIR = "__goldens__"

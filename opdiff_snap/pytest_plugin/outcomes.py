@@ -7,7 +7,7 @@
 | NO_GOLDEN, STALE, CORRUPT | failed, with the command that fixes it |
 | comparison verdicts, stage failures, CRASH, TIMEOUT, BASELINE_FAIL | failed, with message and metrics |
 
-The groups come from verdicts.py; nothing here decides a verdict.
+The groups come from core/verdicts.py; nothing here decides a verdict.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Sequence
 
 import pytest
 
-from ..results import Result
-from ..safetext import printable
-from ..verdicts import PASSING, QUIET, Verdict
+from ..compare.results import Result
+from ..core.safetext import printable
+from ..core.verdicts import PASSING, QUIET, Verdict
 
 # metrics shown in a failure, in this order (the history has them all)
 SHOWN_METRICS = ("max_abs", "max_rel", "mean_abs", "cosine", "mismatched", "numel", "worst_index",

@@ -25,19 +25,19 @@ from typing import Any, Callable
 
 import pytest
 
-from .. import history
 from ..backends.base import Preset
 from ..backends.registry import get_preset
-from ..checking import Pending, cache_usable, item_work, judge
-from ..config import Settings, load_settings
-from ..errors import OpdiffError
+from ..compare.results import Result, RunReport
+from ..core.config import Settings, load_settings
+from ..core.errors import OpdiffError
+from ..core.safetext import printable
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
-from ..pipeline import Sinks
-from ..results import Result, RunReport
-from ..safetext import printable
-from ..session import make_pool, settings_json
+from ..history import runs as history
+from ..run.check import Pending, cache_usable, item_work, judge
+from ..run.pipeline import Sinks
+from ..run.session import make_pool, settings_json
 from .options import Options
 
 PATH_SETTINGS = ("suites", "goldens", "store", "cache")

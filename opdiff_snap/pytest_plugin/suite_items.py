@@ -16,8 +16,8 @@ from typing import Any, Iterable
 
 import pytest
 
-from ..errors import OpdiffError
-from ..safetext import printable
+from ..core.errors import OpdiffError
+from ..core.safetext import printable
 from .options import plugin_of
 from .outcomes import VerdictFailed, describe, settle
 
@@ -31,7 +31,7 @@ class SuitePlan:
         self.loose: list[Any] = []
         if run is None:
             return
-        from ..checking import plan_from_goldens, plan_from_suites
+        from ..run.check import plan_from_goldens, plan_from_suites
         from ..suite import load_suites, suite_paths
 
         settings = run.settings
@@ -136,14 +136,14 @@ class OpdiffItem(pytest.Item):
 
     @property
     def key(self) -> str:
-        from ..checking import job_key
+        from ..run.check import job_key
 
         return job_key(self.planned.test_id, self.planned.seed, self.preset.name)
 
     def runtest(self) -> None:
         result = _run(self).result_for(self)
         self.user_properties.append(("opdiff_verdict", result.verdict.value))
-        from ..verdicts import Verdict
+        from ..core.verdicts import Verdict
 
         settle([result], {Verdict.NO_GOLDEN: self.fix(), Verdict.STALE: self.fix(),
                           Verdict.CORRUPT: self.fix(force=True)})

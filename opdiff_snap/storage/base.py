@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 
 SCHEMES = ("s3://",)
 

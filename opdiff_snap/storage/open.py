@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from .base import Place, is_url
 from .runs import LocalRuns, Runs
 from .shared import Tiers

@@ -1,4 +1,4 @@
-"""Where the run history lives: the seam between the history (history.py) and its store.
+"""Where the run history lives: the seam between the history (history/runs.py) and its store.
 
 A history store holds `runs/<run id>.jsonl`. `open_runs(location)` (open.py) gives the one object the
 history talks to, whatever the location is:
@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Callable, TypeVar
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 
 RUNS_DIR = "runs"
 T = TypeVar("T")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import OpdiffError, suggest
+from ..core.errors import OpdiffError, suggest
 from .files import split_file_path
 from .model import Call, Node, TestCase
 

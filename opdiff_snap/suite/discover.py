@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from .document import read_suite_file
 from .schema import Problems
 

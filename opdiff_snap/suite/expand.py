@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import OpdiffError, SuiteError
-from ..safetext import printable, unsafe_char
+from ..core.errors import OpdiffError, SuiteError
+from ..core.safetext import printable, unsafe_char
 from .document import EXT_DEFAULTS, Document, RawTest, chain_text, load_document, plain_number
 from .files import SearchRoots, display_path
 from .model import Call, TestCase, Tolerance

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 

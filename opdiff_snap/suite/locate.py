@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import suggest
+from ..core.errors import suggest
 
 
 class Kind(str, enum.Enum):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ..errors import OpdiffError, Problem, suggest
+from ..core.errors import OpdiffError, Problem, suggest
 from .yamlload import Mark, child_mark, key_mark
 
 if TYPE_CHECKING:

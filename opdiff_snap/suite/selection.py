@@ -37,7 +37,7 @@ def select(cases: list[TestCase], patterns: Sequence[str] | None = None,
 
 def check_seeds(seeds: int | None, seed_list: Sequence[int] | None) -> None:
     """A run takes a seed count or an exact seed list, not both."""
-    from ..errors import OpdiffError
+    from ..core.errors import OpdiffError
 
     if seeds is not None and seed_list:
         raise OpdiffError("give either --seeds N or --seed-list, not both.")

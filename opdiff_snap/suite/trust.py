@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..errors import OpdiffError
+from ..core.errors import OpdiffError
 from .construct import resolve_op
 
 TORCH_NN_CLASSES = frozenset(f"torch.nn.{name}" for name in """

@@ -60,7 +60,7 @@ def recorded_verdicts_project(root: Path) -> Path:
     (CORRUPT when read), `gone` no longer in the suite (an orphan golden, STALE), `fresh`
     new (NO_GOLDEN)."""
     from opdiff_snap import api
-    from opdiff_snap.config import load_settings
+    from opdiff_snap.core.config import load_settings
     from opdiff_snap.goldens import store_key
 
     (root / "suites").mkdir(parents=True)

@@ -28,24 +28,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from . import history, trees
-from .backends.base import Preset
-from .backends.registry import availability, get_preset
-from .config import Settings, apply_endpoint, parse_executor
-from .environment import environment
-from .errors import OpdiffError
-from .execution import Job, Outcome, restore_outputs
-from .execution.prepare import nest_residuals
-from .goldens import Golden, GoldenInfo, GoldenStore
-from .goldens.cases import GoldenCases
+from ..backends.base import Preset
+from ..backends.registry import availability, get_preset
+from ..compare.results import Listener, Result, RunReport
+from ..core import trees
+from ..core.config import Settings, apply_endpoint, parse_executor
+from ..core.environment import environment
+from ..core.errors import OpdiffError
+from ..core.verdicts import Verdict
+from ..execution import Job, Outcome, restore_outputs
+from ..execution.prepare import nest_residuals
+from ..goldens import Golden, GoldenInfo, GoldenStore
+from ..goldens.cases import GoldenCases
+from ..history import runs as history
+from ..suite import load_suites, select
+from ..suite import suite_paths as find_suites
+from ..suite.model import Invocation, TestCase
+from ..suite.selection import check_seeds, seeds_for, skip_reason
 from .pipeline import Pipeline, Running, Selection, Sinks
-from .results import Listener, Result, RunReport
 from .session import make_pool, set_total, settings_json
-from .suite import load_suites, select
-from .suite import suite_paths as find_suites
-from .suite.model import Invocation, TestCase
-from .suite.selection import check_seeds, seeds_for, skip_reason
-from .verdicts import Verdict
 
 
 @dataclass
@@ -235,7 +236,7 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
 
     Results: RECORDED (reference added), KEPT (had one), BASELINE_FAIL (the test cannot
     be rebuilt here); a test that does not run in float64 keeps the reason in its golden."""
-    from .suite.selection import id_matches, parse_patterns
+    from ..suite.selection import id_matches, parse_patterns
 
     store = GoldenStore(settings.goldens)
     if not store.exists():

@@ -21,10 +21,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .errors import ANSI, OpdiffError, suggest
-from .results import Result, RunReport
-from .safetext import printable
-from .verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
+from ..compare.results import Result, RunReport
+from ..core.errors import ANSI, OpdiffError, suggest
+from ..core.safetext import printable
+from ..core.verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
 GOOD = PASSING
 

@@ -32,12 +32,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Mapping
 
-from .environment import environment
-from .errors import Interrupted, OpdiffError
-from .storage import StorageError, occupied_by_file, open_runs
-from .storage.runs import RUNS_DIR, RunFileError, Runs, Uploads, utc_now
-from .trees import json_safe
-from .verdicts import Verdict
+from ..core.environment import environment
+from ..core.errors import Interrupted, OpdiffError
+from ..core.trees import json_safe
+from ..core.verdicts import Verdict
+from ..storage import StorageError, occupied_by_file, open_runs
+from ..storage.runs import RUNS_DIR, RunFileError, Runs, Uploads, utc_now
 
 ItemKey = tuple[str, int, str]  # (test id, seed, preset)
 

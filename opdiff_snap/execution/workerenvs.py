@@ -37,7 +37,7 @@ from typing import Callable, Mapping, Sequence
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from .errors import OpdiffError
+from ..core.errors import OpdiffError
 
 ENVS_DIR = "envs"
 # preset family -> the extra of opdiff-snap that installs its runtime
@@ -143,8 +143,8 @@ class Requirements:
 def requirements_for(withs: Mapping[str, Requirement], families: Sequence[str]) -> Requirements:
     """This environment's pins with the named packages replaced; opdiff-snap from here with
     the extras of `families`."""
-    from . import __version__
-    from .execution.interpreter import source_checkout
+    from .. import __version__
+    from .interpreter import source_checkout
 
     extras = sorted({FAMILY_EXTRAS[f] for f in families if f in FAMILY_EXTRAS})
     suffix = f"[{','.join(extras)}]" if extras else ""

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .execution.job import Outcome
-from .suite.model import TestCase, Tolerance
-from .trees import json_safe
-from .verdicts import NO_ERROR, Verdict
+from ..core.trees import json_safe
+from ..core.verdicts import NO_ERROR, Verdict
+from ..execution.job import Outcome
+from ..suite.model import TestCase, Tolerance
 
 # field name -> key in the item line, where they differ
 JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}

@@ -24,10 +24,10 @@ import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .errors import OpdiffError
-from .limits import SHARDS
-from .storage import StorageError, open_place
-from .verdicts import PLANNED
+from ..core.errors import OpdiffError
+from ..core.limits import SHARDS
+from ..core.verdicts import PLANNED
+from ..storage import StorageError, open_place
 
 Key = tuple[str, int, str]          # (test id, seed, preset)
 DISPATCH_MS = 25.0                  # a job's cost beyond its own timings: pickling, the pipe, judging
@@ -67,7 +67,7 @@ def job_cost(item: dict, repeats: int, warmup: int) -> float | None:
 
 def history_costs(history_dir: Path | None, repeats: int, warmup: int) -> dict[tuple[str, str], float]:
     """(test id, preset) -> cost of its latest result among the newest check runs."""
-    from .history import read_run
+    from .runs import read_run
 
     if history_dir is None:
         return {}

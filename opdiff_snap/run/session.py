@@ -7,9 +7,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import Settings
-from .execution.pools import Pool, open_pool
-from .results import Listener
+from ..compare.results import Listener
+from ..core.config import Settings
+from ..execution.pools import Pool, open_pool
 
 
 def make_pool(settings: Settings, in_process: bool = False, listener: Listener | None = None,

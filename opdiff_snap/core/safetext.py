@@ -9,7 +9,7 @@ result can go to a terminal, into JUnit XML and (after HTML escaping) into a pag
 refuse such characters in test ids outright (`unsafe_char`).
 
 Rich markup (`[bold]`) is a separate matter: text printed through rich goes in as a
-`rich.text.Text` or through `rich.markup.escape` (output.py)."""
+`rich.text.Text` or through `rich.markup.escape` (cli/output.py)."""
 
 from __future__ import annotations
 

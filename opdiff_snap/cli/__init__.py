@@ -11,13 +11,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from . import limits
-from .config import Settings, load_settings, memory_size
-from .errors import Interrupted, OpdiffError
-from .limits import FlagError, Number
-from .safetext import printable
-from .suite.model import Tolerance
-from .verdicts import NOT_FAILING, PRECEDENCE, GoldenState, Verdict
+from ..core import limits
+from ..core.config import Settings, load_settings, memory_size
+from ..core.errors import Interrupted, OpdiffError
+from ..core.limits import FlagError, Number
+from ..core.safetext import printable
+from ..core.verdicts import NOT_FAILING, PRECEDENCE, GoldenState, Verdict
+from ..suite.model import Tolerance
 
 
 def _echo(text: str, err: bool = False) -> None:
@@ -233,7 +233,7 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_
     check    goldens/ -> verdicts -> store/ on target presets
     query    SQL over the history in store/
     """
-    from .config import apply_endpoint
+    from ..core.config import apply_endpoint
 
     try:
         settings = load_settings().with_overrides(suites=suites_dir, goldens=goldens, store=store, cache=cache,
@@ -250,7 +250,7 @@ def _executor_option(fn):
 
     def keep(ctx: click.Context, param, value):
         if value is not None:
-            from .config import parse_executor
+            from ..core.config import parse_executor
 
             try:
                 parse_executor(value)
@@ -281,7 +281,7 @@ def _python_option(fn):
 @guarded
 def list_presets() -> None:
     """Every preset, and whether it can export and run on this machine."""
-    from . import api
+    from .. import api
     from .output import presets_table
 
     Console().print(presets_table(api.presets()))
@@ -296,7 +296,7 @@ def list_presets() -> None:
 @guarded
 def list_tests(ctx, suites, test_ids, tags, long_) -> None:
     """Expanded test ids of SUITES (default: every suite under ./suites), in order."""
-    from . import api
+    from .. import api
 
     for case in api.list_tests([Path(s) for s in suites] or None, test_ids=_patterns(test_ids),
                                tags=_patterns(tags), settings=_settings(ctx)):
@@ -321,7 +321,7 @@ def validate(ctx, suites, imports, timeout_s, python) -> None:
 
     Paths are found without running the suite's code; what cannot be settled that way
     (and, with --imports, every user path) is imported in a worker process."""
-    from . import api
+    from .. import api
 
     cases = api.validate([Path(s) for s in suites] or None, imports=imports,
                          settings=_settings(ctx, timeout_s=timeout_s), python=python)
@@ -446,7 +446,7 @@ def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, t
 
     With no SUITES, records every suite under ./suites. Writes only missing or stale
     goldens unless --force."""
-    from . import api
+    from .. import api
 
     if opdiff_backends:
         names = [n.strip() for n in opdiff_backends.split(";") if n.strip()]
@@ -521,7 +521,7 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
     with tolerances; one JSONL history file per run in ./store.
 
     Exit 0 when nothing failed, 1 when a --fail-on verdict occurred, 2 on input errors."""
-    from . import api
+    from .. import api
 
     backends = list(backends) + [n.strip() for n in (opdiff_backends or "").split(";") if n.strip()]
     if not backends:
@@ -549,7 +549,7 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
 
 def _shard(text: str | None, ctx: click.Context, param: click.Parameter) -> tuple[int, int] | None:
     """--shard K/N, read when the flags are parsed."""
-    from .sharding import parse_shard
+    from ..history.sharding import parse_shard
 
     try:
         return parse_shard(text) if text else None
@@ -568,7 +568,7 @@ def _shard(text: str | None, ctx: click.Context, param: click.Parameter) -> tupl
 def runs(ctx, restore, accept_store) -> None:
     """Runs in the history store, newest last; incomplete ones can be --resume'd. The runs
     of a --run-group (the shards of one check) are summed up as one logical run below."""
-    from . import api
+    from .. import api
     from .output import run_groups_table, runs_table
 
     if restore and accept_store:
@@ -595,7 +595,7 @@ def goldens() -> None:
 @guarded
 def goldens_ls(ctx, test_ids) -> None:
     """Every golden: test, seeds, baseline, recorded with which versions, stale or not."""
-    from . import api
+    from .. import api
     from .output import goldens_table
 
     settings = _settings(ctx)
@@ -611,7 +611,7 @@ def goldens_ls(ctx, test_ids) -> None:
 @guarded
 def goldens_show(ctx, test_id, seed) -> None:
     """Inputs, parameters and outputs of one golden (shapes, dtypes, value summaries) and its metadata."""
-    from . import api
+    from .. import api
     from .output import describe_golden
 
     describe_golden(Console(), api.golden(test_id, seed, _settings(ctx)))
@@ -623,7 +623,7 @@ def goldens_show(ctx, test_id, seed) -> None:
 @guarded
 def goldens_prune(ctx, yes) -> None:
     """Remove goldens whose tests no longer exist in the suites (dry run unless --yes)."""
-    from . import api
+    from .. import api
 
     orphans = api.prune(_settings(ctx), delete=yes)
     for info in orphans:
@@ -647,7 +647,7 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
 
     Each golden runs in float64 on its stored inputs and weights; the difference to its
     stored outputs is the baseline's own rounding error, which check then allows for."""
-    from . import api
+    from .. import api
 
     results = api.add_references(None, test_ids=_patterns(test_ids), force=force, in_process=in_process,
                                  trust_goldens=trust_goldens, settings=_settings(ctx, jobs=jobs))
@@ -671,7 +671,7 @@ def goldens_verify(ctx) -> None:
     Checksums, metadata, tensor records, the structures that refer to tensors, and the
     stored definition (it must rebuild into a test whose spec hash is the stored one;
     UNCHECKED when a file: module it names is not found from here)."""
-    from . import api
+    from .. import api
 
     findings, n = api.verify(_settings(ctx))
     for f in findings:
@@ -726,7 +726,7 @@ def _query_limits(f):
 
 
 def _print_table(table, fmt: str, title: str | None = None) -> None:
-    from .analytics import format_table
+    from ..analytics import format_table
 
     if title and fmt in ("table", "markdown"):
         _echo(f"\n{title}")
@@ -752,8 +752,8 @@ def query(ctx, sql, schema, fmt) -> None:
     \b
     opdiff query "SELECT preset, status, count(*) FROM results GROUP BY ALL ORDER BY ALL"
     """
-    from . import api
-    from .analytics import Table
+    from .. import api
+    from ..analytics import Table
 
     if schema:
         _print_table(Table(["view", "column", "type", "meaning"], api.schema(_settings(ctx), _warn)), fmt)
@@ -778,13 +778,13 @@ def report() -> None:
 @guarded
 def report_support(ctx, by, fmt, png) -> None:
     """Tests x presets, the latest verdict of each."""
-    from . import api
+    from .. import api
 
     _output_file(png, "--png")
     table = api.support(_settings(ctx), by, _warn)
     _print_table(table, fmt)
     if png:
-        from .analytics.plots import support_heatmap
+        from ..analytics.plots import support_heatmap
 
         with _writing(png, "--png"):
             _echo(f"wrote {support_heatmap(table, png)}", err=True)
@@ -799,14 +799,14 @@ def report_support(ctx, by, fmt, png) -> None:
 @guarded
 def report_latency(ctx, baseline, fmt, png_dir) -> None:
     """Per preset: median latency ratio against the baseline, and the trend across runs."""
-    from . import api
+    from .. import api
 
     _output_dir(png_dir, "--png-dir")
     rep = api.latency(_settings(ctx), baseline, _warn)
     _print_table(rep.ratios, fmt, f"latency ratio against {rep.baseline}")
     _print_table(rep.trend, fmt, "median inference latency per run")
     if png_dir:
-        from .analytics.plots import latency_cdf, latency_trend_plot
+        from ..analytics.plots import latency_cdf, latency_trend_plot
 
         with _writing(png_dir, "--png-dir"):
             png_dir.mkdir(parents=True, exist_ok=True)
@@ -821,7 +821,7 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
 @guarded
 def report_html(ctx, output) -> None:
     """One self-contained HTML file: summary, support heatmap and matrix, latency, regressions."""
-    from . import api
+    from .. import api
 
     _output_file(output, "-o/--output")
     with _writing(output, "-o/--output"):
@@ -837,7 +837,7 @@ def report_html(ctx, output) -> None:
 @guarded
 def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latency_threshold) -> None:
     """diff-runs A B (or --by LIB) as one self-contained HTML page, with the latency ratio per op family."""
-    from . import api
+    from .. import api
 
     _output_file(output, "-o/--output")
     with _writing(output, "-o/--output"):
@@ -856,7 +856,7 @@ def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latenc
 @guarded
 def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, fmt) -> None:
     """Newly failing, newly passing, drifted metrics and latency changes from A to B."""
-    from . import api
+    from .. import api
 
     diff = api.diff_runs(run_a, run_b, by=by, versions=tuple(versions) if versions else None,
                          drift_factor=drift_factor, latency_threshold=latency_threshold,
@@ -869,7 +869,7 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
 
 def _requirements(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     """--with values, each refused at parse time unless it is an exact NAME==VERSION pin."""
-    from .workerenvs import parse_requirement
+    from ..execution.workerenvs import parse_requirement
 
     for value in values:
         try:
@@ -923,7 +923,7 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
     The environment (this one's pins, the named packages replaced) is built with uv or
     venv + pip under the cache dir and reused by later upgrades with the same requirements.
     Exit 1 when something passes here and not there."""
-    from . import api
+    from .. import api
     from .output import make_console
 
     _output_file(html, "--html")
@@ -978,8 +978,8 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     and each node runs alone the same way; where only a chain of nodes diverges, the
     shortest such range is bisected out. Each piece runs in an isolated worker (a crash is
     a CRASH at that piece). Exit 1 when something diverges."""
-    from . import api
-    from .cause.localize import format_report
+    from .. import api
+    from ..cause.localize import format_report
 
     given = (atol, rtol, baseline_factor)
     report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,
@@ -1009,7 +1009,7 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
     """Write a standalone script (torch + the backend's runtime only) that reproduces a result."""
     import re
 
-    from . import api
+    from .. import api
 
     suffix = f"_node{node.strip()}" if node else ""
     out = output or Path(f"repro_{re.sub(r'[^A-Za-z0-9_]+', '_', test_id)[:80]}_{backend}{suffix}.py")
@@ -1037,7 +1037,7 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
 @guarded
 def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout_s, python) -> None:
     """Autograd against central finite differences in float64 on the baseline; exit 1 on a mismatch."""
-    from . import api
+    from .. import api
 
     reports = api.gradcheck(list(suites) or None, test_ids=_patterns(test_ids), tags=_patterns(tags),
                             seed=seed, eps=eps, max_entries=max_entries,

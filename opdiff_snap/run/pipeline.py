@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
-from . import history
-from .execution import Job, Outcome
-from .results import Listener, Result
+from ..compare.results import Listener, Result
+from ..execution import Job, Outcome
+from ..history import runs as history
 
 C = TypeVar("C")
 

@@ -20,19 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager, Protocol, Sequence
 
-from . import history
-from .analytics import Limits, connect
-from .analytics.reports import RunDiff, diff_runs
-from .backends.registry import get_preset
-from .checking import CheckRequest, check
-from .config import Settings
-from .environment import DISTRIBUTIONS, versions
-from .errors import OpdiffError
-from .goldens import GoldenStore
+from ..analytics import Limits, connect
+from ..analytics.reports import RunDiff, diff_runs
+from ..backends.registry import get_preset
+from ..compare.results import Listener, RunReport
+from ..core.config import Settings
+from ..core.environment import DISTRIBUTIONS, versions
+from ..core.errors import OpdiffError
+from ..execution.workerenvs import WorkerEnv, ensure_environment, parse_with, requirements_for
+from ..goldens import GoldenStore
+from ..history import runs as history
+from ..storage import local_folder
+from .check import CheckRequest, check
 from .pipeline import Running, Selection
-from .results import Listener, RunReport
-from .storage import local_folder
-from .workerenvs import WorkerEnv, ensure_environment, parse_with, requirements_for
 
 
 class UpgradeUI(Protocol):

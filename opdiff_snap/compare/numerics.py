@@ -34,10 +34,10 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from .backends.base import Preset
-from .suite.model import Tolerance
-from .trees import json_safe
-from .verdicts import Verdict
+from ..backends.base import Preset
+from ..core.trees import json_safe
+from ..core.verdicts import Verdict
+from ..suite.model import Tolerance
 
 # torch.testing.assert_close defaults.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {

@@ -32,27 +32,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import history, sharding
-from .backends.base import Preset
-from .backends.registry import get_preset
-from .compare import Comparison, Rounding, compare, compare_grads, tolerance_for
-from .config import Settings, apply_endpoint
-from .errors import OpdiffError
-from .execution import Job, Outcome, restore_outputs
-from .execution.cache import cache_unusable
-from .execution.gradients import can_differentiate
-from .goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
-from .goldens.cases import GoldenCases, UntrustedGolden
-from .goldens.validate import definition_findings
+from ..backends.base import Preset
+from ..backends.registry import get_preset
+from ..compare.numerics import Comparison, Rounding, compare, compare_grads, tolerance_for
+from ..compare.results import Listener, Result, RunReport
+from ..core.config import Settings, apply_endpoint
+from ..core.errors import OpdiffError
+from ..core.safetext import printable
+from ..core.verdicts import GoldenState, Verdict
+from ..execution import Job, Outcome, restore_outputs
+from ..execution.cache import cache_unusable
+from ..execution.gradients import can_differentiate
+from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
+from ..goldens.cases import GoldenCases, UntrustedGolden
+from ..goldens.validate import definition_findings
+from ..history import runs as history
+from ..history import sharding
+from ..suite import load_suites, select
+from ..suite import suite_paths as find_suites
+from ..suite.model import TestCase, Tolerance
+from ..suite.selection import check_seeds, seeds_for, skip_reason
 from .pipeline import Pipeline, Running, Selection, Sinks
-from .results import Listener, Result, RunReport
-from .safetext import printable
 from .session import make_pool, notice, set_total, settings_json, warn
-from .suite import load_suites, select
-from .suite import suite_paths as find_suites
-from .suite.model import TestCase, Tolerance
-from .suite.selection import check_seeds, seeds_for, skip_reason
-from .verdicts import GoldenState, Verdict
 
 
 @dataclass
@@ -293,7 +294,7 @@ class CheckRequest:
     """What one check runs: the target presets (with `preset_options` per preset name),
     the selection, `skips` ((test id or prefix*, preset or glob) pairs reported SKIPPED),
     a tolerance override, a run to `resume`, and `shard=(K, N)`: the K-th of N shards of
-    the planned (test, seed, preset) jobs (sharding.py), whose `run_group` names the
+    the planned (test, seed, preset) jobs (history/sharding.py), whose `run_group` names the
     logical run the N shards make up."""
 
     backends: Sequence[str]

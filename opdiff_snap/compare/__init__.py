@@ -1,0 +1,1 @@
+"""Comparing outputs with goldens, and the result of one job."""

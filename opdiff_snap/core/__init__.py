@@ -1,0 +1,1 @@
+"""The foundations every layer may import."""

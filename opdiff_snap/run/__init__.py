@@ -1,0 +1,1 @@
+"""The commands that run jobs: one pipeline, and record, check and upgrade on it."""
