@@ -1049,6 +1049,3 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout
           + (f"; failing: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
