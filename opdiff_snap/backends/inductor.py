@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import torch
 
 from .base import CUDA, Artifact, Availability, Preset, Runnable
-from .common import as_output_list, cast_inputs, cast_module, has_module, reduced_dtype, script_source
-from .torch_eager import device_availability, grad_context
+from .common import cast_inputs, cast_module, has_module, reduced_dtype, script_source
+from .torch_eager import device_availability, device_runner, grad_context
 
 
 def _cxx_compiler() -> str | None:
@@ -96,20 +96,7 @@ class InductorBackend:
         return Artifact(obj=compiled)
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
-        compiled = artifact.obj
-        device = preset.device
-        dtype = reduced_dtype(preset)
-        options = preset.options
-
-        def run(inputs):
-            args = cast_inputs((t.to(device) for t in inputs), dtype)
-            with grad_context(options):
-                outs = as_output_list(compiled(*args))
-            if device == "cuda":
-                torch.cuda.synchronize()
-            return [t.detach().cpu() for t in outs]
-
-        return run
+        return device_runner(artifact.obj, preset, sync=True)
 
     # What a standalone repro script runs for this family (cause/repro.py writes it out):
     # compile_options as source, and export and load above as the script's steps.

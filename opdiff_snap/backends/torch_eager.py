@@ -45,6 +45,23 @@ def grad_context(options: Mapping[str, Any]):
     return torch.inference_mode() if options.get("inference_mode", True) else torch.no_grad()
 
 
+def device_runner(call, preset: Preset, sync: bool) -> Runnable:
+    """Run `call` on inputs moved to the preset's device and cast to its dtype, under its grad
+    mode; outputs come back on the CPU (after waiting for the device, with `sync`)."""
+    device, dtype, options = preset.device, reduced_dtype(preset), preset.options
+    sync = sync and device != "cpu"
+
+    def run(inputs):
+        args = cast_inputs((t.to(device) for t in inputs), dtype)
+        with grad_context(options):
+            outs = as_output_list(call(*args))
+        if sync:
+            _synchronize(device)
+        return [t.detach().cpu() for t in outs]
+
+    return run
+
+
 DEVICE_NEEDS = {"cuda": frozenset({CUDA}), "mps": frozenset({MACOS, APPLE_SILICON})}
 
 
@@ -74,21 +91,7 @@ class TorchEagerBackend:
         return Artifact(obj=moved)
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
-        module = artifact.obj
-        device = preset.device
-        dtype = reduced_dtype(preset)
-        options = preset.options
-        sync = bool(options.get("synchronize", True)) and device != "cpu"
-
-        def run(inputs):
-            args = cast_inputs((t.to(device) for t in inputs), dtype)
-            with grad_context(options):
-                outs = as_output_list(module(*args))
-            if sync:
-                _synchronize(device)
-            return [t.detach().cpu() for t in outs]
-
-        return run
+        return device_runner(artifact.obj, preset, bool(preset.options.get("synchronize", True)))
 
     # What a standalone repro script runs for this family (cause/repro.py writes it out;
     # it needs only torch and the runtime): export and load above, step by step.
