@@ -1,9 +1,15 @@
-"""Compare the items of two history run files apart from timings and ids.
+"""Compare the items of two history run files apart from timings, ids and the time and
+process id in a library's log lines.
 
 usage: python same_items.py A.jsonl B.jsonl
 """
 import json
+import re
 import sys
+
+# a library's log line (glog style) carries the time and the process id
+STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+")   # a runtime's own log time
+LOG_LINE = re.compile(r"^[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*$", re.M)
 
 DROP = {"run_id", "ts", "times_all", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "repro"}
 
@@ -13,6 +19,8 @@ def clean(value):
         return {k: clean(v) for k, v in value.items() if k not in DROP and not k.endswith("_ms")}
     if isinstance(value, list):
         return [clean(v) for v in value]
+    if isinstance(value, str):
+        return STAMP.sub("<time>", LOG_LINE.sub("<log line>", value))
     return value
 
 
@@ -21,7 +29,7 @@ def items(path):
     for line in open(path):
         d = json.loads(line)
         if d.get("type") == "item":
-            out[(d["test_id"], d["seed"], d["preset"])] = clean(d)
+            out[(d["id"], d["seed"], d["preset"])] = clean(d)
     return out
 
 
