@@ -1,0 +1,353 @@
+"""The commands that run jobs and write the history: record, check, upgrade."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..core import limits
+from ..core.errors import OpdiffError
+from ..core.limits import FlagError, Number
+from ..core.safetext import printable
+from ..core.verdicts import NOT_FAILING, PRECEDENCE
+from ..suite.model import Tolerance
+from .app import (
+    FORMAT_OPTION,
+    JOBS,
+    NON_NEGATIVE,
+    TIMEOUT_S,
+    _diff_thresholds,
+    _echo,
+    _executor_option,
+    _output_file,
+    _patterns,
+    _print_table,
+    _python_option,
+    _settings,
+    _writing,
+    guarded,
+)
+
+REPEATS = Number(limits.REPEATS)
+WARMUP = Number(limits.WARMUP)
+SEED_COUNT = Number(limits.SEED_COUNT)
+
+
+def _seed_list(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    seeds = []
+    for part in (p for p in text.replace(";", ",").split(",") if p.strip()):
+        try:
+            seeds.append(int(limits.SEED.parse(part)))
+        except ValueError as exc:
+            raise OpdiffError(f"--seed-list {text!r}: seed {part.strip()!r}: {exc} (seeds are comma-separated, "
+                              "e.g. 0,3,7).") from None
+    return list(dict.fromkeys(seeds))  # a seed given twice runs once
+
+
+def _apply(fn, options: list):
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+def _jobs_and_selection(fn):
+    """How jobs run and which (test, seed) pairs: shared by record, check and upgrade."""
+    return _apply(fn, [
+        click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores)."),
+        click.option("--timeout-s", type=TIMEOUT_S, help="Per-job timeout in seconds (>= 0.1)."),
+        click.option("--repeats", type=REPEATS, help="Timed calls per job (median reported)."),
+        click.option("--warmup", type=WARMUP, help="Untimed warm-up calls per job."),
+        click.option("--test-ids", multiple=True, help="'a*;b': exact ids or prefixes ending in *; repeatable."),
+        click.option("--tags", multiple=True, help="Only tests with this tag; repeatable."),
+        click.option("--seeds", type=SEED_COUNT, help="Use seeds 0..N-1 instead of each test's."),
+        click.option("--seed-list", help="Use exactly these seeds, e.g. 0,3,7."),
+    ])
+
+
+def _run_options(fn):
+    return _jobs_and_selection(_apply(fn, [
+        click.option("--in-process", is_flag=True, help="Run jobs in this process (debugging; no isolation)."),
+        click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text"),
+        click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too."),
+    ]))
+
+
+def _opdiff_options(fn):
+    """opdiff's own flags, so its users' commands keep working (see README, Coming from opdiff)."""
+    for opt in reversed([
+        click.option("--backends", "opdiff_backends", metavar="'A;B'",
+                     help="opdiff's form of -b: ';'-separated presets."),
+        click.option("--skips", "opdiff_skips", metavar="'ID:PRESET;...'",
+                     help="Skip these (test id or prefix*, preset or glob) pairs: SKIPPED with the reason."),
+        click.option("--backend-overrides-file", type=click.Path(path_type=Path),
+                     help="opdiff's per-preset options file (JSON or YAML: {preset: {options}})."),
+        click.option("--backend-overrides-json", help="opdiff's per-preset options as inline JSON."),
+        click.option("--num-sampled-inputs", type=SEED_COUNT, help="opdiff's name for --seeds."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _parse_skips(text: str | None) -> list[tuple[str, str]]:
+    out = []
+    for token in (t.strip() for t in (text or "").split(";")):
+        if not token:
+            continue
+        tid, sep, preset = (part.strip() for part in token.partition(":"))
+        if not sep or not tid or not preset:
+            raise OpdiffError(f"--skips '{token}': write TEST_ID:PRESET pairs separated by ';', e.g. "
+                              "'conv_*:onnx_cpu_fp16;gelu:*'.")
+        out.append((tid, preset))
+    return out
+
+
+def _overrides_source(file: Path | None, inline: str | None):
+    """opdiff's --backend-overrides-file/-json as what get_preset accepts (None if absent)."""
+    if file is not None and inline is not None:
+        raise OpdiffError("give --backend-overrides-file or --backend-overrides-json, not both.")
+    if inline is not None:
+        return inline
+    if file is None:
+        return None
+    if file.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise OpdiffError(f"--backend-overrides-file {file}: cannot read it as YAML ({exc}).") from None
+        return data if data is not None else {}
+    return str(file)
+
+
+def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
+    from .output import ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary, report_json, write_junit
+
+    fail_on = parse_fail_on(fail_on_text)
+    _output_file(Path(junit) if junit else None, "--junit")
+    console = make_console(sys.stderr if fmt == "json" else sys.stdout)
+    with ProgressDisplay(console, None, label, verbose) as progress:
+        report = runner(progress)
+    if fmt == "json":
+        _echo(report_json(report))
+    else:
+        print_summary(console, report)
+    if junit:
+        try:
+            write_junit(report, Path(junit), fail_on)
+        except OSError as exc:
+            raise OpdiffError(f"--junit {junit}: cannot write it ({exc.strerror}); the run itself is in "
+                              f"{report.path}.") from None
+    sys.exit(exit_code(report.results, fail_on))
+
+
+@click.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--baseline", default="torch_cpu_fp32", show_default=True, help="Preset that computes the goldens.")
+@click.option("--preset-options", help="JSON (string or file) overriding the baseline preset's options.")
+@click.option("--force", is_flag=True, help="Re-record goldens that are up to date too.")
+@click.option("--fail-on", help="Verdicts that make the exit code 1 (default: BASELINE_FAIL and the like).")
+@click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
+@_run_options
+@_opdiff_options
+@_executor_option
+@click.pass_context
+@guarded
+def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, timeout_s, repeats, warmup,
+           in_process, test_ids, tags, seeds, seed_list, fmt, verbose, opdiff_backends, opdiff_skips,
+           backend_overrides_file, backend_overrides_json, num_sampled_inputs) -> None:
+    """Record goldens: run the baseline on seeded inputs and store inputs, weights and outputs.
+
+    With no SUITES, records every suite under ./suites. Writes only missing or stale
+    goldens unless --force."""
+    from .. import api
+
+    if opdiff_backends:
+        names = [n.strip() for n in opdiff_backends.split(";") if n.strip()]
+        if len(names) != 1:
+            raise OpdiffError(f"--backends '{opdiff_backends}': record runs one baseline; give it as "
+                              "--baseline PRESET, then `opdiff check -b ...` for the targets.")
+        baseline = names[0]
+    overrides = _overrides_source(backend_overrides_file, backend_overrides_json)
+    if overrides is not None:
+        if preset_options:
+            raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
+        preset_options = overrides
+    seeds = _opdiff_seeds(seeds, num_sampled_inputs)
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    _run_and_report(ctx, lambda listener: api.record(
+        list(suites) or None, baseline=baseline, preset_options=preset_options, seeds=seeds,
+        seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags), force=force,
+        skips=_parse_skips(opdiff_skips), in_process=in_process, settings=settings, argv=sys.argv[1:],
+        listener=listener),
+        fmt, verbose, fail_on, junit, f"record {baseline}")
+
+
+def _opdiff_seeds(seeds: int | None, num_sampled_inputs: int | None) -> int | None:
+    if num_sampled_inputs is not None and seeds is not None and seeds != num_sampled_inputs:
+        raise OpdiffError(f"--seeds {seeds} and --num-sampled-inputs {num_sampled_inputs} disagree; give one.")
+    return seeds if seeds is not None else num_sampled_inputs
+
+
+def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, body = value.partition("=")
+        if not sep or not name or not body:
+            raise OpdiffError(f"--preset-options '{value}': write PRESET=JSON or PRESET=path/to/options.json, "
+                              "e.g. onnx_cpu_fp32='{\"opset\": 18}'.")
+        out[name] = body
+    return out
+
+
+@click.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-b", "--backend", "backends", multiple=True,
+              help="Target preset; repeatable (see `opdiff list-presets`).")
+@click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
+@click.option("--atol", type=NON_NEGATIVE, help="Override the absolute tolerance for every comparison.")
+@click.option("--rtol", type=NON_NEGATIVE, help="Override the relative tolerance for every comparison.")
+@click.option("--baseline-factor", type=NON_NEGATIVE,
+              help="Times the baseline's own rounding error a result may differ by (default 4; 0: off).")
+@click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
+@click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact exists.")
+@click.option("--trust-goldens", is_flag=True,
+              help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
+                   "user packages, ops with effects); they run in workers, and the run says which.")
+@click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 (default: all but "
+                                + ", ".join(v.value for v in reversed(PRECEDENCE) if v in NOT_FAILING) + ").")
+@click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
+@_python_option
+@click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _shard(value, ctx, param),
+              help="Run the K-th of N shards of the planned jobs (with --run-group).")
+@click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it).")
+@_run_options
+@_opdiff_options
+@_executor_option
+@click.pass_context
+@guarded
+def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
+          fail_on, junit, python, shard, run_group, jobs,
+          timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
+          opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
+          num_sampled_inputs) -> None:
+    """Check goldens on target presets: exactly the stored inputs and weights, compared
+    with tolerances; one JSONL history file per run in ./store.
+
+    Exit 0 when nothing failed, 1 when a --fail-on verdict occurred, 2 on input errors."""
+    from .. import api
+
+    backends = list(backends) + [n.strip() for n in (opdiff_backends or "").split(";") if n.strip()]
+    if not backends:
+        raise OpdiffError("check needs a target: -b PRESET (repeatable) or --backends 'A;B' "
+                          "(see `opdiff list-presets`).")
+    options = _preset_options(preset_options)
+    overrides = _overrides_source(backend_overrides_file, backend_overrides_json)
+    if overrides is not None:
+        if options:
+            raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
+        options = {name: overrides for name in backends}
+    seeds = _opdiff_seeds(seeds, num_sampled_inputs)
+    given = (atol, rtol, baseline_factor)
+    tol = Tolerance(*given) if any(v is not None for v in given) else None
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    _run_and_report(ctx, lambda listener: api.check(
+        list(suites) or None, backends=backends, preset_options=options,
+        seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
+        skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
+        use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
+        argv=sys.argv[1:], listener=listener, python=python, shard=shard,
+        run_group=run_group),
+        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard[0]}/{shard[1]}")
+
+
+def _shard(text: str | None, ctx: click.Context, param: click.Parameter) -> tuple[int, int] | None:
+    """--shard K/N, read when the flags are parsed."""
+    from ..history.sharding import parse_shard
+
+    try:
+        return parse_shard(text) if text else None
+    except OpdiffError as exc:
+        raise FlagError(str(exc).removeprefix(f"--shard {text!r}: "), text, ctx, param) from None
+
+
+def _requirements(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """--with values, each refused at parse time unless it is an exact NAME==VERSION pin."""
+    from ..execution.workerenvs import parse_requirement
+
+    for value in values:
+        try:
+            parse_requirement(value)
+        except OpdiffError as exc:
+            raise FlagError(str(exc).removeprefix(f"--with {value!r}: "), value, ctx, param) from None
+    return values
+
+
+class _UpgradeUI:
+    """Shows `opdiff upgrade` as it goes: installer lines, then each check's progress."""
+
+    def __init__(self, console, verbose: bool):
+        self.console, self.verbose = console, verbose
+
+    def installing(self, line: str) -> None:
+        self.console.print(f"  | {printable(line)}", highlight=False, markup=False, soft_wrap=True)
+
+    def check(self, label: str):
+        from .output import ProgressDisplay
+
+        self.console.print(f"== {printable(label)}", highlight=False, markup=False, soft_wrap=True)
+        return ProgressDisplay(self.console, None, label, self.verbose)
+
+    def reused(self, run_id: str) -> None:
+        self.console.print(f"== check here: reusing run {printable(run_id)} (same plan, same versions, newer than "
+                           "every golden; --rerun-current runs it again)", highlight=False, markup=False,
+                           soft_wrap=True)
+
+
+@click.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--with", "withs", multiple=True, metavar="PKG==VER", callback=_requirements,
+              help="A package version for the other environment; repeatable.")
+@click.option("-b", "--backend", "backends", multiple=True, help="Target preset; repeatable.")
+@click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
+@click.option("--rerun-current", is_flag=True, help="Check this environment again even when a fresh run exists.")
+@click.option("--html", type=click.Path(path_type=Path), help="Also write the comparison as one HTML page.")
+@_diff_thresholds
+@_jobs_and_selection
+@FORMAT_OPTION
+@click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
+@click.pass_context
+@guarded
+def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, drift_factor, latency_threshold,
+            jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+    """Check the goldens in an environment with --with packages replaced, and here; diff the two.
+
+    \b
+    opdiff upgrade --with onnxruntime==1.30.0 -b onnx_cpu_fp32
+    The environment (this one's pins, the named packages replaced) is built with uv or
+    venv + pip under the cache dir and reused by later upgrades with the same requirements.
+    Exit 1 when something passes here and not there."""
+    from .. import api
+    from .output import make_console
+
+    _output_file(html, "--html")
+    console = make_console(sys.stderr if fmt in ("csv", "json") else sys.stdout)
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    rep = api.upgrade(list(withs), backends=list(backends), suites=list(suites) or None,
+                      preset_options=_preset_options(preset_options), test_ids=_patterns(test_ids),
+                      tags=_patterns(tags), seeds=seeds, seed_list=_seed_list(seed_list), settings=settings,
+                      argv=sys.argv[1:], rerun_current=rerun_current, drift_factor=drift_factor,
+                      latency_threshold=latency_threshold, ui=_UpgradeUI(console, verbose))
+    how = "reused" if rep.env.reused else f"built with {rep.env.installer}"
+    _echo(f"\nenvironment {rep.env.root} ({how} in {rep.env.seconds:.1f} s)", err=fmt in ("csv", "json"))
+    for title, table in rep.diff.sections():
+        _print_table(table, fmt, f"{title} ({len(table)})")
+    _echo(rep.diff.summary(), err=fmt in ("csv", "json"))
+    if html:
+        with _writing(html, "--html"):
+            _echo(f"wrote {api.write_diff_page(rep.diff, html)}")
+    sys.exit(1 if len(rep.diff.newly_failing) else 0)
