@@ -64,7 +64,7 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
            settings: Settings = Settings(), argv: Sequence[str] = (),
            listener: Callable[[Result], None] | None = None, reference: bool = True) -> RunReport:
     """Record goldens on `baseline` for every selected (test, seed) that has none or a
-    stale one (all of them with `force`); recording.record says what each result means."""
+    stale one (all of them with `force`); run/record.py says what each result means."""
     return record_run(RecordRequest(
         Selection(suites, test_ids, tags, seeds, seed_list), Running(in_process=in_process),
         baseline=baseline, preset_options=preset_options, force=force, skips=tuple(skips),
@@ -79,7 +79,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
           listener: Callable[[Result], None] | None = None, python: str | Path | None = None,
           shard: tuple[int, int] | None = None, run_group: str | None = None) -> RunReport:
-    """Check the goldens on the `backends` presets; checking.CheckRequest says what each
+    """Check the goldens on the `backends` presets; run.check.CheckRequest says what each
     option means."""
     running = Running(in_process=in_process, python=Path(python) if python is not None else None,
                       use_cache=use_cache)
@@ -196,7 +196,7 @@ def write_diff_page(diff, output: Path) -> Path:
 
 @dataclass
 class GoldenRow:
-    """The goldens of one test, and what the suites say of them (checking.golden_state):
+    """The goldens of one test, and what the suites say of them (run.check.golden_state):
     the worst state of its goldens."""
 
     test_id: str

@@ -1,4 +1,4 @@
-"""recording.plan: what record decides for each (test, seed) from the store's metadata."""
+"""run.record.plan: what record decides for each (test, seed) from the store's metadata."""
 
 from __future__ import annotations
 

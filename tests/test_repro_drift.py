@@ -129,7 +129,8 @@ def test_repro_reaches_checks_verdict_and_metrics(checked, preset, test, tmp_pat
     assert lines, run.stderr
     got = json.loads(lines[-1])
     want = item["metrics"]
-    if want is not None and "metrics" in got:
+    if want is not None:      # check compared outputs: the script must have compared them too
+        assert "metrics" in got, (run.stdout, run.stderr)
         metrics = got["metrics"]
         assert metrics["numel"] == want["numel"]
         assert metrics["mismatched"] == want["mismatched"] + want["within_rounding"]

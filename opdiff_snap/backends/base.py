@@ -50,6 +50,10 @@ class Availability:
     can_run: bool
     reason: str = ""  # why not, when either is False
 
+    def export_refusal(self) -> str | None:
+        """Why this machine cannot export the preset, as a clause for a message (None: it can)."""
+        return None if self.can_export else f"this machine cannot export it ({self.reason})"
+
 
 @dataclass
 class Artifact:

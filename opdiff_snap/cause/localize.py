@@ -426,11 +426,7 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
     # isolated workers by default; a Backend object given here cannot travel to one, so it runs here
     pool = pool if pool is not None else open_pool(Settings(jobs=1), in_process=backend is not None)
     try:
-        if backend is None:
-            why = pool.unavailable(preset)
-        else:
-            avail = backend.availability(preset)
-            why = None if avail.can_export else f"this machine cannot export it ({avail.reason})"
+        why = pool.unavailable(preset) if backend is None else backend.availability(preset).export_refusal()
         if why:
             raise OpdiffError(f"localize needs to run preset '{preset.name}', and {why}. Try it where the "
                               "preset is available.")

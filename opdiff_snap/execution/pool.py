@@ -404,8 +404,7 @@ class WorkerPool:
         exported, each job finds out."""
         from ..backends.registry import availability
 
-        avail = availability(preset)
-        return None if avail.can_export else f"this machine cannot export it ({avail.reason})"
+        return availability(preset).export_refusal()
 
     # ------------------------------------------------------------ the workers' environment
     def environment(self) -> dict:

@@ -37,7 +37,7 @@ from ..core.errors import Interrupted, OpdiffError
 from ..core.trees import json_safe
 from ..core.verdicts import Verdict
 from ..storage import StorageError, occupied_by_file, open_runs
-from ..storage.runs import RUNS_DIR, RunFileError, Runs, Uploads, utc_now
+from ..storage.runs import RUNS_DIR, RunFileError, Runs, Uploads, os_reason, utc_now
 
 ItemKey = tuple[str, int, str]  # (test id, seed, preset)
 
@@ -51,10 +51,6 @@ def check_store_dir(store_dir: Path | str) -> None:
     if occupied_by_file(store_dir):
         raise OpdiffError(f"the history store {store_dir} is a file, not a folder: point --store (or "
                           "[tool.opdiff] store) at the folder that holds runs/ (default ./store).")
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or str(exc)
 
 
 def _dumps(obj: Mapping[str, Any]) -> bytes:
@@ -302,7 +298,7 @@ class RunWriter:
         try:
             self._file = file if file is not None else open(self.path, "ab", buffering=0)
         except OSError as exc:
-            raise HistoryWriteError(f"cannot open the run file {self.path} for writing ({_why(exc)}): the "
+            raise HistoryWriteError(f"cannot open the run file {self.path} for writing ({os_reason(exc)}): the "
                                     "history store must be writable. Fix its permissions or point --store "
                                     "at a writable folder; nothing was run.") from None
         self.ended = False
@@ -326,7 +322,7 @@ class RunWriter:
         try:
             runs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise HistoryWriteError(f"cannot create the history folder {runs} ({_why(exc)}). Check --store "
+            raise HistoryWriteError(f"cannot create the history folder {runs} ({os_reason(exc)}). Check --store "
                                     "and that it is writable; nothing was run.") from None
         env = environment() if env is None else env
         while True:
@@ -337,7 +333,7 @@ class RunWriter:
             except FileExistsError:
                 continue
             except OSError as exc:
-                raise HistoryWriteError(f"cannot create a run file in {runs} ({_why(exc)}): the history "
+                raise HistoryWriteError(f"cannot create a run file in {runs} ({os_reason(exc)}): the history "
                                         "store must be writable. Fix its permissions or point --store at a "
                                         "writable folder; nothing was run.") from None
             try:
@@ -403,7 +399,7 @@ class RunWriter:
             self.close()
             then = (f"`opdiff check --resume {self.run_id}` finishes it once there is room"
                     if self.meta.get("command") == "check" else "run it again once there is room")
-            raise HistoryWriteError(f"cannot append to the run file {self.path} ({_why(exc)}): the disk may "
+            raise HistoryWriteError(f"cannot append to the run file {self.path} ({os_reason(exc)}): the disk may "
                                     "be full or the history store read-only. The run stopped here; the "
                                     f"lines it wrote stay and it reads as interrupted; {then}.") from None
 

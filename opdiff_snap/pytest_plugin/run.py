@@ -87,7 +87,6 @@ class SessionRun:
         self._plan_error: Exception | None = None
         self._collected_paths: set[Path] = set()
         self._dispatcher: Dispatcher | None = None
-        self._writer: history.RunWriter | None = None
         self._pending: dict[str, Pending] = {}
         self._taken: set[str] = set()
         self._use_cache: bool | None = None
@@ -240,7 +239,7 @@ class SessionRun:
                                       settings=self.settings, use_cache=self.use_cache)
             if decided:
                 return Ready(decided[0])
-            pending, job = runs[0]
+            job, pending = runs[0]
             self._pending[job.key] = pending
             return job
 
@@ -248,8 +247,8 @@ class SessionRun:
 
     def emit(self, result: Result) -> None:
         """Write one result to this session's history run (started with the first)."""
-        if self._writer is None:
-            self._writer = self.sinks.writer = self._start_writer()
+        if self.sinks.writer is None:
+            self.sinks.writer = self._start_writer()
         try:
             self.sinks(result)
         except OpdiffError as exc:
@@ -289,17 +288,18 @@ class SessionRun:
             sweep(self)
         except OpdiffError as exc:
             self.summary.setdefault("errors", []).append(str(exc))
-        if self._writer is not None and interrupted:
-            self._writer.close()
-            self.note("history", f"{self._writer.path} (interrupted: {len(self.sinks.results)} results, no end line)")
-        elif self._writer is not None:
+        writer = self.sinks.writer
+        if writer is not None and interrupted:
+            writer.close()
+            self.note("history", f"{writer.path} (interrupted: {len(self.sinks.results)} results, no end line)")
+        elif writer is not None:
             wall = time.perf_counter() - self._started
-            report = RunReport(self._writer.run_id, self._writer.path, "check", self.sinks.results, wall)
+            report = RunReport(writer.run_id, writer.path, "check", self.sinks.results, wall)
             counts = report.counts()
-            self._writer.end(counts, wall)
+            writer.end(counts, wall)
             tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
             self.summary.setdefault("history", []).append(
-                f"{self._writer.path} ({len(self.sinks.results)} results: {tally}; group {self.group})")
+                f"{writer.path} ({len(self.sinks.results)} results: {tally}; group {self.group})")
         return self.summary
 
 

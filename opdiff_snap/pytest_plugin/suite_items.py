@@ -1,6 +1,6 @@
 """The project's suites and goldens as pytest items: one per (test, seed, preset).
 
-Planning is checking's own (checking.plan_from_suites, or plan_from_goldens without
+Planning is check's own (run.check.plan_from_suites, or plan_from_goldens without
 suites), made once per session. Items are grouped under the suite file that defines
 their test (`suites/core_aten.yaml::add__x[s0-onnx_cpu_fp32]`); goldens of tests no
 suite defines any more, and every golden of a project without suites, sit under the

@@ -87,9 +87,6 @@ class Pending:
 class CheckPlan:
     items: list[Planned] = field(default_factory=list)
 
-    def total(self, n_presets: int) -> int:
-        return len(self.items) * n_presets
-
 
 def _corrupt(test_id: str, seed: int, info: GoldenInfo | None, why: str) -> Planned:
     why = printable(why)   # read from the golden: shown escaped
@@ -394,7 +391,7 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
                 decided, runs = item_work(item, todo, store, skips=request.skips, tolerance=request.tolerance,
                                           settings=settings, use_cache=use_cache)
                 yield from decided
-                yield from ((job, p) for p, job in runs)
+                yield from runs
 
     with writer:
         sinks = Sinks(listener, writer)
@@ -405,12 +402,10 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
 
 
-Key = tuple[str, int, str]
-
 
 def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset], identity: dict[str, Any],
               settings: Settings, argv: Sequence[str], suite_paths: Sequence[Path], run_settings: dict[str, Any],
-              env: dict[str, Any]) -> tuple[history.RunWriter, set[Key], set[Key]]:
+              env: dict[str, Any]) -> tuple[history.RunWriter, set[history.ItemKey], set[history.ItemKey]]:
     """The run's history file (a new one, or the one `request.resume` names, when it planned
     exactly this), the (test, seed, preset) keys this run covers, and those it already holds."""
     shard = request.shard
@@ -447,7 +442,7 @@ def job_key(test_id: str, seed: int, preset: str) -> str:
 def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
               skips: Sequence[tuple[str, str]] = (), tolerance: Tolerance | None = None,
               settings: Settings = Settings(), use_cache: bool = True
-              ) -> tuple[list[Result], list[tuple[Pending, Job]]]:
+              ) -> tuple[list[Result], list[tuple[Job, Pending]]]:
     """What checking one planned (test, seed) on `presets` takes: the results decided
     without running (a skip, the planned verdict, a golden found corrupt or missing when
     read), and a job with what judging its outcome needs for every other preset."""
@@ -485,7 +480,7 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
                   cache_dir=settings.cache if use_cache else None,
                   key=job_key(item.test_id, item.seed, preset.name),
                   grads=_grad_request(item.case, golden, preset))
-        runs.append((Pending(item, golden, preset, tol), job))
+        runs.append((job, Pending(item, golden, preset, tol)))
     return decided, runs
 
 

@@ -21,6 +21,7 @@ from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 from ..compare.results import Listener, Result
 from ..execution import Job, Outcome
+from ..execution.pools import Pool
 from ..history import runs as history
 
 C = TypeVar("C")
@@ -78,7 +79,7 @@ class Pipeline(Generic[C]):
     judge: Callable[[C, Outcome], Result]
     sink: Callable[[Result], None]
 
-    def drive(self, pool, work: Iterable[Result | tuple[Job, C]]) -> None:
+    def drive(self, pool: Pool, work: Iterable[Result | tuple[Job, C]]) -> None:
         """Run the work's jobs in `pool` (closed at the end) and hand every result to the sink."""
         pending: dict[str, C] = {}
 
