@@ -362,7 +362,8 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
     with make_pool(settings, in_process, python=python) as pool:
         report = find(case, golden.invocation, preset, lambda p: tolerance_for(case.tolerance, p, tolerance),
                       pool=pool, ops=ops, seed=seed,
-                      baseline_precision=str(golden.baseline.get("precision") or "fp32"))
+                      baseline_precision=str(golden.baseline.get("precision") or "fp32"),
+                      cache_dir=settings.cache)
     if report.error is not None:
         raise OpdiffError(f"test '{test_id}' on {backend}: {report.error}")
     if isinstance(preset_options, str):
@@ -433,3 +434,31 @@ def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: floa
         done = {r.test_id: r for r in pool.run(tasks)}
     return [done[c.id] for c in cases]
 
+
+
+def ops(suites=None, *, backends: Sequence[str], test_ids=None, tags=None, seed: int = 0, settings=None,
+        in_process: bool = False, python: Path | None = None):
+    """Which presets lower each ATen op of the selected tests (see cause.lowering.OpsTask):
+    (the op table, each test's survey). Answers come from the op-support cache of
+    `settings.cache` where it has them; a test's ops are lowered alone only where its
+    whole graph does not lower."""
+    from .backends.registry import get_preset
+    from .cause.lowering import OpsTask, op_table
+    from .core.config import Settings
+    from .core.errors import OpdiffError
+    from .run.session import make_pool
+    from .suite import load_suites, select, suite_paths
+
+    settings = settings or Settings()
+    presets = [get_preset(b) for b in backends]
+    paths = suite_paths(suites, settings.suites)
+    if not paths:
+        raise OpdiffError(f"no suites given and none under {settings.suites}.")
+    cases = select(load_suites(paths), test_ids, tags)
+    if not cases:
+        raise OpdiffError("no test selected: check the suites, --test-ids and --tags.")
+    tasks = [OpsTask(c.id, c, presets, settings.cache, seed) for c in cases]
+    with make_pool(settings, in_process, python=python) as pool:
+        done = {t.test_id: t for t in pool.run(tasks)}
+    surveyed = [done[c.id] for c in cases]
+    return op_table(surveyed, [p.name for p in presets]), surveyed

@@ -92,6 +92,16 @@ def test_a_wrong_kernel_called_in_forward_is_named_with_its_source_line(pool, te
     assert expected_cmd in text
 
 
+def test_a_module_without_submodules_is_descended_into_by_default(pool):
+    report = _localize("functional", "wrongkernel_cpu_fp32", pool)
+    text = format_report(report)
+    assert [r.label for r in report.rows] == ["<root>"] and report.first_divergent.name == ""
+    assert report.ops is not None and report.ops.scope == "", text   # no --ops needed
+    f = report.ops.finding
+    assert f is not None and f.nodes[0].target == "aten::tanh.default", text
+    assert f.nodes[0].source_path == f"{MODELS}:{line_of('# <- functional tanh')}"
+
+
 def test_the_lowest_divergent_scope_is_chosen(pool):
     report = _localize("outer", "wrongkernel_cpu_fp32", pool)
     status = {r.label: r.status for r in report.rows + report.enclosing}

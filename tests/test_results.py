@@ -10,6 +10,7 @@ from opdiff_snap.analytics.schema import MEANINGS
 from opdiff_snap.compare.numerics import Metrics
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.execution.op_support import UnsupportedOp
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.model import Tolerance
 
@@ -19,7 +20,7 @@ SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
 # of Result changes these keys, and this test says so.
 ITEM_KEYS = {"id", "seed", "preset", "status", "error_message", "test_type", "suite", "spec_hash", "tags",
              "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit",
-             "tolerance", "metrics", "backends", "times_all", "diff_all"}
+             "tolerance", "metrics", "unsupported_ops", "backends", "times_all", "diff_all"}
 
 
 def full() -> Result:
@@ -32,7 +33,10 @@ def full() -> Result:
                   test_type="op", suite="suites/core.yaml", spec_hash="ab12", tags=["binary"],
                   baseline="torch_cpu_fp32", error_class="Mismatch", export_ms=812.3, load_ms=9.1,
                   infer_ms=0.061, infer_ms_all=[0.06, 0.062], cache_hit=True,
-                  tolerance=Tolerance(1e-5, 1.3e-6, 4.0), metrics=metrics)
+                  tolerance=Tolerance(1e-5, 1.3e-6, 4.0), metrics=metrics,
+                  unsupported_ops=[UnsupportedOp("aten::diff.default", 2, "EXPORT_FAIL", "Unsupported fx node diff",
+                                                 ["f32[3, 8], 1, -1"], ["m.py:4 in forward: torch.diff(x)"],
+                                                 ["/src/m.py:4"], ["block (Block)"])])
 
 
 def test_every_field_is_set_by_the_fixture():

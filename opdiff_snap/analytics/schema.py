@@ -47,6 +47,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "cache_hit": "true when the exported artifact came from the cache",
         "error_class": "exception class of a failure",
         "error_message": "failure message",
+        "unsupported_ops": "EXPORT_FAIL / LOAD_FAIL: every op the preset cannot lower, each tried alone "
+                           "(list of {op, count, stage, error, signatures, sources, source_paths, modules}; "
+                           "unnest it); NULL when not surveyed",
         "atol": "absolute tolerance used", "rtol": "relative tolerance used",
         "baseline_factor": "times the baseline's own rounding error a result may differ by",
         "max_abs": "largest absolute difference", "mean_abs": "mean absolute difference",

@@ -14,6 +14,8 @@ statement then runs under the time and memory limits of `sandbox.Limits`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -29,7 +31,9 @@ from .sandbox import Limits, check_query, execute, lock, refusal
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
-CACHE_VERSION = "3"
+# The cache's layout follows the structure of a result (ingest.READ_COLUMNS): a field added
+# to results.Result changes it, and the next connect rebuilds the cache from the JSONL.
+CACHE_VERSION = "3-" + hashlib.sha256(json.dumps(ingest.READ_COLUMNS, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class HistoryWarning(UserWarning):

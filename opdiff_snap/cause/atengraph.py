@@ -95,13 +95,15 @@ class NodeGraph:
         v = self.values[ref.name]
         return v if ref.item is None else v[ref.item]
 
-    def fragment(self, start: int, stop: int, outputs: list[Ref] | None = None) -> "Fragment":
+    def fragment(self, start: int, stop: int, outputs: list[Ref] | None = None,
+                 folded: bool = True) -> "Fragment":
         """Nodes start..stop (inclusive) with the values they read from outside the range;
         they should produce `outputs`, by default every value of theirs that a later node
         or the graph's output uses. Nodes computed from weights and constants only are not
         run but read, like weights: backends fold them at export, in the precision they
-        compute in (a node that fixes its dtype, as decompositions do, stays consistent)."""
-        nodes = [n for n in self.nodes[start:stop + 1] if not n.constant]
+        compute in (a node that fixes its dtype, as decompositions do, stays consistent).
+        `folded=False` keeps them: a backend must still convert them (cause.lowering)."""
+        nodes = [n for n in self.nodes[start:stop + 1] if not (folded and n.constant)]
         if not nodes:
             raise ValueError(f"nodes {start}-{stop} are computed from weights and constants only")
         inside = {n.name for n in nodes}
@@ -200,7 +202,7 @@ def _module_label(meta: dict[str, Any]) -> str:
     if not stack:
         return ""
     path, cls = list(stack.values())[-1]
-    path = re.sub(r"^side_a\.?", "", str(path))
+    path = re.sub(r"^(side_a\.?)+", "", str(path))
     cls = str(getattr(cls, "__name__", cls)).rsplit(".", 1)[-1]
     return f"{path} ({cls})" if path else ""
 
@@ -227,15 +229,17 @@ def _detached(x: Any) -> Any:
 
 
 def export_scope(module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any], where: str,
-                 scope: str = "", strict: bool = False) -> NodeGraph:
-    """Export `module(*args, **kwargs)` to core ATen and record every node on these inputs."""
+                 scope: str = "", strict: bool = False, core: bool = True) -> NodeGraph:
+    """Export `module(*args, **kwargs)` to core ATen (`core=False`: to ATen with no
+    decomposition, the ops as the model's code calls them) and record every node on these
+    inputs."""
     from ..backends.common import export_program
     from ..execution import prepare_call
 
     prepared = prepare_call({"a": module}, list(args), dict(kwargs), where)
     try:
         program = export_program(prepared.module, prepared.inputs,
-                                 {"use_default_decompositions": True, "export_strict": strict}, True)
+                                 {"use_default_decompositions": core, "export_strict": strict}, True)
     except Exception as exc:
         from ..core.errors import error_text
         raise OpdiffError(f"{where} cannot be exported to an ATen graph on the baseline "
@@ -410,6 +414,7 @@ class ScopeGraphTask:
     scope: str = ""
     strict: bool = False
     key: str = "graph"
+    core: bool = True          # False: the ATen ops undecomposed (cause.lowering)
 
     def run(self, context=None) -> NodeGraph:
         from .calls import capture_call
@@ -418,7 +423,7 @@ class ScopeGraphTask:
             sub, call = capture_call(self.case, self.invocation, self.scope)
             where = f"test '{self.case.id}' scope '{call.info.label}'"
             return export_scope(copy.deepcopy(sub).eval(), list(call.args), dict(call.kwargs), where,
-                                self.scope, self.strict)
+                                self.scope, self.strict, self.core)
         except OpdiffError as exc:
             return self.failed(None, type(exc).__name__, str(exc))
         except Exception as exc:

@@ -32,12 +32,13 @@ from typing import Any, Callable, Iterable, Iterator
 from ..backends.base import Backend, Preset
 from ..core.config import Settings
 from ..core.errors import OpdiffError
-from ..core.verdicts import NOT_DIVERGED, RAN, Verdict
+from ..core.verdicts import LOWERING_FAILURES, NOT_DIVERGED, NOT_DIVERGED_CONVERTING, RAN, Verdict
 from ..execution.pools import Pool, open_pool
 from ..suite.model import Invocation, TestCase, Tolerance
 from .alone import PieceResult, PieceTask
 from .atengraph import Fragment, FragmentTask, GraphNode, NodeGraph, ScopeGraphTask, signature
 from .calls import CallInfo, CallTree, CallTreeTask, SubmoduleTask
+from .lowering import Survey, survey_graph
 
 
 @dataclass
@@ -136,6 +137,33 @@ class LocalizeReport:
     ops: OpsReport | None = None
     seed: int = 0
     preset_options: str | None = None       # as given, for the repro command
+    converts_only: bool = False             # the preset converts here but cannot run (CoreML off macOS)
+    lowering: Survey | None = None          # the test failed to lower: every op that fails alone
+
+    def to_json(self) -> dict[str, Any]:
+        """What `opdiff localize --format json` prints: the verdicts of the pieces run, the
+        finding, and the ops the preset cannot lower."""
+        def row(r: SubmoduleRow) -> dict[str, Any]:
+            return {"order": r.order, "scope": r.scope, "class": r.cls, "leaf": r.leaf, "status": r.status.value,
+                    "metrics": r.metrics, "message": r.message}
+
+        finding = None
+        if self.ops is not None and self.ops.finding is not None:
+            f = self.ops.finding
+            finding = {"scope": self.ops.scope, "start": f.start, "stop": f.stop, "status": f.status.value,
+                       "ops": [n.target for n in f.nodes], "sources": f.sources(), "inputs": f.inputs,
+                       "outputs": f.outputs, "metrics": f.metrics, "message": f.message}
+        return {"test": self.test_id, "preset": self.preset, "seed": self.seed, "divergence": self.divergence,
+                "summary": self.summary(), "converts_only": self.converts_only,
+                "first_divergent": None if self.first_divergent is None else self.first_divergent.scope,
+                "submodules": [row(r) for r in sorted(self.rows + self.enclosing, key=lambda x: x.order)],
+                "node": finding, "repro": self.repro_command(),
+                "lowering": None if self.lowering is None else self.lowering.to_json()}
+
+    def passes(self, status: Verdict) -> bool:
+        """A piece that does not mark where the divergence starts: it matched, or, where the
+        preset only converts here, it converted."""
+        return status in (NOT_DIVERGED_CONVERTING if self.converts_only else NOT_DIVERGED)
 
     @property
     def divergence(self) -> str:
@@ -143,7 +171,9 @@ class LocalizeReport:
         failed, crashed or hung), for the deepest thing found."""
         if self.ops is not None and self.ops.finding is not None:
             return "mismatch" if self.ops.finding.status in RAN else "failed"
-        row = self.first_divergent or next((r for r in self.enclosing if r.status is not Verdict.PASS), None)
+        if self.lowering is not None and self.lowering.ops:
+            return "failed"
+        row = self.first_divergent or next((r for r in self.enclosing if not self.passes(r.status)), None)
         if row is None:
             return "none"
         return "failed" if row.failed_to_run else "mismatch"
@@ -169,6 +199,13 @@ class LocalizeReport:
     def summary(self) -> str:
         head = f"{self.test_id} on {self.preset}"
         ops = self.ops
+        low = self.lowering
+        if low is not None and low.ops:
+            names = ", ".join(f"{u.op} (x{u.count})" for u in low.ops)
+            first = low.ops[0]
+            return (f"{head}: {self.preset} cannot lower {len(low.ops)} op{'s' if len(low.ops) > 1 else ''} of "
+                    f"the test, each tried alone: {names}; the first from "
+                    f"{first.sources[0] if first.sources else 'unknown source'}.")
         if ops is not None and ops.finding is not None:
             f = ops.finding
             where = f"in {_scope_label(ops.scope, ops.scope_class)}"
@@ -191,8 +228,11 @@ class LocalizeReport:
             text = (f"{head}: first divergent submodule is '{r.name or '<root>'}' "
                     f"({r.cls}, call #{r.order}), which {what}: {r.status}. {r.message}").strip()
         else:
-            enclosing = [r for r in self.enclosing if r.status is not Verdict.PASS]
+            enclosing = [r for r in self.enclosing if not self.passes(r.status)]
             if not enclosing:
+                if self.converts_only:
+                    return (f"{head}: all {len(self.rows) + len(self.enclosing)} submodule calls convert "
+                            "(this machine cannot run the preset, so only conversion was tested).")
                 return (f"{head}: all {len(self.rows) + len(self.enclosing)} submodule calls reproduce the "
                         "baseline within tolerance.")
             text = (f"{head}: no leaf submodule diverges alone; "
@@ -200,6 +240,8 @@ class LocalizeReport:
                     f"{'s' if len(enclosing) == 1 else ''}.")
         if ops is not None:
             text += f" ATen nodes of {_scope_label(ops.scope, ops.scope_class)}: {ops.error or ops.note}"
+        if low is not None and low.note:
+            text += f" Lowering each op alone: {low.note}."
         return text
 
 
@@ -226,9 +268,12 @@ class _Search:
     """Runs localize's tasks on the pool; holds what every task needs."""
 
     def __init__(self, case: TestCase, invocation: Invocation, preset: Preset, tol: Tolerance,
-                 pool: Pool, backend: Backend | None, baseline_precision: str):
+                 pool: Pool, backend: Backend | None, baseline_precision: str, converts_only: bool = False,
+                 cache_dir: Any = None):
         self.case, self.invocation, self.preset, self.tol = case, invocation, preset, tol
         self.pool, self.backend, self.baseline_precision = pool, backend, baseline_precision
+        self.fine = NOT_DIVERGED_CONVERTING if converts_only else NOT_DIVERGED
+        self.converts_only, self.cache_dir = converts_only, cache_dir
 
     def common(self, key: str) -> dict[str, Any]:
         return dict(key=key, case=self.case, preset=self.preset, tolerance=self.tol,
@@ -277,9 +322,9 @@ class _Search:
         for r in self.pool.run(tasks()):
             i = int(r.key)
             results[i] = r
-            if r.status not in NOT_DIVERGED and (first[0] is None or i < first[0]):
+            if r.status not in self.fine and (first[0] is None or i < first[0]):
                 first[0] = i
-        culprit = min((i for i, r in results.items() if r.status not in NOT_DIVERGED), default=None)
+        culprit = min((i for i, r in results.items() if r.status not in self.fine), default=None)
         return results, culprit
 
     def diverges(self, graph: NodeGraph, ranges: list[tuple[int, int]],
@@ -301,7 +346,7 @@ class _Search:
         last = len(graph.nodes) - 1
 
         def bad(a: int, b: int) -> bool:
-            return cache[(a, b)].status not in NOT_DIVERGED
+            return cache[(a, b)].status not in self.fine
 
         stop = _first_true(0, last, width,
                            lambda pts: self.diverges(graph, [(0, j) for j in pts], cache),
@@ -327,6 +372,18 @@ class _Search:
             return r.metrics, (f"Its inputs had already diverged when the graph up to it ran on the target "
                                f"({r.status}: {_metrics_text(r.metrics)}).")
         return None, f"The graph up to it does not run on the target ({r.status}), so its inputs' drift is unknown."
+
+    def survey(self) -> Survey:
+        """Every op of the test's graph the preset cannot lower, each lowered alone, the
+        probes spread over the pool."""
+        from ..execution.op_support import OpSupportCache
+
+        graph: NodeGraph = self.one(ScopeGraphTask(self.case, self.invocation, "",
+                                                   bool(self.preset.options.get("export_strict")), core=False))
+        if graph.error is not None:
+            return Survey(self.preset.name, note=graph.error)
+        cache = OpSupportCache(self.cache_dir) if self.cache_dir is not None else None
+        return survey_graph(graph, self.preset, self.pool.run, cache, self.backend)
 
     def descend(self, scope: str, scope_class: str) -> OpsReport:
         ops = OpsReport(scope, scope_class)
@@ -361,8 +418,9 @@ class _Search:
             ops.note = (f"all {len(graph.nodes)} nodes of the scope are computed from weights and constants "
                         "only (backends fold them at export): there is no op to run alone.")
             return ops
-        if whole.status is Verdict.PASS:
-            ops.note = (f"all {len(graph.nodes)} nodes reproduce the baseline alone, and so does the whole ATen "
+        if whole.status in self.fine:
+            did = "convert" if whole.status is Verdict.UNAVAILABLE else "reproduce the baseline"
+            ops.note = (f"all {len(graph.nodes)} nodes {did} alone, and so does the whole ATen "
                         "graph of the scope: the divergence comes from how the backend takes the module "
                         "itself (its own export path or decompositions), not from one op.")
             return ops
@@ -391,17 +449,18 @@ def _first_true(lo: int, hi: int, width: int, probe: Callable[[list[int]], None]
     return lo
 
 
-def _smallest_divergent(enclosing: list[SubmoduleRow], calls: list[CallInfo]) -> SubmoduleRow | None:
-    """The first enclosing call that is not PASS while every call directly inside it is."""
+def _smallest_divergent(enclosing: list[SubmoduleRow], calls: list[CallInfo],
+                        fine: frozenset[Verdict] = NOT_DIVERGED) -> SubmoduleRow | None:
+    """The first enclosing call that diverges while no call directly inside it does."""
     status = {r.order: r.status for r in enclosing}
     children: dict[int, list[int]] = {}
     for c in calls:
         if c.parent is not None:
             children.setdefault(c.parent, []).append(c.order)
     for r in sorted(enclosing, key=lambda x: x.order):
-        if r.status is Verdict.PASS:
+        if r.status in fine:
             continue
-        if all(status.get(ch, Verdict.PASS) is Verdict.PASS for ch in children.get(r.order, [])):
+        if all(status.get(ch, Verdict.PASS) in fine for ch in children.get(r.order, [])):
             return r
     return None
 
@@ -409,13 +468,14 @@ def _smallest_divergent(enclosing: list[SubmoduleRow], calls: list[CallInfo]) ->
 def localize(case: TestCase, invocation: Invocation, preset: Preset,
              tol_for: Callable[[Preset], Tolerance] | None = None, *, backend: Backend | None = None,
              pool: Pool | None = None, ops: bool = False, baseline_precision: str = "fp32",
-             seed: int = 0) -> LocalizeReport:
+             seed: int = 0, cache_dir: Any = None) -> LocalizeReport:
     """Find where `case` first diverges on `preset` (see the module docstring).
 
     `pool` runs every task (default: one isolated worker; this process when `backend` is
     given, as a test's own backend class may not be importable in a worker); `backend` replaces the
     registry's backend for the preset (tests pass their own; it travels with each task).
-    `ops`: descend to ATen nodes even when a leaf submodule diverges."""
+    `ops`: descend to ATen nodes even when a leaf submodule diverges. `cache_dir`: the
+    artifact cache, whose op-support answers a lowering failure's survey reuses."""
     from ..compare.numerics import tolerance_for
 
     if case.call.kind != "module" or case.pair is not None:
@@ -430,7 +490,12 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
         if why:
             raise OpdiffError(f"localize needs to run preset '{preset.name}', and {why}. Try it where the "
                               "preset is available.")
-        return _localize(_Search(case, invocation, preset, tol, pool, backend, baseline_precision), ops, seed)
+        from ..backends.registry import availability
+
+        avail = backend.availability(preset) if backend is not None else availability(preset)
+        search = _Search(case, invocation, preset, tol, pool, backend, baseline_precision,
+                         converts_only=not avail.can_run, cache_dir=cache_dir)
+        return _localize(search, ops, seed)
     finally:
         if own_pool:
             pool.close()
@@ -438,7 +503,8 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
 
 def _localize(search: _Search, ops: bool, seed: int) -> LocalizeReport:
     case = search.case
-    report = LocalizeReport(case.id, search.preset.name, search.tol, [], None, seed=seed)
+    report = LocalizeReport(case.id, search.preset.name, search.tol, [], None, seed=seed,
+                            converts_only=search.converts_only)
     tree: CallTree = search.one(CallTreeTask(case, search.invocation))
     if tree.error is not None:
         report.error = tree.error
@@ -446,15 +512,21 @@ def _localize(search: _Search, ops: bool, seed: int) -> LocalizeReport:
     calls = tree.calls
     leaves = [c for c in calls if c.leaf]
     report.rows = search.submodules(leaves, calls)
-    report.first_divergent = next((r for r in report.rows if r.status is not Verdict.PASS), None)
-    if report.first_divergent is not None:
-        if not ops:
-            return report
-        scope: SubmoduleRow | None = report.first_divergent
-    else:
-        report.enclosing = search.submodules([c for c in calls if not c.leaf], calls)
-        scope = _smallest_divergent(report.enclosing, calls)
+    report.first_divergent = next((r for r in report.rows if not report.passes(r.status)), None)
+    scope: SubmoduleRow | None = report.first_divergent
     if scope is None:
+        report.enclosing = search.submodules([c for c in calls if not c.leaf], calls)
+        scope = _smallest_divergent(report.enclosing, calls, search.fine)
+    if scope is None:
+        return report
+    if scope.status in LOWERING_FAILURES:
+        # the op-level answer to a test that does not lower: every op that fails alone
+        report.lowering = search.survey()
+        if report.lowering.ops:
+            return report
+    # below a leaf that diverges only when asked; below the module itself (no submodule
+    # diverges, or it has none) by default: nothing else can be learned above the op
+    if scope is report.first_divergent and scope.name and not ops:
         return report
     report.ops = search.descend(scope.scope, scope.cls)
     return report
@@ -497,9 +569,9 @@ def format_report(report: LocalizeReport, context: int = 3) -> str:
         culprit = f.start if f is not None and not f.is_range else None
         if f is not None:
             keep = [x for x in ops.rows
-                    if x.status not in NOT_DIVERGED or f.start - context <= x.node.index <= f.stop]
+                    if not report.passes(x.status) or f.start - context <= x.node.index <= f.stop]
         else:
-            keep = [x for x in ops.rows if x.status not in NOT_DIVERGED]
+            keep = [x for x in ops.rows if not report.passes(x.status)]
         before = [x for x in ops.rows if x not in keep and (f is None or x.node.index < f.start)]
         if before:
             span = f"{before[0].node.index}-{before[-1].node.index}"
@@ -525,9 +597,30 @@ def format_report(report: LocalizeReport, context: int = 3) -> str:
                 lines.append(f"  {f.message.splitlines()[0][:400]}")
             if f.inputs_note:
                 lines.append(f"  {f.inputs_note}")
+    if report.lowering is not None:
+        lines += _lowering_lines(report.lowering, report.preset)
     lines.append("")
     lines.append(report.summary())
     cmd = report.repro_command()
     if cmd:
         lines.append(f"Reproduce it alone: {cmd} -o repro_node.py")
     return "\n".join(lines)
+
+
+def _lowering_lines(low: Survey, preset: str) -> list[str]:
+    """The ops a test's graph holds that `preset` cannot lower, each with its source."""
+    cached = low.calls - low.asked
+    lines = ["", f"Each op of the test's ATen graph lowered alone on {preset}: {low.calls} distinct op calls, "
+                 f"{low.asked} lowered now, {cached} answered from the op-support cache ({low.seconds:.1f} s)."]
+    if not low.ops:
+        return lines + [f"  {low.note}"]
+    head = f"  {'op':<34} {'nodes':>5}  {'stage':<12} source"
+    lines += [head, "  " + "-" * (len(head) - 2)]
+    for u in low.ops:
+        lines.append(f"  {u.op:<34} {u.count:>5}  {u.stage:<12} {u.sources[0] if u.sources else '?'}")
+        if u.modules:
+            lines.append(f"  {'':<34} {'':>5}  {'':<12} in {', '.join(u.modules[:3])}")
+        if u.source_paths:
+            lines.append(f"  {'':<34} {'':>5}  {'':<12} at {u.source_paths[0]}")
+        lines.append(f"  {'':<34} {'':>5}  {'':<12} {u.error.splitlines()[0][:200] if u.error else ''}")
+    return lines

@@ -19,6 +19,7 @@ for command in (
     cause.localize,
     cause.repro,
     cause.gradcheck,
+    cause.ops,
 ):
     main.add_command(command)
 

@@ -11,6 +11,7 @@ from ..core import limits
 from ..core.limits import Number
 from ..suite.model import Tolerance
 from .app import (
+    FORMAT_OPTION,
     JOBS,
     NON_NEGATIVE,
     POSITIVE,
@@ -20,6 +21,7 @@ from .app import (
     _executor_option,
     _output_file,
     _patterns,
+    _print_table,
     _python_option,
     _settings,
     _writing,
@@ -47,12 +49,13 @@ ENTRIES = Number(limits.ENTRIES)
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @_python_option
 @_executor_option
 @click.pass_context
 @guarded
 def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, jobs, timeout_s,
-             in_process, trust_goldens, python) -> None:
+             in_process, trust_goldens, fmt, python) -> None:
     """Where a module test first diverges on BACKEND: submodule, then ATen node.
 
     Every leaf submodule runs alone on the target with the baseline's captured inputs.
@@ -62,13 +65,19 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     a CRASH at that piece). Exit 1 when something diverges."""
     from .. import api
     from ..cause.localize import format_report
+    from ..core.trees import json_safe
 
     given = (atol, rtol, baseline_factor)
     report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,
                           tolerance=Tolerance(*given) if any(v is not None for v in given) else None,
                           goldens=_settings(ctx).goldens, settings=_settings(ctx, jobs=jobs, timeout_s=timeout_s),
                           in_process=in_process, trust_goldens=trust_goldens, python=python)
-    _echo(format_report(report))
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(json_safe(report.to_json()), indent=1))
+    else:
+        _echo(format_report(report))
     sys.exit(1 if report.found else 0)
 
 
@@ -130,3 +139,72 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout
     _echo(f"{len(reports) - len(failed)} of {len(reports)} tests pass gradcheck"
           + (f"; failing: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
+
+
+@click.command()
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-b", "--backend", "backends", multiple=True,
+              help="Preset to ask (repeat for several); default: every preset that can export here.")
+@click.option("--test-ids", multiple=True, help="Only these tests (opdiff selection syntax).")
+@click.option("--tags", multiple=True)
+@click.option("--seed", type=SEED, default=0, show_default=True, help="The seed whose inputs give the ops' shapes.")
+@click.option("--tests", "per_test", is_flag=True, help="One row per (test, op) instead of one per op.")
+@click.option("--changes", is_flag=True,
+              help="Instead: the op calls whose support changed between the versions the op-support cache "
+                   "has answers for (after an upgrade).")
+@click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
+@click.option("--timeout-s", type=TIMEOUT_S, help="Per-test timeout in seconds (>= 0.1).")
+@FORMAT_OPTION
+@_python_option
+@_executor_option
+@click.pass_context
+@guarded
+def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, jobs, timeout_s, fmt, python) -> None:
+    """Which presets lower each ATen op of the suites' tests.
+
+    Each test is exported to ATen once; its ops are answered from the op-support cache in
+    the artifact cache (--cache), else by lowering the whole graph (when it lowers, all its
+    ops do), else by lowering each op alone. A cell is yes, no, or k/n (k of the op's n
+    distinct input signatures lower); '-' where the preset was not asked. Exit 1 when some
+    preset cannot lower some op."""
+    from .. import api
+    from ..analytics import Table
+    from ..backends.registry import all_presets, availability
+    from ..cause.lowering import support_changes
+    from ..execution.op_support import OpSupportCache
+
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s)
+    if changes:
+        found = support_changes(OpSupportCache(settings.cache), backends)
+        rows = [(c.preset, c.op, c.signature, "yes" if c.lowered_before else "no",
+                 "yes" if c.lowers_now else "no",
+                 ", ".join(f"{k} {c.before[k]} -> {v}" for k, v in c.after.items())) for c in found]
+        _print_table(Table(["preset", "op", "signature", "lowered before", "lowers now", "versions"], rows), fmt)
+        if fmt in ("table", "markdown") and not rows:
+            _echo("no op call changed support between the versions in the op-support cache "
+                  f"({settings.cache}).")
+        return
+    names = list(backends) or [p.name for p in all_presets() if availability(p).can_export]
+    table, surveyed = api.ops(list(suites) or None, backends=names, test_ids=_patterns(test_ids),
+                              tags=_patterns(tags), seed=seed, settings=settings, python=python)
+    if per_test:
+        rows = [(t.test_id, u.op, u.signature, u.count, *[_cell(u.lowers.get(p)) for p in names], u.source)
+                for t in surveyed for u in t.uses]
+        _print_table(Table(["test", "op", "signature", "nodes", *names, "source"], rows), fmt)
+    else:
+        rows = [(r.op, len(r.tests), r.nodes, *[r.support[p] for p in names], ", ".join(r.tests[:3])
+                 + (f" (+{len(r.tests) - 3})" if len(r.tests) > 3 else ""), r.source) for r in table]
+        _print_table(Table(["op", "tests", "nodes", *names, "in", "first source"], rows), fmt)
+    failed = [t for t in surveyed if t.error]
+    asked = sum(t.asked for t in surveyed)
+    if fmt in ("table", "markdown"):
+        _echo(f"{len(table)} ops in {len(surveyed) - len(failed)} tests; {asked} op calls lowered alone now, "
+              "the rest answered by the op-support cache or by their whole graph lowering.")
+        for t in failed[:10]:
+            _echo(f"  {t.test_id}: no ATen graph ({t.error})", err=True)
+    blocked = any(cell == "no" or "/" in cell for r in table for cell in r.support.values())
+    sys.exit(1 if blocked or failed else 0)
+
+
+def _cell(answer: bool | None) -> str:
+    return "-" if answer is None else "yes" if answer else "no"

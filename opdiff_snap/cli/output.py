@@ -8,7 +8,6 @@ character or markup in them acts."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -22,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..compare.results import Result, RunReport
-from ..core.errors import ANSI, OpdiffError, suggest
+from ..core.errors import OpdiffError, headline, suggest
 from ..core.safetext import printable
 from ..core.verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
 
@@ -107,26 +106,6 @@ class ProgressDisplay:
                                soft_wrap=True)
 
 
-_BURIED = [  # exporters put the cause under boilerplate; pull it up
-    re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'.*?Failure message: ([^\n]+)", re.S),
-    re.compile(r"Unsupported fx node [^,\n]+"),
-]
-
-
-def headline(message: str | None, width: int = 160) -> str:
-    """The informative line of an error message, without colour codes."""
-    text = ANSI.sub("", message or "")
-    for pattern in _BURIED:
-        m = pattern.search(text)
-        if m:
-            return ("no ONNX function for " + ": ".join(m.groups()) if len(m.groups()) > 1
-                    else m.group(0))[:width]
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:width]
-    return ""
-
-
 def _line(r: Result) -> str:
     """One result as a plain line (data escaped; print it with markup off)."""
     text = f"{r.verdict.value:<18} {printable(r.test_id)} seed={r.seed} {printable(r.preset)}"
@@ -135,8 +114,18 @@ def _line(r: Result) -> str:
     if r.metrics and r.verdict not in GOOD:
         text += f" max_abs={r.metrics.get('max_abs')}"
     if r.message and r.verdict not in GOOD:
-        text += f" -- {printable(headline(r.message, 200))}"
+        text += f" -- {printable(detail(r, 200))}"
     return text
+
+
+def detail(r: Result, width: int = 160) -> str:
+    """What a not-passing result says in one line: the ops its preset cannot lower, where
+    they were surveyed, else the informative line of its message."""
+    if r.unsupported_ops:
+        ops = ", ".join(f"{u.op.removeprefix('aten::')}" + (f" ({u.sources[0].split(' in ')[0]})" if u.sources else "")
+                        for u in r.unsupported_ops)
+        return f"cannot lower {len(r.unsupported_ops)} op{'s' if len(r.unsupported_ops) > 1 else ''}: {ops}"[:width]
+    return headline(r.message, width)
 
 
 def _severity(r: Result) -> float:
@@ -160,7 +149,7 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
             m = r.metrics or {}
             metrics = (_fmt(m.get("max_abs")), _fmt(m.get("min_atol"))) if with_metrics else ()
             table.add_row(r.verdict.value, _text(r.test_id), str(r.seed), _text(r.preset), *metrics,
-                          _text(headline(r.message)))
+                          _text(detail(r)))
         console.print(table)
         if len(failing) > limit:
             console.print(f"... and {len(failing) - limit} more (see `opdiff query` or --format json)")

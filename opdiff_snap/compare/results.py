@@ -19,13 +19,14 @@ from typing import Any, Callable, Mapping
 from ..core.trees import json_safe
 from ..core.verdicts import NO_ERROR, Verdict
 from ..execution.job import Outcome
+from ..execution.op_support import UnsupportedOp
 from ..suite.model import TestCase, Tolerance
 
 # field name -> key in the item line, where they differ
 JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
 # the fields repeated in opdiff's per-backend `res` object
 RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "error_class",
-              "message", "tolerance", "metrics")
+              "message", "tolerance", "metrics", "unsupported_ops")
 
 
 @dataclass
@@ -50,6 +51,9 @@ class Result:
     cache_hit: bool = False
     tolerance: Tolerance | None = None
     metrics: dict[str, Any] | None = None   # compare.Metrics.to_json(), plus b_vs_a / grad for pairs / grads
+    # EXPORT_FAIL / LOAD_FAIL: every op of the test's graph the preset cannot lower alone
+    # (None: not surveyed; empty: none fails alone, and the message says so)
+    unsupported_ops: list[UnsupportedOp] | None = None
 
     @classmethod
     def of(cls, case: TestCase | None, test_id: str, seed: int, preset: str, verdict: Verdict,
@@ -71,6 +75,11 @@ class Result:
         self.error_class = outcome.error_class
         if outcome.error_message:
             self.message = outcome.error_message
+        survey = outcome.survey
+        if survey is not None:
+            self.unsupported_ops = list(survey.ops)
+            if survey.note:
+                self.message = f"{self.message}\nopdiff: {survey.note}".strip()
         return self
 
     @property
@@ -92,6 +101,8 @@ class Result:
                 value = None if value is None else dataclasses.asdict(value)
             elif f.name in ("tags", "infer_ms_all"):
                 value = list(value)
+            elif f.name == "unsupported_ops" and value is not None:
+                value = [dataclasses.asdict(u) for u in value]
             out[JSON_KEYS.get(f.name, f.name)] = value
         out = json_safe(out)
         res = {JSON_KEYS.get(k, k): out[JSON_KEYS.get(k, k)] for k in RES_FIELDS}
@@ -118,6 +129,8 @@ class Result:
                     value = Tolerance(**value)
                 elif f.name in ("tags", "infer_ms_all"):
                     value = list(value or [])
+                elif f.name == "unsupported_ops" and value is not None:
+                    value = [UnsupportedOp.from_json(u) for u in value]
                 values[f.name] = value
             return cls(**values)
         except (TypeError, ValueError, KeyError) as exc:

@@ -64,6 +64,26 @@ MESSAGE_CHARS = 2000
 ANSI = re.compile(r"\x1b\[[0-9;]*m")   # terminal colour codes
 
 
+_BURIED = [  # exporters put the cause under boilerplate; pull it up
+    re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)'.*?Failure message: ([^\n]+)", re.S),
+    re.compile(r"Unsupported fx node [^,\n]+"),
+]
+
+
+def headline(message: str | None, width: int = 160) -> str:
+    """The informative line of an error message, without colour codes."""
+    text = ANSI.sub("", message or "")
+    for pattern in _BURIED:
+        m = pattern.search(text)
+        if m:
+            return ("no ONNX function for " + ": ".join(m.groups()) if len(m.groups()) > 1
+                    else m.group(0))[:width]
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:width]
+    return ""
+
+
 def error_text(exc: BaseException) -> str:
     """`Class: message` without colour codes, trimmed to MESSAGE_CHARS (the head is where
     the cause usually is)."""

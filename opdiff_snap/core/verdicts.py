@@ -74,6 +74,9 @@ COMPARISON = frozenset({V.MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.STRUCT
 # A backend stage raised; its runtime often says why only on stderr, so the worker's
 # output is quoted in the message.
 STAGE_FAILURES = frozenset({V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL})
+# The backend could not take the test (export, conversion, lowering, partitioning, loading):
+# check and localize then lower each op of its graph alone to list every one it cannot take.
+LOWERING_FAILURES = frozenset({V.EXPORT_FAIL, V.LOAD_FAIL})
 # The worker process itself failed.
 WORKER_FAILURES = frozenset({V.CRASH, V.TIMEOUT})
 # The target produced outputs (that then matched or not).
@@ -83,6 +86,9 @@ REPRODUCIBLE = COMPARISON | STAGE_FAILURES | WORKER_FAILURES
 # localize: a piece of a test run alone that does not mark where the divergence starts (it
 # matched, or it was not run because it reads nothing but weights and constants).
 NOT_DIVERGED = frozenset({V.PASS, V.SKIPPED})
+# localize where the preset converts but cannot run here (CoreML off macOS): a piece that
+# converts is UNAVAILABLE only for want of a runtime, and so marks nothing either.
+NOT_DIVERGED_CONVERTING = NOT_DIVERGED | {V.UNAVAILABLE}
 # Decided from goldens and suites alone, before anything runs.
 PLANNED = frozenset({V.NO_GOLDEN, V.STALE, V.CORRUPT, V.SKIPPED})
 # Results whose message is not an error (the history keeps no error_message for them).

@@ -96,8 +96,13 @@ def _inputs_signature(job: Subject) -> Any:
     return [structure, [[str(t.dtype), list(t.shape)] for t in leaves]]
 
 
+def runtime_versions(preset: Preset) -> dict[str, str]:
+    """The versions that can change what exporting for `preset` produces."""
+    return {"torch": torch.__version__, "opdiff_snap": __version__,
+            **{p: _version(p) for p in RUNTIME_PACKAGES.get(preset.family, ())}}
+
+
 def cache_key(job: Subject) -> str:
-    packages = RUNTIME_PACKAGES.get(job.preset.family, ())
     material = {
         "test": job.case.id,
         "spec_hash": job.case.spec_hash,
@@ -106,8 +111,7 @@ def cache_key(job: Subject) -> str:
         "preset": {"name": job.preset.name, **job.preset.to_json()},
         "states": _states_digest(job),
         "inputs": _inputs_signature(job),
-        "versions": {"torch": torch.__version__, "opdiff_snap": __version__,
-                     **{p: _version(p) for p in packages}},
+        "versions": runtime_versions(job.preset),
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()

@@ -63,3 +63,5 @@ class Outcome:
     invocation: Invocation | None = None   # the one the worker materialised (record)
     grads: Any = None                      # Job.grads' result: packed (record) or nested (check)
     grads_error: str | None = None
+    # a check job that failed to lower: what lowering its ops alone found (cause.lowering.Survey)
+    survey: Any = None

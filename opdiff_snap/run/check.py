@@ -39,10 +39,11 @@ from ..compare.results import Listener, Result, RunReport
 from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
-from ..core.verdicts import GoldenState, Verdict
+from ..core.verdicts import LOWERING_FAILURES, GoldenState, Verdict
 from ..execution import Job, Outcome, restore_outputs
 from ..execution.cache import cache_unusable
 from ..execution.gradients import can_differentiate
+from ..execution.job import WorkerContext
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from ..goldens.cases import GoldenCases, UntrustedGolden
 from ..goldens.validate import definition_findings
@@ -434,6 +435,25 @@ def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset],
     return writer, planned, set()
 
 
+@dataclass
+class CheckJob(Job):
+    """A check job. When the target cannot lower the test, the same worker goes on to
+    lower each op of the test's graph alone, so the result lists every op the target
+    cannot take, not only the first (cause.lowering)."""
+
+    survey_ops: bool = True
+
+    def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
+        outcome = super().run(context)
+        if self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None:
+            from ..cause.lowering import survey_test
+
+            cache = context.cache_dir if self.cache_dir is not None and context.cache_dir is not None \
+                else self.cache_dir
+            outcome.survey = survey_test(self.case, self.invocation, self.preset, cache, threads=context.threads)
+        return outcome
+
+
 def job_key(test_id: str, seed: int, preset: str) -> str:
     """The handle of one check job, echoed back in its Outcome."""
     return f"{test_id}\0{seed}\0{preset}"
@@ -471,11 +491,11 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
         for preset in runnable:
             out(preset, verdict, str(exc))
         return decided, []
-    runs = []
+    runs: list[tuple[Job, Pending]] = []
     assert item.case is not None, "a planned item without a verdict has its test case"
     for preset in runnable:
         tol = tolerance_for(item.case.tolerance, preset, tolerance)
-        job = Job(case=item.case, seed=item.seed, invocation=golden.invocation, preset=preset,
+        job = CheckJob(case=item.case, seed=item.seed, invocation=golden.invocation, preset=preset,
                   repeats=settings.repeats, warmup=settings.warmup,
                   cache_dir=settings.cache if use_cache else None,
                   key=job_key(item.test_id, item.seed, preset.name),

@@ -132,3 +132,11 @@ class Affine(nn.Module):
         h = self.fc(x)
         h = h * self.gamma + self.beta  # <- mul feeding add
         return torch.relu(h).sum(dim=-1)
+
+
+class Functional(nn.Module):
+    """No submodule at all: its forward is functional code only."""
+
+    def forward(self, x):
+        h = x * 0.5 + 1.0
+        return torch.tanh(h) * 2.0  # <- functional tanh

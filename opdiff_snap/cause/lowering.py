@@ -1,0 +1,358 @@
+"""Every ATen op of a test that a backend cannot lower, at once, and where each comes from.
+
+Converters stop at the first op they cannot take. Here the test's module is exported once
+with torch.export to ATen without decompositions (the ops as the model's code calls them;
+this succeeds for models a backend rejects), its graph runs on the test's inputs to record
+every value (cause.atengraph), and each distinct (op, input signature) is lowered alone
+on the target (execution.op_support: the backend's own export, and load where the preset
+runs here). The ops that fail alone are the list, each with how many nodes make it, the
+source lines of the model's code they come from and the module they run in.
+
+Answers are cached (execution.op_support.OpSupportCache). The same survey serves check
+(in the worker whose job failed to lower), localize (its probes spread over the pool) and
+`opdiff ops` (every test of the suites, where a graph that lowers whole answers for all
+its ops at once).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from ..backends.base import Backend, Preset
+from ..core.errors import OpdiffError, error_text
+from ..core.verdicts import Verdict
+from ..execution.job import WorkerContext
+from ..execution.op_support import OpSupportCache, OpVerdict, UnsupportedOp, lower_alone
+from ..suite.model import Invocation, TestCase
+from .atengraph import Fragment, GraphNode, NodeGraph, Ref, describe, export_scope
+
+# How many distinct signatures, sources and modules one unsupported op lists.
+SHOWN = 5
+
+
+@dataclass
+class OpCall:
+    """One distinct (op, input signature) of a graph: its first node as a one-node
+    fragment (what it reads from weights and constants held as buffers, as backends see
+    them in the model), and every node that makes the same call. Plain data: it travels
+    to workers."""
+
+    op: str                       # "aten::diff.default"
+    signature: str                # "f32[1, 8], const f32[32], 1e-05": "const" marks weights and constants
+    fragment: Fragment
+    nodes: list[GraphNode] = field(default_factory=list)
+
+
+def call_signature(graph: NodeGraph, node: GraphNode) -> str:
+    """What a node reads, as cache keys and reports name it: activations by dtype and
+    shape, weights and constants the same with "const" before them, other arguments as
+    values."""
+    def one(x: Any) -> str:
+        if isinstance(x, Ref):
+            text = describe(graph.value(x))
+            return f"const {text}" if x.name in graph.constants else text
+        if isinstance(x, (list, tuple)) and any(isinstance(v, Ref) for v in x):
+            inner = ", ".join(one(v) for v in x)
+            return f"[{inner}]"
+        return describe(x)
+
+    parts = [one(a) for a in node.args] + [f"{k}={one(v)}" for k, v in node.kwargs.items()]
+    return ", ".join(parts)
+
+
+def distinct_calls(graph: NodeGraph) -> list[OpCall]:
+    """The graph's op calls that produce a value, one per (op, signature), in order of
+    first appearance."""
+    calls: dict[tuple[str, str], OpCall] = {}
+    for n in graph.nodes:
+        if graph.values.get(n.name) is None:   # returns nothing (a shape assertion): nothing to lower
+            continue
+        sig = call_signature(graph, n)
+        key = (n.target, sig)
+        if key not in calls:
+            calls[key] = OpCall(n.target, sig, graph.fragment(n.index, n.index, n.produces(), folded=False))
+        calls[key].nodes.append(n)
+    return list(calls.values())
+
+
+@dataclass
+class ProbeTask:
+    """Lower one OpCall alone on the target, in a worker (see execution.job.Task)."""
+
+    key: str
+    preset: Preset
+    call: OpCall
+    backend: Backend | None = None   # None: the registry's backend for the preset
+
+    def run(self, context: WorkerContext = WorkerContext()) -> OpVerdict:
+        from ..backends.registry import backend_for
+
+        backend = self.backend if self.backend is not None else backend_for(self.preset)
+        fn, args, kwargs = self.call.fragment.call()
+        return lower_alone(backend, self.preset, self.call.op, fn, args, kwargs, self.call.signature,
+                           context.threads)
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> OpVerdict:
+        return OpVerdict(self.preset.name, self.call.op, self.call.signature, False, status.value, message)
+
+
+Ask = Callable[[list[ProbeTask]], Iterable[OpVerdict]]
+
+
+@dataclass
+class Survey:
+    """What lowering a graph's ops alone found on one preset."""
+
+    preset: str
+    ops: list[UnsupportedOp] = field(default_factory=list)
+    calls: int = 0              # distinct (op, signature) pairs of the graph
+    asked: int = 0              # of those, lowered now (the rest came from the cache)
+    seconds: float = 0.0
+    note: str = ""              # why the list is empty, or could not be made
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def answers_for(calls: Sequence[OpCall], preset: Preset, ask: Ask, cache: OpSupportCache | None,
+                backend: Backend | None = None) -> dict[tuple[str, str], OpVerdict]:
+    """Each call's answer: from the cache, else lowered alone (and then cached)."""
+    answers: dict[tuple[str, str], OpVerdict] = {}
+    todo: list[ProbeTask] = []
+    for i, c in enumerate(calls):
+        hit = cache.get(preset, c.op, c.signature) if cache is not None else None
+        if hit is not None:
+            answers[(c.op, c.signature)] = hit
+        else:
+            todo.append(ProbeTask(str(i), preset, c, backend))
+    for v in ask(todo) if todo else ():
+        answers[(v.op, v.signature)] = v
+        # a probe that crashed or hung its worker says nothing lasting: ask again next time
+        if cache is not None and v.stage not in (Verdict.CRASH.value, Verdict.TIMEOUT.value):
+            cache.put(preset, v)
+    return answers
+
+
+def unsupported(calls: Sequence[OpCall], answers: dict[tuple[str, str], OpVerdict]) -> list[UnsupportedOp]:
+    """The ops whose calls fail alone, one entry per op, in order of first appearance."""
+    out: dict[str, UnsupportedOp] = {}
+    for c in calls:
+        a = answers.get((c.op, c.signature))
+        if a is None or a.lowers:
+            continue
+        u = out.get(c.op)
+        if u is None:
+            u = out[c.op] = UnsupportedOp(c.op, 0, a.stage or Verdict.EXPORT_FAIL.value, a.error)
+        u.count += len(c.nodes)
+        _add(u.signatures, [c.signature])
+        _add(u.sources, [n.source for n in c.nodes])
+        _add(u.source_paths, [n.source_path for n in c.nodes])
+        _add(u.modules, [n.module for n in c.nodes])
+    return list(out.values())
+
+
+def _add(into: list[str], values: Iterable[str]) -> None:
+    for v in values:
+        if v and v not in into and len(into) < SHOWN:
+            into.append(v)
+
+
+NONE_ALONE = ("every ATen op of its graph lowers alone: the backend fails on the graph as a whole "
+              "(how ops combine, or its own export path), not on one op")
+
+
+def survey_graph(graph: NodeGraph, preset: Preset, ask: Ask, cache: OpSupportCache | None,
+                 backend: Backend | None = None) -> Survey:
+    t0 = time.perf_counter()
+    calls = distinct_calls(graph)
+    answers = answers_for(calls, preset, ask, cache, backend)
+    found = unsupported(calls, answers)
+    return Survey(preset.name, found, len(calls), sum(not a.cached for a in answers.values()),
+                  time.perf_counter() - t0, "" if found else NONE_ALONE)
+
+
+def module_graph(module: torch.nn.Module, inputs: Sequence[Any], where: str) -> NodeGraph:
+    """The ATen graph (undecomposed) of a flat module on its inputs, every value recorded."""
+    return export_scope(module, list(inputs), {}, where, core=False)
+
+
+def survey_test(case: TestCase, invocation: Invocation, preset: Preset, cache_dir: Any,
+                backend: Backend | None = None, threads: int = 0) -> Survey:
+    """In a worker: every op of the test's graph that `preset` cannot lower, lowered here
+    one after another (check runs it where the test's own job failed to lower)."""
+    from ..execution import flat_module
+
+    t0 = time.perf_counter()
+    try:
+        prepared = flat_module(case, invocation)
+        graph = module_graph(prepared.module, prepared.fresh_inputs(), f"test '{case.id}'")
+    except OpdiffError as exc:
+        return Survey(preset.name, seconds=time.perf_counter() - t0, note=str(exc))
+    except Exception as exc:
+        return Survey(preset.name, seconds=time.perf_counter() - t0,
+                      note=f"its ATen graph could not be recorded: {error_text(exc)}")
+    cache = OpSupportCache(cache_dir) if cache_dir is not None else None
+
+    def ask(tasks: list[ProbeTask]) -> list[OpVerdict]:
+        return [t.run(WorkerContext(threads=threads)) for t in tasks]
+
+    found = survey_graph(graph, preset, ask, cache, backend)
+    found.seconds = time.perf_counter() - t0
+    return found
+
+
+# ---------------------------------------------------------------- the op table of suites
+
+@dataclass
+class OpUse:
+    """One distinct op call of a test and what each preset answered for it."""
+
+    op: str
+    signature: str
+    count: int
+    source: str
+    lowers: dict[str, bool | None] = field(default_factory=dict)   # preset -> answer (None: not asked)
+    stage: dict[str, str] = field(default_factory=dict)             # preset -> stage, where it does not
+
+
+@dataclass
+class TestOps:
+    test_id: str
+    uses: list[OpUse] = field(default_factory=list)
+    asked: int = 0           # op calls lowered now (the rest: the cache, or the whole graph lowering)
+    error: str | None = None
+
+
+@dataclass
+class OpsTask:
+    """The ops of one test (its first seed's inputs) and which presets lower each, in a
+    worker: from the op-support cache; for the rest, one lowering of the whole graph
+    answers for all its ops when it succeeds, else each is lowered alone."""
+
+    key: str
+    case: TestCase
+    presets: list[Preset]
+    cache_dir: Any = None
+    seed: int = 0
+
+    def run(self, context: WorkerContext = WorkerContext()) -> TestOps:
+        from ..backends.registry import backend_for
+        from ..execution import flat_module
+        from ..suite.materialize import materialize
+
+        out = TestOps(self.case.id)
+        try:
+            prepared = flat_module(self.case, materialize(self.case, self.seed))
+            graph = module_graph(prepared.module, prepared.fresh_inputs(), f"test '{self.case.id}'")
+        except Exception as exc:
+            out.error = str(exc) if isinstance(exc, OpdiffError) else error_text(exc)
+            return out
+        calls = distinct_calls(graph)
+        out.uses = [OpUse(c.op, c.signature, len(c.nodes), c.nodes[0].source) for c in calls]
+        cache = OpSupportCache(self.cache_dir) if self.cache_dir is not None else None
+        for preset in self.presets:
+            backend = backend_for(preset)
+            if not backend.availability(preset).can_export:
+                continue
+            known = {(c.op, c.signature): cache.get(preset, c.op, c.signature) if cache else None for c in calls}
+            missing = [c for c in calls if known[(c.op, c.signature)] is None]
+            if missing:
+                whole = lower_alone(backend, preset, self.case.id, prepared.module, list(prepared.fresh_inputs()),
+                                    {}, "", context.threads)
+                if whole.lowers:
+                    for c in missing:
+                        yes = OpVerdict(preset.name, c.op, c.signature, True, versions=whole.versions)
+                        known[(c.op, c.signature)] = yes
+                        if cache is not None:
+                            cache.put(preset, yes)
+                else:
+                    known.update(answers_for(missing, preset, lambda ts: [t.run(context) for t in ts], cache,
+                                             backend))
+                    out.asked += len(missing)
+            for use, c in zip(out.uses, calls):
+                v = known[(c.op, c.signature)]
+                use.lowers[preset.name] = None if v is None else v.lowers
+                if v is not None and not v.lowers:
+                    use.stage[preset.name] = v.stage or ""
+        return out
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> TestOps:
+        return TestOps(self.case.id, error=f"{status.value}: {message}")
+
+
+@dataclass
+class OpRow:
+    """One op across the surveyed tests: where it occurs and which presets lower it."""
+
+    op: str
+    tests: list[str] = field(default_factory=list)
+    nodes: int = 0
+    signatures: int = 0
+    # preset -> "yes" (every call lowers), "no" (none does), "k/n" (k of n distinct calls)
+    support: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+
+def op_table(results: Sequence[TestOps], presets: Sequence[str]) -> list[OpRow]:
+    """One row per op, those some preset cannot lower first, then by op name."""
+    rows: dict[str, OpRow] = {}
+    tally: dict[tuple[str, str], list[int]] = {}   # (op, preset) -> [lowering calls, answered calls]
+    for t in results:
+        for u in t.uses:
+            row = rows.setdefault(u.op, OpRow(u.op, source=u.source))
+            if t.test_id not in row.tests:
+                row.tests.append(t.test_id)
+            row.nodes += u.count
+            row.signatures += 1
+            for p in presets:
+                answer = u.lowers.get(p)
+                if answer is not None:
+                    k = tally.setdefault((u.op, p), [0, 0])
+                    k[0] += bool(answer)
+                    k[1] += 1
+    for row in rows.values():
+        for p in presets:
+            good, n = tally.get((row.op, p), [0, 0])
+            row.support[p] = "-" if n == 0 else "yes" if good == n else "no" if good == 0 else f"{good}/{n}"
+    return sorted(rows.values(), key=lambda r: (all(v in ("yes", "-") for v in r.support.values()), r.op))
+
+
+@dataclass
+class SupportChange:
+    """An op call whose answer on a preset differs between two sets of versions in the cache."""
+
+    preset: str
+    op: str
+    signature: str
+    before: dict[str, str]
+    after: dict[str, str]
+    lowered_before: bool
+    lowers_now: bool
+
+
+def support_changes(cache: OpSupportCache, presets: Sequence[str] = ()) -> list[SupportChange]:
+    """Op calls that became supported or unsupported between versions kept in the cache:
+    for each (preset, op, signature), the newest answer against the one before it (by
+    when it was asked)."""
+    seen: dict[tuple[str, str, str], list[OpVerdict]] = {}
+    for v in cache.entries():
+        if not presets or v.preset in presets:
+            seen.setdefault((v.preset, v.op, v.signature), []).append(v)
+    out = []
+    for (preset, op, sig), answers in sorted(seen.items()):
+        by_versions: dict[str, OpVerdict] = {}
+        for a in sorted(answers, key=lambda a: a.asked):
+            by_versions[str(sorted(a.versions.items()))] = a
+        ordered = sorted(by_versions.values(), key=lambda a: a.asked)
+        if len(ordered) >= 2 and ordered[-2].lowers != ordered[-1].lowers:
+            b, a = ordered[-2], ordered[-1]
+            changed = {k: v for k, v in a.versions.items() if b.versions.get(k) != v}
+            out.append(SupportChange(preset, op, sig, {k: b.versions.get(k, "absent") for k in changed}, changed,
+                                     b.lowers, a.lowers))
+    return out

@@ -1,0 +1,147 @@
+"""Can a backend lower one ATen op alone? The evidence behind every list of ops a backend
+cannot take, and the cache that keeps it.
+
+An op is tried as a one-op module (execution.prepare_call of the OpOverload on the values
+of one recorded call) through the backend's own `export` and, where this machine can run
+the preset, its `load`. Nothing runs: a wrong number is not a lowering question. Where
+the preset only converts here (CoreML on Linux), converting is the whole test, so a
+prediction that is merely unavailable never counts against an op.
+
+Answers are cached per (preset, the versions of torch, of the family's runtime packages
+and of opdiff-snap, op, input signature), one small JSON file each under
+`<cache>/op-support/<preset>/`, so a second model, or the next run, asks only about ops it
+has not seen. An upgrade changes the key; the entries of the old versions stay, and
+`opdiff ops --changes` compares them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ..backends.base import Backend, Preset
+from ..core.errors import error_text, headline
+from ..core.verdicts import Verdict
+from .cache import runtime_versions
+from .prepare import prepare_call
+
+
+@dataclass
+class OpVerdict:
+    """One op with one input signature on one preset: does it lower alone, and if not, at
+    which stage and why."""
+
+    preset: str
+    op: str                   # "aten::diff.default"
+    signature: str            # "f32[1, 8], 1, -1": what the call reads, constants included
+    lowers: bool
+    stage: str | None = None  # EXPORT_FAIL or LOAD_FAIL when it does not
+    error: str = ""           # the informative line of what the backend said
+    versions: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0      # how long asking took (0 when the answer came from the cache)
+    cached: bool = False
+    asked: float = field(default_factory=time.time)   # when (orders answers across upgrades)
+
+
+@dataclass
+class UnsupportedOp:
+    """One ATen op of a test's graph that the backend cannot lower alone, and where it
+    comes from in the model's code. What the history keeps per result and SQL unnests."""
+
+    op: str                   # "aten::diff.default"
+    count: int                # nodes of the graph with this op that fail alone
+    stage: str                # EXPORT_FAIL or LOAD_FAIL
+    error: str                # what the backend said, for the first of them
+    signatures: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)   # "modeling_gpt2.py:812 in forward: ..."
+    source_paths: list[str] = field(default_factory=list)   # "/abs/modeling_gpt2.py:812"
+    modules: list[str] = field(default_factory=list)   # "h.0.attn (GPT2Attention)"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "UnsupportedOp":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def lower_alone(backend: Backend, preset: Preset, op: str, fn: Callable[..., Any], args: list[Any],
+                kwargs: dict[str, Any], signature: str, threads: int = 0) -> OpVerdict:
+    """Export (and load, where this machine runs the preset) `fn(*args, **kwargs)` alone."""
+    t0 = time.perf_counter()
+
+    def verdict(stage: Verdict | None, error: str = "") -> OpVerdict:
+        return OpVerdict(preset.name, op, signature, stage is None, None if stage is None else stage.value,
+                         headline(error, 300), runtime_versions(preset), time.perf_counter() - t0)
+
+    try:
+        prepared = prepare_call({"a": fn}, list(args), dict(kwargs), f"op {op}")
+    except Exception as exc:   # the op does not even run eagerly on these values: not the backend's
+        return verdict(Verdict.EXPORT_FAIL, f"the op does not run eagerly alone: {error_text(exc)}")
+    avail = backend.availability(preset)
+    with tempfile.TemporaryDirectory(prefix="opdiff-op-") as tmp:
+        try:
+            with torch.no_grad():
+                artifact = backend.export(prepared.module, tuple(prepared.fresh_inputs()), preset, Path(tmp))
+        except Exception as exc:
+            return verdict(Verdict.EXPORT_FAIL, error_text(exc))
+        if avail.can_run:
+            try:
+                backend.load(artifact, preset, threads=threads)
+            except Exception as exc:
+                return verdict(Verdict.LOAD_FAIL, error_text(exc))
+    return verdict(None)
+
+
+class OpSupportCache:
+    """The answers of lower_alone, by preset, versions, op and signature (see the module
+    docstring). A cache behind a URL keeps them in its local folder only."""
+
+    def __init__(self, root: Path | str):
+        from ..storage import open_tiers
+
+        self.dir = open_tiers(root).root / "op-support"
+
+    @staticmethod
+    def key(preset: Preset, op: str, signature: str) -> str:
+        material = {"preset": {"name": preset.name, **preset.to_json()}, "versions": runtime_versions(preset),
+                    "op": op, "signature": signature}
+        return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _path(self, preset: Preset, op: str, signature: str) -> Path:
+        return self.dir / preset.name / f"{self.key(preset, op, signature)}.json"
+
+    def get(self, preset: Preset, op: str, signature: str) -> OpVerdict | None:
+        try:
+            data = json.loads(self._path(preset, op, signature).read_text())
+            found = OpVerdict(**data)
+        except (OSError, ValueError, TypeError):
+            return None     # absent, or a torn or foreign file: ask again
+        found.cached, found.seconds = True, 0.0
+        return found
+
+    def put(self, preset: Preset, answer: OpVerdict) -> None:
+        """Write one answer atomically; a cache that cannot be written only costs the next run."""
+        path = self._path(preset, answer.op, answer.signature)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".op-", dir=path.parent)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({**asdict(answer), "cached": False, "seconds": round(answer.seconds, 4)}, fh)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+    def entries(self) -> Iterator[OpVerdict]:
+        """Every answer kept, of every version."""
+        for path in sorted(self.dir.glob("*/*.json")):
+            try:
+                yield OpVerdict(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
