@@ -78,7 +78,8 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           tolerance=None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
           trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
           listener: Callable[[Result], None] | None = None, python: str | Path | None = None,
-          shard: tuple[int, int] | None = None, run_group: str | None = None) -> RunReport:
+          shard: tuple[int, int] | None = None, run_group: str | None = None,
+          require_delegated: bool = False) -> RunReport:
     """Check the goldens on the `backends` presets; run.check.CheckRequest says what each
     option means."""
     running = Running(in_process=in_process, python=Path(python) if python is not None else None,
@@ -86,7 +87,7 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     return check_run(CheckRequest(
         list(backends), Selection(suites, test_ids, tags, seeds, seed_list), running,
         preset_options=preset_options, skips=tuple(skips), tolerance=tolerance, resume=resume,
-        trust_goldens=trust_goldens, shard=shard, run_group=run_group),
+        trust_goldens=trust_goldens, shard=shard, run_group=run_group, require_delegated=require_delegated),
         settings=settings, argv=argv, listener=listener)
 
 

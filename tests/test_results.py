@@ -7,6 +7,7 @@ from pathlib import Path
 
 from opdiff_snap.analytics import ingest
 from opdiff_snap.analytics.schema import MEANINGS
+from opdiff_snap.backends.base import DelegatedOp, Delegation
 from opdiff_snap.compare.numerics import Metrics
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.verdicts import Verdict
@@ -20,7 +21,7 @@ SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
 # of Result changes these keys, and this test says so.
 ITEM_KEYS = {"id", "seed", "preset", "status", "error_message", "test_type", "suite", "spec_hash", "tags",
              "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit",
-             "tolerance", "metrics", "unsupported_ops", "backends", "times_all", "diff_all"}
+             "tolerance", "metrics", "unsupported_ops", "delegation", "backends", "times_all", "diff_all"}
 
 
 def full() -> Result:
@@ -36,7 +37,10 @@ def full() -> Result:
                   tolerance=Tolerance(1e-5, 1.3e-6, 4.0), metrics=metrics,
                   unsupported_ops=[UnsupportedOp("aten::diff.default", 2, "EXPORT_FAIL", "Unsupported fx node diff",
                                                  ["f32[3, 8], 1, -1"], ["m.py:4 in forward: torch.diff(x)"],
-                                                 ["/src/m.py:4"], ["block (Block)"])])
+                                                 ["/src/m.py:4"], ["block (Block)"])],
+                  delegation=Delegation("XnnpackBackend", 1, [DelegatedOp("aten::linear.default", 2, 0),
+                                                             DelegatedOp("aten::cumsum.default", 0, 1,
+                                                                         ["m.py:5 in forward: x.cumsum(-1)"])]))
 
 
 def test_every_field_is_set_by_the_fixture():

@@ -151,6 +151,9 @@ def latency_report(store, baseline: str | None = None) -> LatencyReport:
 
 # ---------------------------------------------------------------- run diff
 
+DELEGATION_COLUMNS = ["test_id", "seed", "preset", "op", "fallback_a", "fallback_b", "change", "source"]
+
+
 @dataclass
 class RunDiff:
     a: str
@@ -164,6 +167,8 @@ class RunDiff:
     only_a: int = 0
     only_b: int = 0
     environment: Table = field(default_factory=lambda: Table(["field", "a", "b"], []))
+    # per (test, seed, preset, op) with delegation on both sides: fallback node counts that differ
+    delegation: Table = field(default_factory=lambda: Table(DELEGATION_COLUMNS, []))
     # every (test, seed, preset) timed in both runs: median_a, median_b, ratio (b / a)
     ratios: Table = field(default_factory=lambda: Table(["test_id", "seed", "preset", "median_a",
                                                          "median_b", "ratio"], []))
@@ -171,13 +176,14 @@ class RunDiff:
     def sections(self) -> list[tuple[str, Table]]:
         return [("environment differences", self.environment),
                 ("newly failing", self.newly_failing), ("newly passing", self.newly_passing),
-                ("metric drift", self.drift), ("latency changes", self.latency)]
+                ("metric drift", self.drift), ("latency changes", self.latency),
+                ("delegation changes", self.delegation)]
 
     def summary(self) -> str:
         return (f"{self.label_a} -> {self.label_b}: {len(self.newly_failing)} newly failing, "
                 f"{len(self.newly_passing)} newly passing, {len(self.drift)} drifted, "
-                f"{len(self.latency)} latency changes; {self.only_a} results only in A, "
-                f"{self.only_b} only in B")
+                f"{len(self.latency)} latency changes, {len(self.delegation)} delegation changes; "
+                f"{self.only_a} results only in A, {self.only_b} only in B")
 
 
 def resolve_runs(a: Analytics, ref: str) -> list[str]:
@@ -291,7 +297,36 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
                       "FROM _pair").rows[0]
         an.sql("DROP TABLE _pair")
         env = environment_differences(an, a, b)
-    return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1], env, ratios)
+        delegation = delegation_changes(an, runs_a, runs_b)
+    return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1], env,
+                   ratios=ratios, delegation=delegation)
+
+
+def delegation_changes(an: Analytics, runs_a: list[str], runs_b: list[str]) -> Table:
+    """Ops that left the delegate (more of their nodes on the runtime's kernels in B) or
+    joined it, per (test, seed, preset) that recorded delegation in both runs."""
+    return an.sql("""
+        WITH da AS (SELECT test_id, seed, preset, o.op AS op, o.fallback AS fb, o.sources AS src
+                    FROM results, unnest(delegation.ops) AS t(o)
+                    WHERE list_contains($1::VARCHAR[], run_id) AND delegation IS NOT NULL),
+             db AS (SELECT test_id, seed, preset, o.op AS op, o.fallback AS fb, o.sources AS src
+                    FROM results, unnest(delegation.ops) AS t(o)
+                    WHERE list_contains($2::VARCHAR[], run_id) AND delegation IS NOT NULL),
+             both_sides AS (SELECT DISTINCT test_id, seed, preset FROM da
+                            INTERSECT SELECT DISTINCT test_id, seed, preset FROM db),
+             joined AS (SELECT coalesce(da.test_id, db.test_id) AS test_id, coalesce(da.seed, db.seed) AS seed,
+                               coalesce(da.preset, db.preset) AS preset, coalesce(da.op, db.op) AS op,
+                               coalesce(da.fb, 0) AS fallback_a, coalesce(db.fb, 0) AS fallback_b,
+                               coalesce(db.src[1], da.src[1]) AS source
+                        FROM da FULL OUTER JOIN db ON da.test_id = db.test_id AND da.seed IS NOT DISTINCT FROM db.seed
+                             AND da.preset = db.preset AND da.op = db.op)
+        SELECT j.test_id, j.seed, j.preset, j.op, j.fallback_a, j.fallback_b,
+               CASE WHEN j.fallback_b > j.fallback_a THEN 'left the delegate' ELSE 'joined the delegate' END
+                   AS change, j.source
+        FROM joined j JOIN both_sides b ON j.test_id = b.test_id AND j.seed IS NOT DISTINCT FROM b.seed
+             AND j.preset = b.preset
+        WHERE j.fallback_a <> j.fallback_b
+        ORDER BY j.preset, j.op, j.test_id, j.seed""", [runs_a, runs_b])
 
 
 ENVIRONMENT_COLUMNS = ("host", "os", "os_version", "machine", "cpu_model", "cpu_isa", "cpu_capability",

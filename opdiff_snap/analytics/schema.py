@@ -47,6 +47,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "cache_hit": "true when the exported artifact came from the cache",
         "error_class": "exception class of a failure",
         "error_message": "failure message",
+        "delegation": "delegating presets (ExecuTorch with XNNPACK, CoreML, MPS): {delegate, blobs, ops: list of "
+                      "{op, delegated, fallback, sources}}: per op, the nodes the delegate took and those left on "
+                      "the runtime's kernels; NULL where nothing delegates",
         "unsupported_ops": "EXPORT_FAIL / LOAD_FAIL: every op the preset cannot lower, each tried alone "
                            "(list of {op, count, stage, error, signatures, sources, source_paths, modules}; "
                            "unnest it); NULL when not surveyed",

@@ -65,6 +65,55 @@ class Artifact:
     obj: Any = None
 
 
+@dataclass
+class DelegatedOp:
+    """One ATen op of a lowered program: how many of its nodes the delegate took and how
+    many stayed on the runtime's own kernels, and where those come from in the model."""
+
+    op: str                    # "aten::add.Tensor"
+    delegated: int = 0
+    fallback: int = 0
+    sources: list[str] = field(default_factory=list)   # of the fallback nodes, distinct, first few
+
+
+@dataclass
+class Delegation:
+    """How a delegating backend took a program (ExecuTorch with XNNPACK, CoreML, MPS): the
+    delegate, how many delegate blobs, and each op's delegated and fallback node counts."""
+
+    delegate: str
+    blobs: int = 0
+    ops: list[DelegatedOp] = field(default_factory=list)
+
+    @property
+    def delegated(self) -> int:
+        return sum(o.delegated for o in self.ops)
+
+    @property
+    def fallback(self) -> int:
+        return sum(o.fallback for o in self.ops)
+
+    @property
+    def fraction(self) -> float:
+        """The delegated share of the program's op nodes (1.0 for a program without any)."""
+        total = self.delegated + self.fallback
+        return 1.0 if total == 0 else self.delegated / total
+
+    def fallback_ops(self) -> list[DelegatedOp]:
+        return [o for o in self.ops if o.fallback]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"delegate": self.delegate, "blobs": self.blobs,
+                "ops": [{"op": o.op, "delegated": o.delegated, "fallback": o.fallback, "sources": list(o.sources)}
+                        for o in self.ops]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Delegation":
+        return cls(str(data.get("delegate", "")), int(data.get("blobs") or 0),
+                   [DelegatedOp(str(o["op"]), int(o.get("delegated") or 0), int(o.get("fallback") or 0),
+                                list(o.get("sources") or [])) for o in data.get("ops") or []])
+
+
 @runtime_checkable
 class Backend(Protocol):
     # Read-only members, so a plugin may declare them as plain class attributes.
@@ -95,6 +144,9 @@ class Backend(Protocol):
         `threads`: the intra-op threads the job may use (0: the runtime's default); torch's
         own thread count is set per worker process, so only other runtimes need it."""
 
+    # Optional: `delegation(artifact, preset) -> Delegation | None`, how a delegating
+    # backend took the program (None: it does not delegate, or says nothing); the runner
+    # puts it in the result, cached artifacts included.
     # Optional: `requires(preset) -> frozenset[str]`, what the preset needs beyond a CPU
     # (MACOS, APPLE_SILICON, CUDA or a plugin's own names); a backend without it needs
     # nothing more. Only the Ray executor routes on it (execution/ray_pool.py).

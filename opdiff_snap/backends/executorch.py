@@ -11,13 +11,16 @@ delegate for FLOAT16 compute precision (`coreml_compute_precision`).
 
 from __future__ import annotations
 
+import json
+import operator
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
 from ..core.limits import THREADS
-from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
+from ..core.sources import source_line
+from .base import APPLE_SILICON, MACOS, Artifact, Availability, DelegatedOp, Delegation, Preset, Runnable
 from .common import (
     IS_MACOS,
     cast_inputs,
@@ -30,6 +33,7 @@ from .common import (
 )
 
 PROGRAM_FILE = "model.pte"
+DELEGATION_FILE = "delegation.json"   # what the delegate took, written beside the program
 
 _PARTITIONER_MODULES = {
     "cpu": "executorch.backends.xnnpack.partition.xnnpack_partitioner",
@@ -56,6 +60,8 @@ class ExecuTorchBackend:
         "coreml_compute_units": "ALL",        # coreml device: CPU_ONLY | CPU_AND_GPU | CPU_AND_NE | ALL
         "coreml_minimum_deployment_target": None,  # coreml device: e.g. iOS18; None: delegate default
         "coreml_lower_full_graph": False,
+        "require_delegated": False,           # check: an op node left off the delegate is NOT_DELEGATED
+        "delegate": True,                     # False: no partitioner (every op on the runtime's kernels)
     }
     option_ranges = {"num_threads": THREADS}
     serializes = True
@@ -94,9 +100,21 @@ class ExecuTorchBackend:
         program = export_program(module, inputs, opts, always_decompose=False)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
+        edge = executorch_edge(program, preset.device, preset.precision, opts)
+        if preset.device != "portable":
+            found = delegation_of(edge.exported_program().graph_module)
+            (workdir / DELEGATION_FILE).write_text(json.dumps(found.to_json()))
         with open(workdir / PROGRAM_FILE, "wb") as f:
-            executorch_lower(program, preset.device, preset.precision, opts).write_to_file(f)
+            executorch_program(edge, opts).write_to_file(f)
         return Artifact(path=workdir)
+
+    def delegation(self, artifact: Artifact, preset: Preset) -> Delegation | None:
+        """What export found of the delegate's share (kept beside the program, so a cached
+        artifact says it too); None for the portable device, which delegates nothing."""
+        path = None if artifact.path is None else Path(artifact.path) / DELEGATION_FILE
+        if path is None or not path.is_file():
+            return None
+        return Delegation.from_json(json.loads(path.read_text()))
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         avail = self.availability(preset)
@@ -117,8 +135,9 @@ class ExecuTorchBackend:
 # runs (`repro_source`): they use only torch, executorch and their arguments.
 
 def executorch_partitioners(device: str, precision: str, options: Mapping[str, Any]) -> list[Any]:
-    """The delegate for the device: cpu XNNPACK, portable none, mps MPS, coreml CoreML."""
-    if device == "portable":
+    """The delegate for the device: cpu XNNPACK, portable none, mps MPS, coreml CoreML
+    (none at all when the `delegate` option is off)."""
+    if device == "portable" or not options.get("delegate", True):
         return []
     if device == "cpu":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -146,14 +165,25 @@ def executorch_partitioners(device: str, precision: str, options: Mapping[str, A
     raise ValueError(f"unknown ExecuTorch device '{device}'")
 
 
+def executorch_edge(program: Any, device: str, precision: str, options: Mapping[str, Any]) -> Any:
+    """An ExportedProgram in the edge dialect, partitioned to the device's delegate."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(program, partitioner=executorch_partitioners(device, precision, options))
+
+
+def executorch_program(edge: Any, options: Mapping[str, Any]) -> Any:
+    """The edge program as an ExecuTorch program."""
+    from executorch.exir import ExecutorchBackendConfig
+
+    segments = bool(options.get("extract_delegate_segments", True))
+    return edge.to_executorch(config=ExecutorchBackendConfig(extract_delegate_segments=segments))
+
+
 def executorch_lower(program: Any, device: str, precision: str, options: Mapping[str, Any]) -> Any:
     """An ExportedProgram lowered (to_edge_transform_and_lower with the device's delegate)
     to an ExecuTorch program."""
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-
-    edge = to_edge_transform_and_lower(program, partitioner=executorch_partitioners(device, precision, options))
-    segments = bool(options.get("extract_delegate_segments", True))
-    return edge.to_executorch(config=ExecutorchBackendConfig(extract_delegate_segments=segments))
+    return executorch_program(executorch_edge(program, device, precision, options), options)
 
 
 def executorch_method(path: Path, options: Mapping[str, Any]) -> Any:
@@ -211,7 +241,43 @@ def load(path):
 # functions check runs, as source, and the glue that calls them the way export and load do.
 ExecuTorchBackend.repro_source = script_source(
     ["import tempfile", "from typing import Any, Mapping"], {},
-    [executorch_partitioners, executorch_lower, executorch_method, executorch_execute], _REPRO_GLUE)
+    [executorch_partitioners, executorch_edge, executorch_program, executorch_lower, executorch_method,
+     executorch_execute], _REPRO_GLUE)
+
+
+def _op_name(target: Any) -> str:
+    """"aten::add.Tensor" for an edge or ATen op overload; its string otherwise."""
+    op = getattr(target, "_op", target)
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return str(target)
+    return f"{schema.name}.{getattr(op, '_overloadname', '') or 'default'}"
+
+
+def delegation_of(graph_module: Any, shown: int = 5) -> Delegation:
+    """The delegated and fallback nodes of an edge program, per op: nodes inside a lowered
+    module were taken by its delegate; every other op call stays on the runtime's kernels
+    (the fallback), attributed to the model's source line."""
+    ops: dict[str, DelegatedOp] = {}
+    delegates: list[str] = []
+    blobs = 0
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr" and node.name.startswith("lowered_module"):
+            lowered = getattr(graph_module, str(node.target))
+            blobs += 1
+            delegates.append(str(getattr(lowered, "backend_id", "delegate")))
+            for inner in lowered.original_module.graph.nodes:
+                if inner.op == "call_function" and inner.target is not operator.getitem:
+                    ops.setdefault(_op_name(inner.target), DelegatedOp(_op_name(inner.target))).delegated += 1
+        elif node.op == "call_function" and node.target is not operator.getitem \
+                and "executorch_call_delegate" not in str(node.target):
+            entry = ops.setdefault(_op_name(node.target), DelegatedOp(_op_name(node.target)))
+            entry.fallback += 1
+            where = source_line(node.meta.get("stack_trace"))[0]
+            if where and where not in entry.sources and len(entry.sources) < shown:
+                entry.sources.append(where)
+    name = ", ".join(dict.fromkeys(delegates)) or "none"
+    return Delegation(name, blobs, sorted(ops.values(), key=lambda o: (-o.fallback, o.op)))
 
 
 def _set_threads(n: int) -> None:

@@ -162,10 +162,45 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
                       for r in quiet)
     for (verdict, preset, reason), n in sorted(reasons.items()):
         console.print(f"[yellow]{verdict}[/] {_markup(preset)} x{n}: {_markup(reason)}", highlight=False)
+    for line in delegation_lines(report.results):
+        console.print(line, highlight=False, markup=False)
     parts = ", ".join(f"{n} {v.value}" for v, n in sorted(counts.items(), key=lambda kv: kv[0].value))
     console.print(f"[bold]{_markup(report.command)}[/] {_markup(report.run_id)}: {len(report.results)} results in "
                   f"{report.wall_s:.1f} s: {parts or 'nothing to do'}", highlight=False)
     console.print(f"history: {_markup(report.path)}", highlight=False)
+
+
+def delegation_lines(results: list[Result], shown: int = 6) -> list[str]:
+    """Per delegating preset of a run: the delegated share of the op nodes, and the ops that
+    stayed on the runtime's own kernels, most nodes first, with a source line each."""
+    per: dict[str, list[Result]] = {}
+    for r in results:
+        if r.delegation is not None:
+            per.setdefault(r.preset, []).append(r)
+    lines = []
+    for preset, rs in sorted(per.items()):
+        took = sum(r.delegation.delegated for r in rs if r.delegation)
+        left = sum(r.delegation.fallback for r in rs if r.delegation)
+        delegates = ", ".join(sorted({r.delegation.delegate for r in rs if r.delegation}))
+        share = 100.0 * took / (took + left) if took + left else 100.0
+        text = (f"{printable(preset)}: {delegates} took {share:.0f}% of {took + left} op nodes "
+                f"({len(rs)} result{'s' if len(rs) != 1 else ''})")
+        fell: dict[str, list] = {}
+        for r in rs:
+            for o in r.delegation.fallback_ops() if r.delegation else []:
+                entry = fell.setdefault(o.op, [0, set(), ""])
+                entry[0] += o.fallback
+                entry[1].add(r.test_id)
+                entry[2] = entry[2] or (o.sources[0] if o.sources else "")
+        if fell:
+            top = sorted(fell.items(), key=lambda kv: (-kv[1][0], kv[0]))
+            text += "; fell back: " + ", ".join(
+                f"{op.removeprefix('aten::')} x{n} in {len(tests)} test{'s' if len(tests) != 1 else ''}"
+                + (f" ({src.split(' in ')[0]})" if src else "") for op, (n, tests, src) in top[:shown])
+            if len(top) > shown:
+                text += f", and {len(top) - shown} more ops"
+        lines.append(printable(text))
+    return lines
 
 
 def repro_command(r: Result) -> str | None:

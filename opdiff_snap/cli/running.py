@@ -225,13 +225,16 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _shard(value, ctx, param),
               help="Run the K-th of N shards of the planned jobs (with --run-group).")
 @click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it).")
+@click.option("--require-delegated", is_flag=True,
+              help="An op node left off the delegate (ExecuTorch with XNNPACK, CoreML, MPS) fails the result: "
+                   "NOT_DELEGATED (per preset: the option require_delegated).")
 @_run_options
 @_opdiff_options
 @_executor_option
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
-          fail_on, junit, python, shard, run_group, jobs,
+          fail_on, junit, python, shard, run_group, require_delegated, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
@@ -261,7 +264,7 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
         skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
         use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
         argv=sys.argv[1:], listener=listener, python=python, shard=shard,
-        run_group=run_group),
+        run_group=run_group, require_delegated=require_delegated),
         fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard[0]}/{shard[1]}")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..backends.base import Delegation
 from ..core.trees import json_safe
 from ..core.verdicts import NO_ERROR, Verdict
 from ..execution.job import Outcome
@@ -26,7 +27,7 @@ from ..suite.model import TestCase, Tolerance
 JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
 # the fields repeated in opdiff's per-backend `res` object
 RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "error_class",
-              "message", "tolerance", "metrics", "unsupported_ops")
+              "message", "tolerance", "metrics", "unsupported_ops", "delegation")
 
 
 @dataclass
@@ -54,6 +55,9 @@ class Result:
     # EXPORT_FAIL / LOAD_FAIL: every op of the test's graph the preset cannot lower alone
     # (None: not surveyed; empty: none fails alone, and the message says so)
     unsupported_ops: list[UnsupportedOp] | None = None
+    # a delegating preset (ExecuTorch with XNNPACK, CoreML, MPS): per op, the nodes the
+    # delegate took and those left on the runtime's kernels (None: nothing delegates)
+    delegation: Delegation | None = None
 
     @classmethod
     def of(cls, case: TestCase | None, test_id: str, seed: int, preset: str, verdict: Verdict,
@@ -75,6 +79,7 @@ class Result:
         self.error_class = outcome.error_class
         if outcome.error_message:
             self.message = outcome.error_message
+        self.delegation = outcome.delegation
         survey = outcome.survey
         if survey is not None:
             self.unsupported_ops = list(survey.ops)
@@ -103,6 +108,8 @@ class Result:
                 value = list(value)
             elif f.name == "unsupported_ops" and value is not None:
                 value = [dataclasses.asdict(u) for u in value]
+            elif f.name == "delegation" and value is not None:
+                value = value.to_json()
             out[JSON_KEYS.get(f.name, f.name)] = value
         out = json_safe(out)
         res = {JSON_KEYS.get(k, k): out[JSON_KEYS.get(k, k)] for k in RES_FIELDS}
@@ -131,6 +138,8 @@ class Result:
                     value = list(value or [])
                 elif f.name == "unsupported_ops" and value is not None:
                     value = [UnsupportedOp.from_json(u) for u in value]
+                elif f.name == "delegation" and value is not None:
+                    value = Delegation.from_json(value)
                 values[f.name] = value
             return cls(**values)
         except (TypeError, ValueError, KeyError) as exc:

@@ -10,6 +10,7 @@ history, plots and localize all use the groups below.
 | SHAPE_MISMATCH, DTYPE_MISMATCH | an output has another shape / dtype | compare |
 | STRUCTURE_MISMATCH | another nesting, or nothing to compare | compare; execution when the backend's outputs do not even fit the test's output structure, or the test returns no tensor or number |
 | EXPORT_FAIL, LOAD_FAIL, INFER_FAIL | a backend stage raised (materialising and preparing count as export) | execution; the pool when a job cannot be sent to a worker |
+| NOT_DELEGATED | it matched, but op nodes stayed off the delegate where every one must be on it (`--require-delegated`) | check's judge |
 | CRASH, TIMEOUT | the worker died (signal or exit code) / gave no answer in time | the pool |
 | UNAVAILABLE | the preset cannot export or run on this machine, with why | execution |
 | NO_GOLDEN, STALE, CORRUPT | no golden / its test changed / it fails verification | check's planning (CORRUPT also when an array fails at read time) |
@@ -37,6 +38,7 @@ class Verdict(str, enum.Enum):
     EXPORT_FAIL = "EXPORT_FAIL"
     LOAD_FAIL = "LOAD_FAIL"
     INFER_FAIL = "INFER_FAIL"
+    NOT_DELEGATED = "NOT_DELEGATED"
     CRASH = "CRASH"
     TIMEOUT = "TIMEOUT"
     UNAVAILABLE = "UNAVAILABLE"
@@ -98,14 +100,15 @@ NO_ERROR = PASSING
 # support matrix's cell for several seeds), and `rank` in the SQL table (1 = worst).
 PRECEDENCE: tuple[Verdict, ...] = (
     V.CRASH, V.TIMEOUT, V.CORRUPT, V.BASELINE_FAIL, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL,
-    V.STRUCTURE_MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.MISMATCH, V.STALE, V.NO_GOLDEN,
+    V.STRUCTURE_MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.MISMATCH, V.NOT_DELEGATED, V.STALE, V.NO_GOLDEN,
     V.UNAVAILABLE, V.SKIPPED, V.KEPT, V.RECORDED, V.PASS)
 
 # The kind of each verdict, one word per disjoint group.
 KINDS: tuple[tuple[str, frozenset[Verdict]], ...] = (
     ("passing", PASSING), ("not_run", NOT_RUN), ("comparison", COMPARISON),
     ("stage", STAGE_FAILURES), ("worker", WORKER_FAILURES),
-    ("golden", frozenset({V.CORRUPT})), ("baseline", frozenset({V.BASELINE_FAIL})))
+    ("golden", frozenset({V.CORRUPT})), ("baseline", frozenset({V.BASELINE_FAIL})),
+    ("delegation", frozenset({V.NOT_DELEGATED})))
 
 
 def kind(v: Verdict) -> str:

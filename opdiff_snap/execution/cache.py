@@ -112,6 +112,7 @@ def cache_key(job: Subject) -> str:
         "states": _states_digest(job),
         "inputs": _inputs_signature(job),
         "versions": runtime_versions(job.preset),
+        "layout": 2,   # what an entry holds beside the artifact (2: ExecuTorch's delegation.json)
     }
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()

@@ -65,3 +65,4 @@ class Outcome:
     grads_error: str | None = None
     # a check job that failed to lower: what lowering its ops alone found (cause.lowering.Survey)
     survey: Any = None
+    delegation: Any = None   # backends.base.Delegation: what a delegating backend took

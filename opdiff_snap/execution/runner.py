@@ -186,19 +186,36 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
         except Exception as exc:
             return _fail(job, Verdict.EXPORT_FAIL, exc)
         timings = {"export_ms": export_ms, "cache_hit": cache_hit}
+        delegation = _delegation(backend, artifact, job.preset)
         if not avail.can_run:
-            return _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
-        try:
-            t0 = time.perf_counter()
-            runnable = backend.load(artifact, job.preset, threads=threads)
-            load_ms = (time.perf_counter() - t0) * 1e3
-        except Exception as exc:
-            if cache is not None and cache_hit and attempt == 0:
-                cache.evict(key)
-                continue
-            return _fail(job, Verdict.LOAD_FAIL, exc, **timings)
-        return _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
+            out = _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
+        else:
+            try:
+                t0 = time.perf_counter()
+                runnable = backend.load(artifact, job.preset, threads=threads)
+                load_ms = (time.perf_counter() - t0) * 1e3
+            except Exception as exc:
+                if cache is not None and cache_hit and attempt == 0:
+                    cache.evict(key)
+                    continue
+                out = _fail(job, Verdict.LOAD_FAIL, exc, **timings)
+            else:
+                out = _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
+        out.delegation = delegation
+        return out
     raise AssertionError("unreachable")
+
+
+def _delegation(backend: Backend, artifact: Artifact, preset: Preset) -> Any:
+    """How a delegating backend took the program (Backend.delegation), or None; what it
+    cannot say costs the result nothing more than that."""
+    describe = getattr(backend, "delegation", None)
+    if describe is None:
+        return None
+    try:
+        return describe(artifact, preset)
+    except Exception:
+        return None
 
 
 def _export(backend: Backend, prepared: Prepared, job: Job, workdir: Path) -> Artifact:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..backends.base import Preset
+from ..backends.base import Delegation, Preset
 from ..backends.registry import get_preset
 from ..compare.numerics import Comparison, Rounding, compare, compare_grads, tolerance_for
 from ..compare.results import Listener, Result, RunReport
@@ -82,6 +82,7 @@ class Pending:
     golden: Golden
     preset: Preset
     tol: Tolerance
+    require_delegated: bool = False   # a fallback off the delegate fails the result
 
 
 @dataclass
@@ -223,7 +224,16 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
         _check_grads(result, pending, outcome)
+    if result.verdict is Verdict.PASS and result.delegation is not None and result.delegation.fallback and \
+            (pending.require_delegated or preset.options.get("require_delegated")):
+        result.verdict, result.message = Verdict.NOT_DELEGATED, not_delegated_message(result.delegation)
     return result
+
+
+def not_delegated_message(d: Delegation) -> str:
+    ops = "; ".join(f"{o.op} x{o.fallback}" + (f" ({o.sources[0]})" if o.sources else "") for o in d.fallback_ops())
+    return (f"{d.fallback} of {d.fallback + d.delegated} op nodes stayed off the {d.delegate} delegate, and "
+            f"every one must be on it (--require-delegated): {ops}. The outputs match the golden.")
 
 
 def _judge_pair(result: Result, case: TestCase, golden: Golden, actual: Any, tol: Tolerance,
@@ -305,6 +315,7 @@ class CheckRequest:
     trust_goldens: bool = False
     shard: tuple[int, int] | None = None
     run_group: str | None = None
+    require_delegated: bool = False   # any op node left off a delegate fails the result (NOT_DELEGATED)
 
     def refusal(self) -> str | None:
         """Why these options cannot make a check, before anything is read."""
@@ -390,7 +401,8 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
                     and (item.test_id, item.seed, p.name) not in done]
             if todo:
                 decided, runs = item_work(item, todo, store, skips=request.skips, tolerance=request.tolerance,
-                                          settings=settings, use_cache=use_cache)
+                                          settings=settings, use_cache=use_cache,
+                                          require_delegated=request.require_delegated)
                 yield from decided
                 yield from runs
 
@@ -461,7 +473,7 @@ def job_key(test_id: str, seed: int, preset: str) -> str:
 
 def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
               skips: Sequence[tuple[str, str]] = (), tolerance: Tolerance | None = None,
-              settings: Settings = Settings(), use_cache: bool = True
+              settings: Settings = Settings(), use_cache: bool = True, require_delegated: bool = False
               ) -> tuple[list[Result], list[tuple[Job, Pending]]]:
     """What checking one planned (test, seed) on `presets` takes: the results decided
     without running (a skip, the planned verdict, a golden found corrupt or missing when
@@ -500,7 +512,7 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
                   cache_dir=settings.cache if use_cache else None,
                   key=job_key(item.test_id, item.seed, preset.name),
                   grads=_grad_request(item.case, golden, preset))
-        runs.append((job, Pending(item, golden, preset, tol)))
+        runs.append((job, Pending(item, golden, preset, tol, require_delegated)))
     return decided, runs
 
 

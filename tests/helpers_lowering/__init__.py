@@ -1,5 +1,6 @@
-"""Fixtures for the lowering survey: a suite (suite.yaml) whose modules (models.py) hold
-two ops each that one backend cannot take."""
+"""Fixtures for the lowering survey and delegation: a suite (suite.yaml) whose modules
+(models.py) hold two ops each that one backend cannot take, and one op XNNPACK leaves to
+the portable kernels."""
 
 from pathlib import Path
 

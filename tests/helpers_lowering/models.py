@@ -1,5 +1,5 @@
-"""Modules with two ops each that a backend cannot take, on separate lines (the tests
-find each line by the marker comment on it)."""
+"""Modules with two ops each that a backend cannot take, and one whose op stays off the
+XNNPACK delegate, on lines of their own (the tests find each line by its marker comment)."""
 
 import torch
 
@@ -46,3 +46,16 @@ class CoremlGaps(torch.nn.Module):
         d = torch.diff(h, dim=-1)                 # gap: diff
         y = torch.xlogy(h.abs(), h.abs() + 1.0)   # gap: xlogy
         return self.out(d + y[..., 1:])
+
+
+class Fallback(torch.nn.Module):
+    """cumsum: XNNPACK does not take it, the portable kernels run it; the rest delegates."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        c = torch.cumsum(h, dim=-1)               # off the delegate: cumsum
+        return torch.relu(c + h)

@@ -1,0 +1,97 @@
+"""Delegation on ExecuTorch: every result of a delegating preset records, per op, the nodes
+the delegate took and those left on the portable kernels (with their source lines); the
+summary and SQL show it; --require-delegated (or the preset option) fails a fallback with
+its own verdict; diff-runs reports ops that left or joined the delegate between two runs
+(here two partitioner settings under one preset name)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from helpers_lowering import SUITE, line_of
+
+from opdiff_snap import api
+from opdiff_snap.analytics.reports import diff_runs
+from opdiff_snap.cli import main
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
+
+PRESET = "executorch_cpu_fp32"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The fallback test recorded, checked with the XNNPACK delegate, then without it."""
+    root = tmp_path_factory.mktemp("delegation")
+    settings = Settings(suites=SUITE.parent, goldens=root / "goldens", store=root / "store", cache=root / "cache",
+                        jobs=1, repeats=1)
+    api.record([SUITE], test_ids=["fallback"], settings=settings)
+    with_delegate = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings)
+    without = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
+                        preset_options={PRESET: {"delegate": False}})
+    return settings, with_delegate, without
+
+
+@pytest.mark.slow
+def test_each_result_records_which_ops_the_delegate_took_and_where_the_rest_come_from(runs):
+    _, report, _ = runs
+    (r,) = report.results
+    assert r.verdict is Verdict.PASS, r.message      # a fallback is information, not a failure
+    d = r.delegation
+    assert d is not None and d.blobs >= 1 and "Xnnpack" in d.delegate
+    ops = {o.op: o for o in d.ops}
+    assert ops["aten::cumsum.default"].fallback == 1 and ops["aten::cumsum.default"].delegated == 0
+    assert ops["aten::cumsum.default"].sources == [
+        f"models.py:{line_of('# off the delegate: cumsum')} in forward: "
+        "c = torch.cumsum(h, dim=-1)               # off the delegate: cumsum"]
+    assert ops["aten::linear.default"].delegated == 1 and ops["aten::linear.default"].fallback == 0
+    assert 0 < d.fraction < 1
+
+
+def test_the_history_lists_the_fallback_ops_with_their_models(runs):
+    settings, report, _ = runs
+    table = api.query(f"""SELECT o.op, sum(o.fallback) AS nodes, list(DISTINCT test_id) AS tests
+                          FROM results, unnest(delegation.ops) AS t(o)
+                          WHERE o.fallback > 0 AND run_id = '{report.run_id}'
+                          GROUP BY o.op ORDER BY nodes DESC, o.op LIMIT 10""", settings)
+    assert table.rows == [("aten::cumsum.default", 1, ["fallback"])]
+
+
+def test_without_a_delegate_every_op_falls_back_and_diff_runs_says_which_left_it(runs):
+    settings, a, b = runs
+    (rb,) = b.results
+    assert rb.verdict is Verdict.PASS and rb.delegation is not None
+    assert rb.delegation.blobs == 0 and rb.delegation.delegated == 0
+    diff = diff_runs(settings.store, a.run_id, b.run_id)
+    left = {row[3]: row for row in diff.delegation.rows}
+    # the delegate kept linear whole; without it, linear is decomposed to permute_copy + addmm
+    assert set(left) == {"aten::permute_copy.default", "aten::addmm.default", "aten::add.Tensor",
+                         "aten::relu.default"}
+    assert all(row[6] == "left the delegate" for row in left.values())
+    assert "4 delegation changes" in diff.summary()
+    back = diff_runs(settings.store, b.run_id, a.run_id)
+    assert {row[6] for row in back.delegation.rows} == {"joined the delegate"}
+
+
+def test_require_delegated_fails_a_fallback_with_its_own_verdict(runs):
+    settings, _, _ = runs
+    base = ["--suites", str(SUITE.parent), "--goldens", str(settings.goldens), "--store", str(settings.store),
+            "--cache", str(settings.cache), "check", str(SUITE), "--test-ids", "fallback", "-b", PRESET,
+            "-j", "1", "--repeats", "1"]
+    plain = CliRunner().invoke(main, base)
+    assert plain.exit_code == 0, plain.output
+    assert "took" in plain.stdout and "fell back: cumsum.default x1 in 1 test (models.py:" in plain.stdout
+    strict = CliRunner().invoke(main, [*base, "--require-delegated"])
+    assert strict.exit_code == 1, strict.output
+    assert "NOT_DELEGATED" in strict.stdout and "aten::cumsum.default x1" in strict.stdout
+    by_option = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
+                          preset_options={PRESET: {"require_delegated": True}})
+    (r,) = by_option.results
+    assert r.verdict is Verdict.NOT_DELEGATED and "stayed off the" in r.message
+
+
+def test_the_portable_device_delegates_nothing_and_records_nothing(runs):
+    settings, _, _ = runs
+    report = api.check([SUITE], backends=["executorch_portable_fp32"], test_ids=["fallback"], settings=settings)
+    (r,) = report.results
+    assert r.verdict is Verdict.PASS and r.delegation is None
