@@ -67,11 +67,12 @@ class Job:
     # run this flat module instead of the case's (a part of the test, say, for localize)
     prepared: Any = None
 
+    def cache_in(self, context: WorkerContext) -> Path | str | None:
+        """The job's artifact cache as the machine running it has it (None: no cache)."""
+        return context.cache_dir if self.cache_dir is not None and context.cache_dir is not None else self.cache_dir
+
     def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
-        job = self
-        if self.cache_dir is not None and context.cache_dir is not None:
-            job = dataclasses.replace(self, cache_dir=context.cache_dir)   # the cache as this machine has it
-        return run_job(job, threads=context.threads)
+        return run_job(dataclasses.replace(self, cache_dir=self.cache_in(context)), threads=context.threads)
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> Outcome:
         return Outcome(self.key, status, error_class=error_class, error_message=message)

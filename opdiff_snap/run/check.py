@@ -460,9 +460,8 @@ class CheckJob(Job):
         if self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None:
             from ..cause.lowering import survey_test
 
-            cache = context.cache_dir if self.cache_dir is not None and context.cache_dir is not None \
-                else self.cache_dir
-            outcome.survey = survey_test(self.case, self.invocation, self.preset, cache, threads=context.threads)
+            outcome.survey = survey_test(self.case, self.invocation, self.preset, self.cache_in(context),
+                                         threads=context.threads)
         return outcome
 
 
