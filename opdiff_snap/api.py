@@ -25,7 +25,8 @@ from .run.record import record as record_run
 from .run.upgrade import UpgradeReport, UpgradeUI, upgrade
 
 __all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "diff_page",
-           "diff_runs", "gradcheck", "golden", "goldens", "html_report", "latency", "list_tests", "localize",
+           "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency", "list_tests",
+           "localize",
            "presets", "prune", "query", "record", "repro", "runs", "schema", "support", "upgrade", "validate",
            "verify", "write_diff_page"]
 
@@ -275,6 +276,16 @@ def verify(settings: Settings | None = None) -> tuple[list, int]:
                           "should hold some, they were deleted or --goldens names another location; "
                           "`opdiff record` records them again.")
     return store.findings(), len(infos)
+
+
+def import_opinfo(out_dir: Path, *, ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",),
+                  max_samples: int = 2, max_elements: int = 256, progress: Callable[[str], None] | None = None):
+    """Write suites of torch's OpInfo samples into `out_dir` (importers/opinfo.py); an
+    ImportReport says, per op, the samples kept and why the others were skipped."""
+    from .importers.opinfo import import_opinfo as run_import
+
+    return run_import(out_dir, ops=ops, dtypes=dtypes, max_samples=max_samples, max_elements=max_elements,
+                      progress=progress)
 
 
 def validate(suites=None, *, imports: bool = False, settings=None, in_process: bool = False,

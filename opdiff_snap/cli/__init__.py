@@ -1,7 +1,7 @@
 """`opdiff` command line. Each command parses flags and calls one function of the API;
 app.py holds the group and what the commands share, one module per family of commands."""
 
-from . import analysis, cause, goldens, running, suites
+from . import analysis, cause, goldens, importing, running, suites
 from .app import main
 
 for command in (
@@ -20,6 +20,7 @@ for command in (
     cause.repro,
     cause.gradcheck,
     cause.ops,
+    importing.import_,
 ):
     main.add_command(command)
 

@@ -15,7 +15,7 @@ history, plots and localize all use the groups below.
 | UNAVAILABLE | the preset cannot export or run on this machine, with why | execution |
 | NO_GOLDEN, STALE, CORRUPT | no golden / its test changed / it fails verification | check's planning (CORRUPT also when an array fails at read time) |
 | SKIPPED | a suite `skip:` or `--skips` entry, with its reason; in localize, an ATen node computed from weights and constants only (not run alone) | planning (record and check); localize |
-| BASELINE_FAIL | record: the baseline could not produce a golden | record |
+| BASELINE_FAIL | the baseline could not produce a golden | record; check's planning, for a test whose baseline failed when it was last recorded |
 | RECORDED, KEPT | record: a golden written / an up-to-date one kept | record; the pytest fixture's recording run |
 
 PRECEDENCE orders them worst first; every grouping is a set below. The history's SQL gets the
@@ -92,7 +92,7 @@ NOT_DIVERGED = frozenset({V.PASS, V.SKIPPED})
 # converts is UNAVAILABLE only for want of a runtime, and so marks nothing either.
 NOT_DIVERGED_CONVERTING = NOT_DIVERGED | {V.UNAVAILABLE}
 # Decided from goldens and suites alone, before anything runs.
-PLANNED = frozenset({V.NO_GOLDEN, V.STALE, V.CORRUPT, V.SKIPPED})
+PLANNED = frozenset({V.NO_GOLDEN, V.STALE, V.CORRUPT, V.SKIPPED, V.BASELINE_FAIL})
 # Results whose message is not an error (the history keeps no error_message for them).
 NO_ERROR = PASSING
 

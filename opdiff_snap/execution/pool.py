@@ -232,6 +232,17 @@ def wait_exit(proc: Any, timeout: float) -> None:
         time.sleep(0.02)
 
 
+def _unpickled(msg: bytes, w: Any) -> Any:
+    """The worker's outcome; one this process cannot read back (an output torch pickles
+    but cannot load, say) is the job's INFER_FAIL, never the run's end."""
+    try:
+        return pickle.loads(msg)
+    except Exception as exc:
+        return _stamp(w.job.failed(Verdict.INFER_FAIL, "UnreadableResult",
+                                   f"the worker's result cannot be read back ({type(exc).__name__}: {exc}); "
+                                   "the outputs hold something torch cannot send between processes"), w.proc.pid)
+
+
 def _stamp(result, pid: int | None = None):
     """Note which worker produced a result (results that have a `worker_pid`)."""
     if hasattr(result, "worker_pid"):
@@ -523,7 +534,7 @@ class WorkerPool:
                             start_failures += 1
                             self._discard(w, kill=True)
                         continue
-                    outcome = msg if self.raw else pickle.loads(msg)
+                    outcome = msg if self.raw else _unpickled(msg, w)
                     w.job, w.served = None, w.served + 1
                     yield outcome
                 now = time.monotonic()

@@ -93,7 +93,8 @@ class FlatModule(torch.nn.Module):
 def _collect(out: Any, flat: list[torch.Tensor]) -> None:
     """Append the output leaves of `out` to `flat`, in the order `_structure` numbers them."""
     if isinstance(out, torch.Tensor):
-        flat.append(torch.view_as_real(out) if out.is_complex() else out)
+        # a conjugate or negative view (fft's inverse transforms return them) has no real view
+        flat.append(torch.view_as_real(out.resolve_conj().resolve_neg()) if out.is_complex() else out)
     elif isinstance(out, (tuple, list)):
         for v in out:
             _collect(v, flat)

@@ -13,6 +13,7 @@ new version is complete).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,20 @@ from .validate import definition_findings
 from .validate import problems as metadata_problems
 
 ROOT_ATTRS = {"opdiff_snap_goldens": {"format": FORMAT, "layout": "docs/goldens-layout.md"}}
+FAILURES = "baseline_failures"   # root attribute: store key -> BaselineFailure
 DEBRIS_MAX_AGE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class BaselineFailure:
+    """Why record could not write the golden of (test_id, seed)."""
+
+    test_id: str
+    seed: int
+    spec_hash: str
+    baseline: str
+    reason: str
+    at: str           # when (UTC, ISO 8601)
 
 
 class GoldenWriteError(OpdiffError):
@@ -53,6 +67,7 @@ class Finding:
 class GoldenStore:
     def __init__(self, root: Path | str):
         self._ready = False
+        self._failures: dict[str, BaselineFailure] | None = None
         if occupied_by_file(root):
             raise OpdiffError(f"the golden store {root} is a file, not a folder: point --goldens "
                               "(or [tool.opdiff] goldens) at the folder that holds the goldens "
@@ -228,6 +243,52 @@ class GoldenStore:
         except StorageError as exc:
             raise GoldenWriteError(f"cannot write to the golden store {self.root}, so nothing was "
                                    f"recorded: {exc}") from None
+
+    def baseline_failures(self) -> dict[str, BaselineFailure]:
+        """Store key -> why the baseline failed when (test, seed) was last recorded: kept in
+        the root group's attributes, so goldens copied elsewhere still say it."""
+        if self._failures is None:
+            self._failures = {}
+            try:
+                attrs = json.loads(self.place.get(META)).get("attributes", {})
+            except (StorageError, OSError, ValueError, AttributeError):
+                return {}
+            for key, raw in (attrs.get(FAILURES) or {}).items() if isinstance(attrs, dict) else ():
+                try:
+                    self._failures[key] = BaselineFailure(**raw)
+                except TypeError:
+                    continue   # an entry of another shape: it says nothing we can use
+        return self._failures
+
+    def note_baseline(self, test_id: str, seed: int, failure: BaselineFailure | None) -> None:
+        """Remember that the baseline failed on (test, seed), or forget it (None) once a
+        golden is written."""
+        key = store_key(test_id, seed)
+        known = self.baseline_failures()
+        if failure is None and key not in known:
+            return
+        try:
+            self._ensure_root()
+            body = json.loads(self.place.get(META))
+            attrs = body.setdefault("attributes", {})
+            stored = attrs.get(FAILURES) if isinstance(attrs.get(FAILURES), dict) else {}
+            if failure is None:
+                stored.pop(key, None)
+                known.pop(key, None)
+            else:
+                known[key] = failure
+                stored[key] = dataclasses.asdict(failure)
+            if stored:
+                attrs[FAILURES] = dict(sorted(stored.items()))
+            else:
+                attrs.pop(FAILURES, None)
+            self.place.put(META, json.dumps(body, separators=(",", ":")).encode())
+        except OSError as exc:
+            raise GoldenWriteError(f"cannot note in the golden store {self.root} that the baseline failed on "
+                                   f"test '{test_id}' seed {seed} ({_why(exc)}).") from None
+        except StorageError as exc:
+            raise GoldenWriteError(f"cannot note in the golden store {self.root} that the baseline failed on "
+                                   f"test '{test_id}' seed {seed}: {exc}") from None
 
     # ------------------------------------------------------------------ writes
 

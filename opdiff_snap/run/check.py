@@ -46,6 +46,7 @@ from ..execution.gradients import can_differentiate
 from ..execution.job import WorkerContext
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from ..goldens.cases import GoldenCases, UntrustedGolden
+from ..goldens.store import BaselineFailure
 from ..goldens.validate import definition_findings
 from ..history import runs as history
 from ..history import sharding
@@ -107,6 +108,12 @@ def _stale_message(info: GoldenInfo, case: TestCase) -> str:
             f"(spec {info.spec_hash[:12]} -> {case.spec_hash[:12]}); re-record it with `opdiff record`")
 
 
+def _failed_message(failed: BaselineFailure) -> str:
+    reason = failed.reason.removeprefix(f"baseline {failed.baseline}: ").rstrip(". ")
+    return (f"no golden: the baseline {failed.baseline} failed on this test when it was recorded "
+            f"({failed.at[:19]}): {reason}. Fix the test (or give it a `skip:`), then run `opdiff record`")
+
+
 def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> GoldenState:
     """What the suites say of one golden: CORRUPT (unreadable metadata), ORPHAN (its test
     no longer exists), STALE (its test or file: module changed), OK, or UNKNOWN when there
@@ -128,6 +135,7 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
     longer exist are STALE and unreadable ones CORRUPT."""
     by_key = {info.key: info for info in store.index()}
     current = {c.id: c.spec_hash for c in cases}
+    failures = store.baseline_failures()
     plan = CheckPlan()
     claimed: set[str] = set()
     for case in select(cases, test_ids, tags):
@@ -136,7 +144,10 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
             info = by_key.get(key)
             claimed.add(key)
             state = GoldenState.MISSING if info is None else golden_state(info, current)
-            if state is GoldenState.MISSING:
+            failed = failures.get(key)
+            if state is GoldenState.MISSING and failed is not None and failed.spec_hash == case.spec_hash:
+                plan.items.append(Planned(case.id, seed, case, None, Verdict.BASELINE_FAIL, _failed_message(failed)))
+            elif state is GoldenState.MISSING:
                 plan.items.append(Planned(case.id, seed, case, None, state.verdict,
                                           "no golden recorded; run `opdiff record`"))
             elif state is GoldenState.CORRUPT and info is not None:

@@ -23,6 +23,7 @@ the run. Every item goes to the run's history file
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from ..execution import Job, Outcome, restore_outputs
 from ..execution.prepare import nest_residuals
 from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
+from ..goldens.store import BaselineFailure
 from ..history import runs as history
 from ..suite import load_suites, select
 from ..suite import suite_paths as find_suites
@@ -184,18 +186,31 @@ class _Recorder:
             result.verdict = Verdict.BASELINE_FAIL
             status = outcome.status.value if outcome.status is not None else "no inputs came back"
             result.message = f"baseline {self.preset.name}: {status}: {outcome.error_message or 'no detail'}"
-            return result
+            return self._failed(item, result, outcome.status)
         result.message = item.why
         if item.case.grad and outcome.grads is None:
             result.verdict, result.error_class = Verdict.BASELINE_FAIL, "GradientError"
             result.message = f"recording gradients (grad: true) failed: {outcome.grads_error or 'no detail'}"
-            return result
+            return self._failed(item, result)
         golden = golden_of(item.case, item.seed, self.preset, self.env, outcome.invocation, outcome)
         try:
             self.store.write(golden)
         except (TypeError, ValueError) as exc:  # a value the store cannot hold (OSError stops the run)
             result.verdict, result.error_class = Verdict.BASELINE_FAIL, type(exc).__name__
             result.message = f"the golden cannot be stored: {exc}"
+            return self._failed(item, result)
+        self.store.note_baseline(item.case.id, item.seed, None)
+        return result
+
+    def _failed(self, item: Planned, result: Result, status: Verdict | None = None) -> Result:
+        """The store remembers the failure, so check says BASELINE_FAIL with this reason
+        (not NO_GOLDEN) until a record of the test succeeds. A timeout may be the machine's
+        load rather than the test, and a golden already in place stays what check uses."""
+        if status is Verdict.TIMEOUT or self.store.info(item.case.id, item.seed) is not None:
+            return result
+        self.store.note_baseline(item.case.id, item.seed, BaselineFailure(
+            item.case.id, item.seed, item.case.spec_hash, self.preset.name, result.message,
+            datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")))
         return result
 
 

@@ -441,7 +441,7 @@ class NodeResolver:
             if value is BAD:
                 return BAD
             got = _nested_shape(value)
-            if got != tuple(shape):
+            if got != tuple(shape) and not (value == [] and 0 in shape):   # [] fills any empty shape
                 return self.problems.add(where.at(raw, "value"), f"value has shape {list(got) if got else '?'}"
                                                                  f" but shape is {shape}")
             if not self._literal_ok(raw["value"], dtype, where.at(raw, "value")):   # raw: with positions

@@ -1,0 +1,1 @@
+"""Suites written from other sources of tests (torch's OpInfo database)."""

@@ -1,0 +1,143 @@
+"""`opdiff import opinfo`: torch's OpInfo samples written as TorchCall tests, the same
+files on every run, every kept sample rebuilt exactly by the suite loader and recorded
+and checked for real; the TorchCall form and its errors."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from opdiff_snap import api
+from opdiff_snap.cli import main
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.importers.yamlwrite import yaml_float
+from opdiff_snap.suite import load_suites, materialize
+from opdiff_snap.suite.torch_call import TorchCall
+
+OPS = ["add", "cat", "nn.functional.conv2d", "fft.ifft", "empty_like", "nn.functional.dropout",
+       "nn.functional.linear", "where"]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("oi")
+    first = api.import_opinfo(root / "a", ops=OPS, dtypes=("float32", "float16"), max_samples=2)
+    second = api.import_opinfo(root / "b", ops=OPS, dtypes=("float32", "float16"), max_samples=2)
+    return root, first, second
+
+
+def test_import_is_deterministic_and_says_why_it_skipped(imported):
+    root, first, second = imported
+    names = sorted(p.name for p in (root / "a").glob("*.yaml"))
+    assert names == sorted(p.name for p in (root / "b").glob("*.yaml"))
+    for name in names:
+        assert (root / "a" / name).read_bytes() == (root / "b" / name).read_bytes(), name
+    rows = {r.name: r for r in first.rows}
+    assert rows["empty_like"].reason == "its output is uninitialised memory"
+    assert not sum(rows["empty_like"].kept.values())
+    assert rows["add"].kept == {"float32": 2, "float16": 2}
+    assert rows["add"].fn == "torch.add"
+    assert first.samples == sum(sum(r.kept.values()) for r in first.rows) > 10
+    # dropout's samples draw on the random number generator: never a test
+    assert not sum(rows["nn.functional.dropout"].kept.values())
+
+
+def test_every_written_test_rebuilds_its_inputs_and_runs(imported):
+    root, first, _ = imported
+    cases = load_suites(sorted((root / "a").glob("*.yaml")))
+    assert len(cases) == first.samples
+    for case in cases:
+        assert case.tags[0] == "opinfo" and case.call.target.endswith("TorchCall")
+        inv = materialize(case, 0)
+        again = materialize(case, 0)
+        assert all(torch.equal(x, y) for x, y in zip(inv.args, again.args))
+
+
+@pytest.mark.slow
+def test_imported_tests_record_and_check_on_torch(imported, tmp_path):
+    root, first, _ = imported
+    project = tmp_path / "p"
+    (project / "suites").mkdir(parents=True)
+    for f in (root / "a").glob("*.yaml"):
+        (project / "suites" / f.name).write_bytes(f.read_bytes())
+    settings = Settings(repeats=1, warmup=0)
+    with contextlib.chdir(project):
+        recorded = api.record(settings=settings, in_process=True)
+        assert recorded.counts() == {"RECORDED": first.samples}
+        checked = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True)
+    assert checked.counts() == {"PASS": first.samples}
+
+
+def test_cli_refuses_unknown_ops_and_dtypes(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(main, ["import", "opinfo", "--ops", "no_such_op_*", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "no OpInfo entry matches" in res.output
+    res = runner.invoke(main, ["import", "opinfo", "--ops", "add", "--dtypes", "float8", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "'float8' is not one of" in res.output
+    assert not list(tmp_path.glob("**/*.yaml"))
+
+
+def test_floats_are_written_shortest_and_read_back_exactly():
+    import numpy as np
+    import yaml
+
+    for dtype, values in ((np.float32, [1e-30, 3.0e-5, 0.1, -2.5, 1e16, 3.4e38, -0.0, 7.0]),
+                          (np.float16, [6e-8, 3.0e-5, 0.1, -2.5, 65504.0, -0.0, 7.0])):
+        for v in np.array(values, dtype=dtype):
+            text = yaml_float(v)
+            back = dtype(yaml.safe_load(text))
+            assert isinstance(yaml.safe_load(text), float), text
+            assert back.tobytes() == v.tobytes(), (text, v)
+    assert [yaml_float(x) for x in (float("nan"), float("inf"), -float("inf"))] == [".nan", ".inf", "-.inf"]
+
+
+# ---------------------------------------------------------------- the TorchCall form
+
+def test_torch_call_places_inputs_and_values():
+    x, w = torch.randn(2, 3), torch.randn(4, 3)
+    call = TorchCall("torch.nn.functional.linear", args=[{"input": 0}, {"input": 1}])
+    assert torch.equal(call(x, w), torch.nn.functional.linear(x, w))
+    summed = TorchCall("Tensor.sum", args=[{"input": 0}], kwargs={"dim": [1], "dtype": {"dtype": "float64"}})
+    assert summed(x).dtype == torch.float64
+    cat = TorchCall("torch.cat", args=[[{"input": 0}, {"input": 1}]], kwargs={"dim": 0})
+    assert cat(x, w).shape == (6, 3)
+    filled = TorchCall("torch.full_like", args=[{"input": 0}, {"float": "-inf"}])
+    assert torch.isneginf(filled(x)).all()
+
+
+@pytest.mark.parametrize("fn, args, kwargs, says", [
+    ("os.system", [], {}, "is not a torch function"),
+    ("Tensor.no_such_method", [], {}, "torch.Tensor has no method 'no_such_method'"),
+    ("torch.add", [{"input": 0}, {"tensor": 1}], {}, "is not an argument form"),
+    ("torch.add", [{"input": 0}], {"out": {"dtype": "float99"}}, "torch has no dtype 'float99'"),
+    ("torch.add", [{"input": "a"}], {}, "names no input"),
+])
+def test_torch_call_refuses_what_it_cannot_mean(fn, args, kwargs, says):
+    with pytest.raises(OpdiffError) as err:
+        TorchCall(fn, args=args, kwargs=kwargs)
+    assert says in str(err.value)
+
+
+def test_an_empty_tensor_is_written_as_an_empty_list(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(
+        "tests:\n"
+        "  - id: empty\n"
+        "    op: {type: module, path: opdiff_snap.suite.torch_call.TorchCall,\n"
+        "         kwargs: {fn: torch.sum, args: [{input: 0}], kwargs: {dim: 1}}}\n"
+        "    in: [{type: const_tensor, shape: [0, 3], dtype: float32, value: []}]\n"
+        "  - id: not_empty\n"
+        "    op: aten::abs.default\n"
+        "    in: [{type: const_tensor, shape: [2, 3], dtype: float32, value: []}]\n")
+    with pytest.raises(OpdiffError) as err:
+        load_suites([suite])
+    assert "test 'not_empty'" in str(err.value) and "value has shape [0] but shape is [2, 3]" in str(err.value)
+    suite.write_text(suite.read_text().split("  - id: not_empty")[0])
+    (case,) = load_suites([suite])
+    assert materialize(case, 0).args[0].shape == (0, 3)
+
