@@ -1,0 +1,85 @@
+"""Modules built from a config mapping: a `module` node with `config: {n_layer: 2, ...}` is
+`cls(cls.config_class(**config), *args, **kwargs)`, the way a transformers model is made
+from its configuration with random weights (nothing is downloaded).
+
+transformers keeps a key its config class does not know as an attribute that no layer
+reads, so a misspelt setting would build another model than the suite describes without
+a word. A key is known when the config class's default instance has it as a value (a
+field, an `attribute_map` alias, a property) or its `__init__` names it; anything else is
+refused. Runs in workers only: it imports the class (see construct.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Mapping, Sequence
+
+from ..core.errors import OpdiffError, error_text, suggest
+
+
+def config_class_of(cls: Any, path: str) -> type:
+    config_class = getattr(cls, "config_class", None)
+    if not isinstance(config_class, type):
+        raise OpdiffError(f"'{path}' has no config_class, so a `config` mapping cannot build it: `config` is "
+                          "for classes built from a configuration object, such as transformers models "
+                          "(transformers.GPT2LMHeadModel). Pass this class's arguments as args and kwargs "
+                          "instead.")
+    return config_class
+
+
+def _known(config_class: type, defaults: Any) -> tuple[set[str], list[str]]:
+    """(every key the class takes, the settings worth suggesting)."""
+    try:
+        params = {p.name for p in inspect.signature(config_class).parameters.values()
+                  if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    except (TypeError, ValueError):
+        params = set()
+    values = set()
+    for name in dir(defaults):
+        if not name.startswith("__"):
+            try:
+                if not callable(getattr(defaults, name)):
+                    values.add(name)
+            except Exception:  # a property that needs settings the defaults lack
+                values.add(name)
+    mapped = set(getattr(config_class, "attribute_map", {}) or {})
+    return params | values | mapped, sorted(n for n in params | values | mapped if not n.startswith("_"))
+
+
+def config_problem(cls: Any, path: str, config: Mapping[str, Any]) -> str | None:
+    """Why `config` cannot build `cls` (no config_class, an unknown key, a value the config
+    class refuses), or None."""
+    try:
+        build_config(cls, path, config)
+    except OpdiffError as exc:
+        return str(exc)
+    return None
+
+
+def build_config(cls: Any, path: str, config: Mapping[str, Any]) -> Any:
+    config_class = config_class_of(cls, path)
+    name = config_class.__name__
+    try:
+        defaults = config_class()
+    except Exception:
+        defaults = None   # no defaults to read the settings from: the keys go unchecked
+    if defaults is not None:
+        known, shown = _known(config_class, defaults)
+        unknown = [k for k in config if k not in known]
+        if unknown:
+            key = unknown[0]
+            raise OpdiffError(f"config key '{key}' is not a setting of {name}{suggest(key, shown)}: transformers "
+                              "would keep it as an attribute no layer reads, so the model would not be the one "
+                              f"the suite describes. Fix or remove config.{key}"
+                              + (f" (and {', '.join(unknown[1:])})" if unknown[1:] else "") + ".")
+    try:
+        return config_class(**config)
+    except Exception as exc:
+        why = " ".join(error_text(exc).split())
+        raise OpdiffError(f"{name} refused the config: {why}. Fix that value in the test's config.") from exc
+
+
+def build_from_config(cls: Any, path: str, config: Mapping[str, Any], args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> Any:
+    """`cls(config_class(**config), *args, **kwargs)`."""
+    return cls(build_config(cls, path, config), *args, **kwargs)
