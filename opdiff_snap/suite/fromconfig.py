@@ -5,13 +5,18 @@ from its configuration with random weights (nothing is downloaded).
 transformers keeps a key its config class does not know as an attribute that no layer
 reads, so a misspelt setting would build another model than the suite describes without
 a word. A key is known when the config class's default instance has it as a value (a
-field, an `attribute_map` alias, a property) or its `__init__` names it; anything else is
-refused. Runs in workers only: it imports the class (see construct.py).
+field, an `attribute_map` alias, a property), its `__init__` names it, or the model's
+own module reads it (`config.key`: T5 reads `decoder_start_token_id`, which its config
+class does not declare); anything else is refused. Runs in workers only: it imports the
+class (see construct.py).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import re
+import sys
 from typing import Any, Mapping, Sequence
 
 from ..core.errors import OpdiffError, error_text, suggest
@@ -27,23 +32,33 @@ def config_class_of(cls: Any, path: str) -> type:
     return config_class
 
 
-def _known(config_class: type, defaults: Any) -> tuple[set[str], list[str]]:
-    """(every key the class takes, the settings worth suggesting)."""
+def _known(config_class: type, defaults: Any) -> set[str]:
+    """Every key the class takes: `__init__` parameters, the default instance's attributes,
+    the class's properties and plain values, `attribute_map` aliases. Read statically, so
+    no deprecated property is called."""
     try:
         params = {p.name for p in inspect.signature(config_class).parameters.values()
                   if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
     except (TypeError, ValueError):
         params = set()
-    values = set()
-    for name in dir(defaults):
-        if not name.startswith("__"):
-            try:
-                if not callable(getattr(defaults, name)):
-                    values.add(name)
-            except Exception:  # a property that needs settings the defaults lack
-                values.add(name)
-    mapped = set(getattr(config_class, "attribute_map", {}) or {})
-    return params | values | mapped, sorted(n for n in params | values | mapped if not n.startswith("_"))
+    statics = {name for name in dir(config_class) if not name.startswith("__")
+               and (isinstance(attr := inspect.getattr_static(config_class, name), property) or not callable(attr))}
+    return params | set(vars(defaults)) | statics | set(getattr(config_class, "attribute_map", {}) or {})
+
+
+def _read_by_code(classes: Sequence[type], key: str) -> bool:
+    """Whether the source of a module defining one of `classes` mentions `.key` or a 'key'
+    string (a setting read or popped from the keyword arguments)."""
+    pattern = re.compile(rf"\.{key}\b|[\"']{key}[\"']")
+    return any(pattern.search(_source(module)) for module in dict.fromkeys(c.__module__ for c in classes))
+
+
+@functools.lru_cache(maxsize=32)
+def _source(module: str) -> str:
+    try:
+        return inspect.getsource(sys.modules[module])
+    except (KeyError, TypeError, OSError):
+        return ""
 
 
 def config_problem(cls: Any, path: str, config: Mapping[str, Any]) -> str | None:
@@ -57,6 +72,7 @@ def config_problem(cls: Any, path: str, config: Mapping[str, Any]) -> str | None
 
 
 def build_config(cls: Any, path: str, config: Mapping[str, Any]) -> Any:
+    """`cls.config_class(**config)`, every key known to it or to `cls`'s module."""
     config_class = config_class_of(cls, path)
     name = config_class.__name__
     try:
@@ -64,13 +80,16 @@ def build_config(cls: Any, path: str, config: Mapping[str, Any]) -> Any:
     except Exception:
         defaults = None   # no defaults to read the settings from: the keys go unchecked
     if defaults is not None:
-        known, shown = _known(config_class, defaults)
-        unknown = [k for k in config if k not in known]
+        known = _known(config_class, defaults)
+        code = [c for c in (cls, *config_class.__mro__) if c is not object]
+        unknown = [k for k in config if k not in known and not _read_by_code(code, k)]
         if unknown:
             key = unknown[0]
-            raise OpdiffError(f"config key '{key}' is not a setting of {name}{suggest(key, shown)}: transformers "
-                              "would keep it as an attribute no layer reads, so the model would not be the one "
-                              f"the suite describes. Fix or remove config.{key}"
+            shown = sorted(k for k in known if not k.startswith("_"))
+            raise OpdiffError(f"config key '{key}' is not a setting of {name}{suggest(key, shown)}, and neither "
+                              f"{cls.__module__} nor the config's code reads it: transformers would keep it as an "
+                              "attribute no layer reads, so the model would not be the one the suite describes. "
+                              f"Fix or remove config.{key}"
                               + (f" (and {', '.join(unknown[1:])})" if unknown[1:] else "") + ".")
     try:
         return config_class(**config)
