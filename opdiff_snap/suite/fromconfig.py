@@ -4,11 +4,11 @@ from its configuration with random weights (nothing is downloaded).
 
 transformers keeps a key its config class does not know as an attribute that no layer
 reads, so a misspelt setting would build another model than the suite describes without
-a word. A key is known when the config class's default instance has it as a value (a
-field, an `attribute_map` alias, a property), its `__init__` names it, or the model's
-own module reads it (`config.key`: T5 reads `decoder_start_token_id`, which its config
-class does not declare); anything else is refused. Runs in workers only: it imports the
-class (see construct.py).
+a word. A key is known when the config class has it (a field, an `attribute_map` alias,
+a property, an `__init__` parameter) or the source of the model's module or of the
+config class and its bases reads it (`config.key`, or `"key"` popped from the keyword
+arguments: T5 reads `decoder_start_token_id`, which T5Config does not declare); anything
+else is refused. Runs in workers only: it imports the class (see construct.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 from ..core.errors import OpdiffError, error_text, suggest
 
 
-def config_class_of(cls: Any, path: str) -> type:
+def _config_class(cls: Any, path: str) -> type:
     config_class = getattr(cls, "config_class", None)
     if not isinstance(config_class, type):
         raise OpdiffError(f"'{path}' has no config_class, so a `config` mapping cannot build it: `config` is "
@@ -73,7 +73,7 @@ def config_problem(cls: Any, path: str, config: Mapping[str, Any]) -> str | None
 
 def build_config(cls: Any, path: str, config: Mapping[str, Any]) -> Any:
     """`cls.config_class(**config)`, every key known to it or to `cls`'s module."""
-    config_class = config_class_of(cls, path)
+    config_class = _config_class(cls, path)
     name = config_class.__name__
     try:
         defaults = config_class()
