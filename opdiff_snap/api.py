@@ -295,6 +295,8 @@ def validate(suites=None, *, imports: bool = False, settings=None, in_process: b
     every path outside torch) are imported in workers (those of `settings.executor`, under
     `python` when given), and what fails there is reported the same way, naming the test
     and the path."""
+    import json
+
     from .core.config import Settings
     from .core.errors import OpdiffError, Problem, SuiteError
     from .execution.probe import ImportProbe
@@ -310,20 +312,20 @@ def validate(suites=None, *, imports: bool = False, settings=None, in_process: b
     probes: dict[str, ImportProbe] = {}
     owners: dict[str, list] = {}
     for case in cases:
-        for path, module in case.code_paths():
-            if path.startswith("torch."):
+        for path, module, config in case.code_paths():
+            if path.startswith("torch.") and config is None:
                 continue
-            key = f"{path}\0{case.suite_dir}\0{module}"
+            key = f"{path}\0{case.suite_dir}\0{module}\0{json.dumps(config, sort_keys=True)}"
             owners.setdefault(key, []).append(case)
             if key in probes:
                 continue
-            if not imports:
+            if not imports and config is None:   # a config's keys are known only to its class
                 try:
                     if locate_path(path, case.suite_dir).kind is not Kind.UNKNOWN:
                         continue
                 except NotFound:
                     continue   # load_suites has reported it
-            probes[key] = ImportProbe(path, case.suite_dir, case.import_dirs, module, key=key)
+            probes[key] = ImportProbe(path, case.suite_dir, case.import_dirs, module, key=key, config=config)
     problems = []
     if probes:
         with make_pool(settings, in_process, python=python) as pool:

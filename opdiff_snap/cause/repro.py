@@ -62,11 +62,14 @@ def cast_module(module):
 _COMPARE_AND_MAIN = '''
 
 def flatten(out):
-    """Output tensors in order (tuples, lists and dict values walked); complex as real [..., 2]."""
+    """Output tensors in order (tuples, lists and dict values walked, and the children of a
+    type registered with torch.utils._pytree); complex as real [..., 2]."""
     if isinstance(out, torch.Tensor):
         return [torch.view_as_real(out) if out.is_complex() else out]
     if isinstance(out, dict):
         out = list(out.values())
+    elif not isinstance(out, (tuple, list)) and type(out) in torch.utils._pytree.SUPPORTED_NODES:
+        out = torch.utils._pytree.SUPPORTED_NODES[type(out)].flatten_fn(out)[0]
     if isinstance(out, (tuple, list)):
         return [t for o in out for t in flatten(o)]
     return []
@@ -192,13 +195,17 @@ class _Source:
         if kind == "tuple":
             return _tuple([self.node(e) for e in n["elems"]])
         if kind in ("construct", "module"):
-            return self.constructor(n["path"], n.get("args", []), n.get("kwargs", {}))
+            return self.constructor(n["path"], n.get("args", []), n.get("kwargs", {}), n.get("config"))
         raise OpdiffError(f"test '{self.case.id}': cannot write a repro for a module whose constructor "
                           f"takes a sampled '{kind}' value; reproduce it with `opdiff check` instead.")
 
-    def constructor(self, path: str, args, kwargs) -> str:
+    def constructor(self, path: str, args, kwargs, config=None) -> str:
+        """`path(*args, **kwargs)`, or with a config `path(path.config_class(**config), ...)`."""
+        name = self.import_name(path)
         parts = [self.node(a) for a in args] + [f"{k}={self.node(v)}" for k, v in kwargs.items()]
-        return f"{self.import_name(path)}({', '.join(parts)})"
+        if config is not None:
+            parts.insert(0, f"{name}.config_class(**{dict(config)!r})")
+        return f"{name}({', '.join(parts)})"
 
     def import_name(self, path: str) -> str:
         if path.startswith("file:"):
@@ -364,7 +371,7 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
         build_src = (f"OP = torch.ops.{op[0]}.{overload}\n\n\n"
                      "def build(data):\n    return OP\n")
     else:
-        ctor = src.constructor(call.target, call.args, call.kwargs)
+        ctor = src.constructor(call.target, call.args, call.kwargs, call.config)
         state = {k: _plain(v) for k, v in invocation.states.get("a", {}).items()}
         build_src = ("def build(data):\n"
                      f"    module = {ctor}\n"

@@ -13,6 +13,12 @@ and be rebuilt anywhere without pickles:
 A structure nests at most MAX_DEPTH levels below its root: flatten refuses a deeper
 value, and the golden store refuses to read a deeper structure, so what record writes
 check can always read.
+
+A value of any other type that torch.utils._pytree has a registration for (a
+transformers `ModelOutput`, a cache registered for export, a user's own class) is taken
+apart by that registration and stored as the plain container of its children
+(`as_container`): a dict keyed by field, attribute or mapping key, or a tuple where the
+registration gives only positions. It comes back as that container, not as its type.
 """
 
 from __future__ import annotations
@@ -58,6 +64,24 @@ def dict_keys(d: dict, where: str) -> list[Any]:
     return out
 
 
+def as_container(x: Any) -> dict | tuple | None:
+    """`x`'s children by its torch.utils._pytree registration, as a dict (keyed by
+    field, attribute or mapping key) or a tuple (positions only); None when its type has
+    none, or is registered as a constant (a leaf holding no tensors to compare)."""
+    from torch.utils import _pytree as pytree
+
+    node = pytree.SUPPORTED_NODES.get(type(x))
+    if node is None or pytree.is_constant_class(type(x)):
+        return None
+    if node.flatten_with_keys_fn is None:
+        return tuple(node.flatten_fn(x)[0])
+    pairs = node.flatten_with_keys_fn(x)[0]
+    if all(isinstance(k, pytree.SequenceKey) for k, _ in pairs):
+        return tuple(v for _, v in pairs)
+    named = {getattr(k, "key", getattr(k, "name", None)): v for k, v in pairs}
+    return named if None not in named and len(named) == len(pairs) else {str(k): v for k, v in pairs}
+
+
 def flatten(obj: Any, where: str = "the value") -> tuple[Structure, list[torch.Tensor]]:
     """(structure, tensor leaves). Raises TypeError for a value a golden cannot hold and
     ValueError (TooDeep, or keys that collide) naming `where`."""
@@ -81,6 +105,9 @@ def flatten(obj: Any, where: str = "the value") -> tuple[Structure, list[torch.T
             return {"float": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
         if x is None or isinstance(x, (bool, int, float, str)):
             return {"value": x}
+        container = as_container(x)
+        if container is not None:
+            return walk(container, depth)
         raise TypeError(f"cannot store a value of type {type(x).__name__} in a golden: {x!r}")
 
     return walk(obj, 0), leaves

@@ -103,12 +103,17 @@ def _collect(out: Any, flat: list[torch.Tensor]) -> None:
             _collect(v, flat)
     elif isinstance(out, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
         flat.append(torch.tensor(out))
+    elif out is not None and not isinstance(out, (str, torch.dtype)):
+        container = trees.as_container(out)
+        if container is not None:
+            _collect(container, flat)
 
 
-def _structure(out: Any, counter: list[int], where: str, depth: int = 0) -> Any:
-    """The out_structure of one eager output value; `counter[0]` numbers the leaves.
-    Refuses (OpdiffError) what a golden could not hold: a value nested deeper than
-    trees.MAX_DEPTH, or dict keys that would be stored as one."""
+def _structure(out: Any, counter: list[int], where: str, depth: int = 0, at: str = "") -> Any:
+    """The out_structure of one eager output value; `counter[0]` numbers the leaves, `at`
+    is the position in the output. Refuses (OpdiffError) what a golden could not hold: a
+    value nested deeper than trees.MAX_DEPTH, dict keys that would be stored as one, a
+    type that is neither plain nor registered with torch.utils._pytree."""
 
     def leaf(kind: str, **extra: Any) -> dict[str, Any]:
         node = {kind: counter[0], **extra}
@@ -120,15 +125,16 @@ def _structure(out: Any, counter: list[int], where: str, depth: int = 0) -> Any:
     if isinstance(out, torch.Tensor):
         return leaf("complex") if out.is_complex() else leaf("tensor")
     if isinstance(out, tuple):
-        return {"tuple": [_structure(v, counter, where, depth + 1) for v in out]}
+        return {"tuple": [_structure(v, counter, where, depth + 1, f"{at}[{i}]") for i, v in enumerate(out)]}
     if isinstance(out, list):
-        return {"list": [_structure(v, counter, where, depth + 1) for v in out]}
+        return {"list": [_structure(v, counter, where, depth + 1, f"{at}[{i}]") for i, v in enumerate(out)]}
     if isinstance(out, dict):
         try:
             keys = trees.dict_keys(out, f"the output of {where}")
         except ValueError as exc:
             raise OpdiffError(str(exc)) from None
-        return {"dict": [[k, _structure(v, counter, where, depth + 1)] for k, v in zip(keys, out.values())]}
+        return {"dict": [[k, _structure(v, counter, where, depth + 1, f"{at}[{k!r}]")]
+                         for k, v in zip(keys, out.values())]}
     if isinstance(out, bool):
         return leaf("scalar", type="bool")
     if isinstance(out, int):
@@ -139,8 +145,26 @@ def _structure(out: Any, counter: list[int], where: str, depth: int = 0) -> Any:
         return {"value": out}
     if isinstance(out, torch.dtype):
         return {"dtype": str(out).removeprefix("torch.")}
-    raise OpdiffError(f"{where} returned a value of type {type(out).__name__}, which cannot be "
-                      "compared: return tensors, numbers, or tuples/lists/dicts of them.")
+    container = trees.as_container(out)
+    if container is not None:
+        return _structure(container, counter, where, depth, at)
+    raise OpdiffError(unstorable(out, where, f"output{at}" if at else "its output"))
+
+
+def unstorable(value: Any, where: str, at: str) -> str:
+    """Why an output of this type cannot be compared, and what to do."""
+    kind = type(value)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if kind.__module__.startswith("transformers.") and kind.__name__.endswith("Cache"):
+        return (f"{where} returns a {kind.__name__} as {at}: the key/value cache a transformers model returns "
+                "while use_cache is on. Set use_cache: false in the test's config. (The cache cannot be "
+                f"compared: torch.utils._pytree has no registration for {name} to take its tensors out; "
+                "registering one with torch.utils._pytree.register_pytree_node where the module is built "
+                "would compare them.)")
+    return (f"{where} returns a {kind.__name__} as {at}, and torch.utils._pytree has no registration for {name} "
+            "to take its tensors out, so it cannot be compared (a golden holds tensors, numbers, strings, None, "
+            "and tuples, lists, dicts or pytree-registered types of them). Return tensors instead, or register "
+            "the type with torch.utils._pytree.register_pytree_node where the module is defined.")
 
 
 def restore_outputs(structure: Any, outputs: list[torch.Tensor]) -> Any:

@@ -1,10 +1,12 @@
 """Import a suite's paths in a worker, for `opdiff validate` when parsing cannot settle
-what a path names (suite/locate.py), or with `--imports` for every path."""
+what a path names (suite/locate.py) or whether a `config` mapping fits its class
+(suite/fromconfig.py), or with `--imports` for every path."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..core.verdicts import Verdict
 from .job import WorkerContext
@@ -25,17 +27,22 @@ class ImportProbe:
     import_dirs: tuple[Path, ...]
     module: bool                      # a module path (an nn.Module is wanted) or a construct path
     key: str = ""
+    config: Mapping[str, Any] | None = None   # the path's config mapping: its keys and values checked too
 
     def run(self, context: WorkerContext = WorkerContext()) -> ProbeResult:
         from ..core.errors import error_text
         from ..suite.construct import import_path
+        from ..suite.fromconfig import config_problem
         from ..suite.locate import Located, kind_of, problem
 
         try:
             obj = import_path(self.path, self.suite_dir, self.import_dirs)
         except Exception as exc:
             return ProbeResult(self.key, error_text(exc))
-        return ProbeResult(self.key, problem(Located(kind_of(obj)), self.path, self.module))
+        why = problem(Located(kind_of(obj)), self.path, self.module)
+        if why is None and self.config is not None:
+            why = config_problem(obj, self.path, self.config)
+        return ProbeResult(self.key, why)
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> ProbeResult:
         how = {Verdict.CRASH: "the worker died", Verdict.TIMEOUT: "it hangs"}.get(status, "it exits at import")

@@ -24,7 +24,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..core.errors import OpdiffError, suggest
-from .files import split_file_path
+from .files import display_path, split_file_path
+from .fromconfig import build_from_config
+from .locate import not_installed
 from .model import Call, Node, TestCase
 
 
@@ -86,6 +88,8 @@ def import_path(path: str, suite_dir: Path, import_dirs: Sequence[Path] = ()) ->
                 obj = getattr(obj, part)
             mod = obj
         except (ImportError, AttributeError):
+            if importlib.util.find_spec(head) is None:
+                raise OpdiffError(not_installed(path, module_name) + ".") from None
             raise OpdiffError(f"'{path}': cannot import module '{module_name}'.") from None
     try:
         return getattr(mod, attr)
@@ -133,6 +137,8 @@ def build_value(node: Node, suite_dir: Path, sample: Callable[[Node], Any] | Non
         cls = _builder(node["path"], suite_dir, import_dirs, module=False)
         args = [build_value(a, suite_dir, sample, import_dirs) for a in node.get("args", [])]
         kwargs = {k: build_value(v, suite_dir, sample, import_dirs) for k, v in node.get("kwargs", {}).items()}
+        if node.get("config") is not None:
+            return build_from_config(cls, node["path"], node["config"], args, kwargs)
         return cls(*args, **kwargs)
     if sample is None:
         raise OpdiffError(f"a '{kind}' node cannot be used as a constructor argument here.")
@@ -152,15 +158,23 @@ def _builder(path: str, suite_dir: Path, import_dirs: Sequence[Path], module: bo
 
 
 def construct_module(call: Call, suite_dir: Path, sample: Callable[[Node], Any] | None = None,
-                     import_dirs: Sequence[Path] = ()) -> torch.nn.Module:
+                     import_dirs: Sequence[Path] = (), where: str = "") -> torch.nn.Module:
+    """The module `call` builds, in eval mode; `where` (the suite file and test) leads the
+    message of a config the class refuses."""
     cls = _builder(call.target, suite_dir, import_dirs, module=True)
     args = [build_value(a, suite_dir, sample, import_dirs) for a in call.args]
     kwargs = {k: build_value(v, suite_dir, sample, import_dirs) for k, v in call.kwargs.items()}
     try:
-        module = cls(*args, **kwargs)
+        if call.config is not None:
+            module = build_from_config(cls, call.target, call.config, args, kwargs)
+        else:
+            module = cls(*args, **kwargs)
+    except OpdiffError as exc:
+        raise OpdiffError(f"{where}: {exc}" if where else str(exc)) from exc
     except Exception as exc:
         raise OpdiffError(f"constructing {call.target}(...) failed with {type(exc).__name__}: {exc}. "
-                          "Check the test's args and kwargs.") from exc
+                          f"Check the test's {'config, ' if call.config is not None else ''}args and "
+                          "kwargs.") from exc
     if not isinstance(module, torch.nn.Module):
         raise OpdiffError(f"{call.target} built a {type(module).__name__}, not a torch.nn.Module.")
     return module.eval()
@@ -169,8 +183,12 @@ def construct_module(call: Call, suite_dir: Path, sample: Callable[[Node], Any] 
 def build_modules(case: TestCase, sample: Callable[[Node], Any] | None = None) -> dict[str, torch.nn.Module]:
     """The module(s) of a case by side: {} for op tests, {"a": m} or {"a": m, "b": m2}."""
     sides: Mapping[str, Call | None] = {"a": case.call, "b": case.pair}
-    return {side: construct_module(call, case.suite_dir, sample, case.import_dirs)
+    return {side: construct_module(call, case.suite_dir, sample, case.import_dirs, where_of(case))
             for side, call in sides.items() if call is not None and call.kind == "module"}
+
+
+def where_of(case: TestCase) -> str:
+    return f"{display_path(case.suite)}: test '{case.id}'"
 
 
 def bind(case: TestCase, invocation) -> dict[str, Any]:

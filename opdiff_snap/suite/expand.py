@@ -231,9 +231,11 @@ class Expander:
             items = [i for i in items if i[0] not in kw] + [(k, v, cw.at(c, "kwargs").at(kw, k))
                                                              for k, v in kw.items()]
         kwargs = r.kwargs_map(items, env)
-        if BAD in (path, args, kwargs):
+        config = r.config(node["config"], w.at(node, "config"), env) if "config" in node else None
+        if BAD in (path, args, kwargs, config):
             return BAD
-        return {"kind": "module", "target": path, "args": args, "kwargs": kwargs, "impl": impl}
+        call = {"kind": "module", "target": path, "args": args, "kwargs": kwargs, "impl": impl}
+        return call if config is None else {**call, "config": config}   # absent: spec hashes as before
 
     def _assignments(self, op: dict, w: Where) -> list[tuple[str, dict | None]]:
         """(id suffix, env) per expansion, in the format page's order."""
@@ -370,7 +372,7 @@ def case_from_definition(test_id: str, definition: dict, suite_path: Path,
 
 def _call(c: dict) -> Call:
     return Call(kind=c["kind"], target=c["target"], args=tuple(c.get("args", [])),
-                kwargs=dict(c.get("kwargs", {})), impl=c.get("impl"))
+                kwargs=dict(c.get("kwargs", {})), impl=c.get("impl"), config=c.get("config"))
 
 
 def load_suites(paths: list[Path]) -> list[TestCase]:

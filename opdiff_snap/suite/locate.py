@@ -11,6 +11,11 @@ many commands (list-tests, validate, record, check). So paths are located static
   only, which runs nothing, then the package folders) and the file is parsed with `ast`
   for a top-level class, function, assignment or import of that name.
 
+A package whose `__init__` replaces itself in sys.modules by a `_LazyModule` (the
+convention of transformers and other Hugging Face packages) exports, on first access, the
+names its modules list in `__all__` and those its `if TYPE_CHECKING:` block imports; those
+are found the same way, by reading the files (see `lazy_exports`).
+
 A name defined in a way parsing cannot settle (an assignment, a star import, a module
 `__getattr__`) is UNKNOWN: the worker that builds the test imports it, and
 `opdiff validate --imports` asks a worker to import every such path.
@@ -20,9 +25,13 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import importlib
 import importlib.util
+import os
+import re
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +56,19 @@ class Located:
 
 class NotFound(Exception):
     """The path names nothing that exists; the message says what is missing."""
+
+
+EXTRAS = {"transformers": "zoo"}   # packages an extra of ours installs
+
+
+def not_installed(path: str, module_name: str) -> str:
+    """Why `path` cannot be found when its package is missing, with the extra that brings it."""
+    top = module_name.split(".")[0]
+    if top in EXTRAS:
+        return (f"'{path}': {top} is not installed in this environment; install the extra that brings it: "
+                f"pip install 'opdiff-snap[{EXTRAS[top]}]'")
+    return (f"'{path}': cannot find module '{module_name}' (not installed, or not on the import path of "
+            "this environment)")
 
 
 def problem(located: Located, path: str, module: bool) -> str | None:
@@ -80,7 +102,9 @@ def _resolve_loaded(path: str, trusted_import: bool) -> Located | None:
             continue
         obj = mod
         for part in parts[i:] + [attr]:
-            if not hasattr(obj, part):
+            # a module is asked only for what it holds: a lazy module's getattr imports
+            if not (part in vars(obj) if isinstance(obj, types.ModuleType) and not trusted_import
+                    else hasattr(obj, part)):
                 if not trusted_import:
                     return None   # perhaps a submodule not imported yet: look on disk
                 names = [n for n in dir(obj) if not n.startswith("_")]
@@ -145,7 +169,9 @@ def locate_in_file(file: Path, name: str, display: str, depth: int = 0) -> Locat
         raise NotFound(f"{display}:{exc.lineno}: syntax error: {exc.msg}") from None
     star = False
     found: Located | None = None
-    for node in tree.body:  # the last top-level binding wins, as at run time
+    lazy = file.name == "__init__.py" and builds_lazy_module(tree)
+    body = tree.body + (type_checking_block(tree) if lazy else [])
+    for node in body:  # the last top-level binding wins, as at run time
         at = f"{display}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.ClassDef) and node.name == name:
             found = Located(Kind.PLAIN_CLASS if _bases_say_plain(node) else Kind.CLASS, at)
@@ -158,17 +184,85 @@ def locate_in_file(file: Path, name: str, display: str, depth: int = 0) -> Locat
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 if alias.name == "*":
-                    star = True
+                    # a lazy package's own modules (a relative import) are all in lazy_exports
+                    star = star or not (lazy and isinstance(node, ast.ImportFrom) and node.level > 0)
                 elif (alias.asname or alias.name.split(".")[0]) == name:
                     found = _follow(node, alias, file, at, depth)
     if found is not None:
         return found
+    if lazy:
+        exports = lazy_exports(str(file.parent))
+        if name in exports:
+            target = file.parent / exports[name]
+            return locate_in_file(target, name, str(target), depth + 1)
+        if name in _string_constants(tree):   # named in an import structure parsing does not follow
+            return Located(Kind.UNKNOWN, display)
+        if not star:
+            raise NotFound(f"{display}: this lazily loaded package exports no '{name}'{suggest(name, exports)}")
     if star:
         return Located(Kind.UNKNOWN, display)
     if any(isinstance(n, (ast.FunctionDef,)) and n.name == "__getattr__" for n in tree.body):
         return Located(Kind.UNKNOWN, display)
     names = [n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))]
     raise NotFound(f"{display}: has no '{name}'{suggest(name, names)}")
+
+
+def builds_lazy_module(tree: ast.Module) -> bool:
+    """Whether a package's `__init__` puts a `_LazyModule` in its place in sys.modules."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if called == "_LazyModule" and any(
+                    isinstance(t, ast.Subscript) and ast.unparse(t.value) == "sys.modules" for t in node.targets):
+                return True
+    return False
+
+
+def type_checking_block(tree: ast.Module) -> list[ast.stmt]:
+    """The statements of the top-level `if TYPE_CHECKING:` blocks: what a lazy package
+    declares it exports."""
+    return [stmt for node in tree.body if isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING") for stmt in node.body]
+
+
+def _string_constants(tree: ast.Module) -> set[str]:
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+_ALL = re.compile(r"^__all__\s*=\s*(\[.*?\]|\(.*?\))", re.S | re.M)
+
+
+@functools.lru_cache(maxsize=8)
+def lazy_exports(package_dir: str) -> dict[str, str]:
+    """{name: file relative to `package_dir`} for every name a module below it lists in
+    `__all__`, the first file in sorted order winning; `convert_*` and `modular_*` files are
+    not part of a lazy package's interface, as transformers' import structure has it. Read,
+    never imported."""
+    out: dict[str, str] = {}
+    for root, dirs, files in os.walk(package_dir):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if not name.endswith(".py") or name == "__init__.py" or name.startswith(("convert_", "modular_")):
+                continue
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            if b"__all__" not in data:
+                continue
+            m = _ALL.search(data.decode("utf-8", "replace"))
+            try:
+                names = ast.literal_eval(m.group(1)) if m else ()
+            except (ValueError, SyntaxError):
+                continue
+            rel = os.path.relpath(path, package_dir)
+            for n in names:
+                if isinstance(n, str):
+                    out.setdefault(n, rel)
+    return out
 
 
 def _follow(node: ast.stmt, alias: ast.alias, file: Path, at: str, depth: int) -> Located:
@@ -208,8 +302,7 @@ def locate_dotted(path: str, depth: int = 0) -> Located:
         head, _, _ = module_name.rpartition(".")
         if head and package_files(head):
             return Located(Kind.UNKNOWN, head)
-        raise NotFound(f"'{path}': cannot find module '{module_name}' (not installed, or not on the "
-                       "import path of this environment)")
+        raise NotFound(not_installed(path, module_name))
     return locate_in_file(files[0], attr, str(files[0]), depth)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .construct import build_value, construct_module
+from .construct import build_value, construct_module, where_of
 from .model import Invocation, Node, TestCase
 from .schema import dtype_family
 
@@ -126,6 +126,6 @@ def materialize(case: TestCase, seed: int) -> Invocation:
         ctor_sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir, case.import_dirs)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(s)
-            module = construct_module(call, case.suite_dir, ctor_sampler, case.import_dirs)
+            module = construct_module(call, case.suite_dir, ctor_sampler, case.import_dirs, where_of(case))
         states[side] = {k: v.detach().clone() for k, v in module.state_dict().items()}
     return Invocation(args=args, kwargs=kwargs, states=states)

@@ -29,6 +29,8 @@ class Call:
     `path` is a dotted import path or `file:relative/file.py::Name` (canonical form:
     relative to the suite's directory, whatever folder the suite author wrote it from).
     Constructor args are nodes: `const`, `construct`, ... nodes resolved but not sampled.
+    `config`: plain settings; the module is then `cls(cls.config_class(**config), *args,
+    **kwargs)` (suite/fromconfig.py).
     """
 
     kind: Literal["op", "module"]
@@ -36,6 +38,7 @@ class Call:
     args: tuple[Node, ...] = ()
     kwargs: Mapping[str, Node] = field(default_factory=dict)
     impl: str | None = None
+    config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,24 +79,25 @@ class TestCase:
     def suite_dir(self) -> Path:
         return self.suite.parent
 
-    def code_paths(self) -> list[tuple[str, bool]]:
-        """(path, names a module) for every dotted or `file:` path the test constructs:
-        its module(s), and `module` / `construct` nodes in their arguments."""
-        out: list[tuple[str, bool]] = []
+    def code_paths(self) -> list[tuple[str, bool, Mapping[str, Any] | None]]:
+        """(path, names a module, its config or None) for every dotted or `file:` path the
+        test constructs: its module(s), and `module` / `construct` nodes in their arguments."""
+        out: list[tuple[str, bool, Mapping[str, Any] | None]] = []
 
         def walk(node: Any) -> None:
             if isinstance(node, Mapping):
                 if node.get("type") in ("module", "construct") and isinstance(node.get("path"), str):
-                    out.append((node["path"], node["type"] == "module"))
-                for value in node.values():
-                    walk(value)
+                    out.append((node["path"], node["type"] == "module", node.get("config")))
+                for key, value in node.items():
+                    if key != "config":   # plain settings, never nodes
+                        walk(value)
             elif isinstance(node, (list, tuple)):
                 for value in node:
                     walk(value)
 
         for call in (self.call, self.pair):
             if call is not None and call.kind == "module":
-                out.append((call.target, True))
+                out.append((call.target, True, call.config))
                 walk(list(call.args))
                 walk(dict(call.kwargs))
         return out

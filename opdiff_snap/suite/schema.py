@@ -49,9 +49,9 @@ NODE_FIELDS: dict[str, tuple[str, ...]] = {
     "optional": ("elem", "p_none"),
     "ref": ("ref",),
     "var": ("name",),
-    "module": ("path", "args", "kwargs"),
-    "construct": ("path", "args", "kwargs"),
-    "template_module": ("path", "vars", "cases", "args", "kwargs"),
+    "module": ("path", "args", "kwargs", "config"),
+    "construct": ("path", "args", "kwargs", "config"),
+    "template_module": ("path", "vars", "cases", "args", "kwargs", "config"),
     "template_compare_pair": ("vars", "cases", "common", "a", "b"),
 }
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -60,7 +60,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "var": ("name",), "module": ("path",), "construct": ("path",), "template_module": ("path",),
     "template_compare_pair": ("a", "b"),
 }
-SIDE_FIELDS = ("impl", "type", "path", "args", "kwargs")
+SIDE_FIELDS = ("impl", "type", "path", "args", "kwargs", "config")
 OP_NODE_TYPES = ("module", "template_module", "template_compare_pair")
 VALUE_NODE_TYPES = tuple(t for t in NODE_FIELDS if t not in OP_NODE_TYPES + ("var",))
 
@@ -549,9 +549,45 @@ class NodeResolver:
     def _ctor(self, t: str, raw: dict, where: Where, env: dict | None) -> Any:
         path = self.check_path(raw["path"], where.at(raw, "path"), t == "module")
         args, kwargs = self.ctor_args(raw, where, env)
-        if BAD in (path, args, kwargs):
+        config = self.config(raw["config"], where.at(raw, "config"), env) if "config" in raw else None
+        if BAD in (path, args, kwargs, config):
             return BAD
-        return {"type": t, "path": path, "args": args, "kwargs": kwargs}
+        node = {"type": t, "path": path, "args": args, "kwargs": kwargs}
+        return node if config is None else {**node, "config": config}
+
+    def config(self, raw: Any, where: Where, env: dict | None) -> Any:
+        """A `config` mapping (suite/fromconfig.py): setting names to plain YAML values,
+        template vars resolved; BAD after recording what is wrong."""
+        if not isinstance(raw, dict):
+            return self.problems.add(where, f"config must map setting names to values, e.g. {{n_layer: 2}}, "
+                                            f"got {raw!r}")
+        out = {}
+        for k, v in raw.items():
+            if not isinstance(k, str) or not k.isidentifier():
+                out[str(k)] = self.problems.add(where.key(raw, k), f"config key {k!r} is not a setting name "
+                                                                   "(a Python identifier)")
+            else:
+                out[k] = self._setting(v, where.at(raw, k), env)
+        return BAD if BAD in out.values() else out
+
+    def _setting(self, raw: Any, where: Where, env: dict | None) -> Any:
+        if isinstance(raw, dict) and set(raw) == {"var"}:
+            node = self._var(raw, where, env)
+            if node is BAD or node["type"] == "const":
+                return node if node is BAD else node["value"]
+            return self.problems.add(where, f"template var '{raw['var']}' must hold a plain value here")
+        if isinstance(raw, (dict, list)):
+            items = raw.items() if isinstance(raw, dict) else enumerate(raw)
+            out = {k: self._setting(v, where.at(raw, k), env) for k, v in items}
+            if BAD in out.values():
+                return BAD
+            return {str(k): v for k, v in out.items()} if isinstance(raw, dict) else list(out.values())
+        if isinstance(raw, float) and not math.isfinite(raw):
+            return self.problems.add(where, f"{raw!r} is not a finite number")
+        if isinstance(raw, str) and _FLOATISH.match(raw):
+            return self.problems.add(where, f"'{raw}' reads as a string: YAML 1.1 wants a dot and a signed "
+                                            f"exponent in a float, so write {_yaml_float(raw)} for the number")
+        return plain(raw, where, self.problems)
 
     def ctor_args(self, raw: dict, where: Where, env: dict | None) -> tuple[Any, Any]:
         args = self.args_list(raw.get("args"), where.at(raw, "args"), env)
@@ -578,6 +614,15 @@ class NodeResolver:
 
     def _n_module(self, raw, where, env, arg):
         return self._ctor("module", raw, where, env)
+
+
+_FLOATISH = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _yaml_float(text: str) -> str:
+    """'1e-5' -> '1.0e-5', '2.5e3' -> '2.5e+3': how YAML 1.1 spells that float."""
+    mantissa, _, exponent = text.lower().partition("e")
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent if exponent[0] in '+-' else '+' + exponent}"
 
 
 # ---- our extensions ---------------------------------------------------------------------
