@@ -32,7 +32,7 @@ import torch
 from ..core.errors import OpdiffError
 from ..core.trees import flatten
 from ..suite.schema import DTYPES as GOLDEN_DTYPES
-from ..suite.torch_call import Unencodable, encode
+from ..suite.torch_call import Unencodable, decode, encode, resolve_fn
 from .yamlwrite import dump_suite
 
 TORCH_CALL = "opdiff_snap.suite.torch_call.TorchCall"
@@ -147,8 +147,6 @@ def _input_node(t: torch.Tensor) -> dict:
 
 
 def _call(fn: Callable, form_args: list, form_kwargs: dict, tensors: list[torch.Tensor]) -> Any:
-    from ..suite.torch_call import decode
-
     inputs = tuple(t.clone() for t in tensors)
     return fn(*decode(form_args, inputs, "sample"), **{k: decode(v, inputs, "sample") for k, v in form_kwargs.items()})
 
@@ -233,7 +231,6 @@ def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_s
             row.reason = "it calls a wrapper in torch's test code, not an importable torch function"
             continue
         row.fn = fn_path
-        from ..suite.torch_call import resolve_fn
         fn = resolve_fn(fn_path)
         supported = op.supported_dtypes("cpu")
         for dtype in dtypes:

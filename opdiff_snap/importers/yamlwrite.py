@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 import numpy as np
+import yaml
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -66,8 +67,6 @@ def _key(k: Any) -> str:
 
 def _plain_string(s: str) -> bool:
     """A string YAML reads back as this same string when written bare."""
-    import yaml
-
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:-]*", s):
         return False
     return yaml.safe_load(s) == s
