@@ -172,4 +172,5 @@ def test_the_shipped_goldens_pass_on_their_baseline_preset_here(tmp_path):
                         repeats=1, warmup=0)
     with contextlib.chdir(root):
         report = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True)
-    assert report.counts() == {"PASS": len(report.results)} and len(report.results) == 530
+    # the hand-written suites, the OpInfo samples and the zoo
+    assert report.counts() == {"PASS": len(report.results)} and len(report.results) == 530 + 1082 + 17
