@@ -405,7 +405,8 @@ def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_option
         if scope:
             raise OpdiffError(f"--scope '{scope}' names a submodule whose ATen nodes to reproduce; give "
                               "--node too (as `opdiff localize` prints it).")
-        return write_repro(case, golden, preset, out, tol)
+        return write_repro(case, golden, preset, out, tol, rounding=_rounding(case, golden, preset, timeout_s,
+                                                                          in_process))
     if case.test_type != "module":
         raise OpdiffError(f"test '{test_id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; --node "
                           "picks ATen nodes inside a module test (an op test's repro is already one op: "
@@ -421,6 +422,20 @@ def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_option
     start, stop = parse_node_range(node, len(graph.nodes),
                                    f"scope '{scope or '<root>'}' of test '{test_id}'")
     return write_node_repro(case, graph, start, stop, preset, out, tol, seed)
+
+
+def _rounding(case, golden, preset, timeout_s: float, in_process: bool):
+    """What check judges `golden` with on `preset`: on fp16/bf16 with the elementwise
+    reference too, computed in a worker."""
+    from .execution.pools import run_one
+    from .execution.references import REDUCED, ElementwiseTask
+    from .run.check import rounding_for
+
+    if preset.precision not in REDUCED:
+        return rounding_for(golden, preset)
+    flat, structure = run_one(ElementwiseTask(case, golden.invocation, preset.precision),
+                              timeout_s=timeout_s, in_process=in_process)
+    return rounding_for(golden, preset, structure, flat)
 
 
 def gradcheck(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: float = 1e-6,

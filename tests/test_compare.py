@@ -328,13 +328,18 @@ def test_the_allowance_is_capped_so_a_wrong_kernel_stays_a_mismatch():
 def test_reduced_precision_targets_scale_the_error_by_their_unit_roundoff():
     e = torch.linspace(1.0, 2.0, 100)
     residual = torch.full((100,), 2.0 ** -24)     # the fp32 baseline lost half an ulp at 1..2
-    a = e + 3 * 2.0 ** -11                        # 1.5 fp16 ulps off at 1: outside rtol 1e-3 there
+    signs = torch.tensor([1.0, -1.0]).repeat(50)  # rounding points both ways
+    a = e + 3 * 2.0 ** -11 * signs                # 1.5 fp16 ulps off at 1: outside rtol 1e-3 there
     tol16 = tolerance_for({}, preset("x_cpu_fp16", "fp16"))
     assert compare(e, a, tol16).verdict is Verdict.MISMATCH
     c = compare(e, a, tol16, rounding=Rounding(residual, "fp32", "fp16"))
     assert c.verdict is Verdict.PASS and c.metrics.error_bound == pytest.approx(4 * 2.0 ** -24 * 2.0 ** 13)
     # the same difference on an fp32 target is far outside 4 x half an fp32 ulp
     assert compare(e, a, tolerance_for({}, preset()), rounding=Rounding(residual)).verdict is Verdict.MISMATCH
+    # the same error all one way is a bias, though every element is within the bound
+    biased = compare(e, e + 3 * 2.0 ** -11, tol16, rounding=Rounding(residual, "fp32", "fp16"))
+    assert biased.verdict is Verdict.MISMATCH and biased.metrics.failed_bound == "bias"
+    assert biased.metrics.mismatched == 0 and "biased (bias bound)" in biased.message
 
 
 def test_a_result_matching_the_float64_reference_passes_however_far_the_golden_was():

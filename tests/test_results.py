@@ -21,7 +21,8 @@ SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
 # of Result changes these keys, and this test says so.
 ITEM_KEYS = {"id", "seed", "preset", "status", "error_message", "test_type", "suite", "spec_hash", "tags",
              "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit",
-             "tolerance", "metrics", "unsupported_ops", "delegation", "backends", "times_all", "diff_all"}
+             "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous", "backends",
+             "times_all", "diff_all"}
 
 
 def full() -> Result:
@@ -40,7 +41,8 @@ def full() -> Result:
                                                  ["/src/m.py:4"], ["block (Block)"])],
                   delegation=Delegation("XnnpackBackend", 1, [DelegatedOp("aten::linear.default", 2, 0),
                                                              DelegatedOp("aten::cumsum.default", 0, 1,
-                                                                         ["m.py:5 in forward: x.cumsum(-1)"])]))
+                                                                         ["m.py:5 in forward: x.cumsum(-1)"])]),
+                  precision_limited=True, vacuous="all 4 output elements equal 0")
 
 
 def test_every_field_is_set_by_the_fixture():

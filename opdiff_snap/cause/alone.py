@@ -62,6 +62,7 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
     from ..core.errors import error_text
     from ..execution import Job, prepare_call, run_job
     from ..execution.prepare import nest_residuals
+    from ..execution.references import REDUCED
 
     try:
         prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)
@@ -69,13 +70,15 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
         return PieceResult(key, Verdict.EXPORT_FAIL,
                            error_message=f"the piece does not run eagerly: {error_text(exc)}")
     job = Job(case=case, seed=0, invocation=None, preset=preset, repeats=1, warmup=0, key=key,
-              reference=True, prepared=prepared)
+              reference=True, elementwise=preset.precision in REDUCED, prepared=prepared)
     outcome = run_job(job, backend, threads)
     if outcome.status is not None:
         return PieceResult(key, outcome.status, error_message=outcome.error_message or "")
     flat = {"list": [{"tensor": i} for i in range(len(piece.expected))]}   # a piece compares flat outputs
     residuals = None if outcome.reference is None else nest_residuals(flat, outcome.reference, list(piece.expected))
-    rounding = Rounding(residuals, baseline_precision, preset.precision)
+    elementwise = None if outcome.elementwise is None else \
+        nest_residuals(flat, outcome.elementwise, list(piece.expected))
+    rounding = Rounding(residuals, baseline_precision, preset.precision, elementwise)
     result = compare(list(piece.expected), list(outcome.outputs or []), tol, rounding=rounding)
     return PieceResult(key, result.verdict, result.metrics.to_json() if result.metrics else {},
                        result.message or "")

@@ -15,6 +15,7 @@ never run by this package.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import math
 import re
@@ -28,6 +29,8 @@ import torch
 
 from ..backends.base import Preset
 from ..backends.registry import backend_for
+from ..compare.bounds import BIAS_MIN_ELEMENTS, BIAS_SHIFT, DRIFT_BOUND, DRIFT_CLIP, DRIFT_SIGMAS
+from ..compare.numerics import Rounding, leaf_rules
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.trees import flatten
@@ -38,6 +41,10 @@ from ..suite.model import Node, TestCase, Tolerance
 
 SCRIPT_VERDICTS = "".join(f"{v.value} = {v.value!r}\n" for v in (   # the verdicts a script can reach
     V.PASS, V.MISMATCH, V.SHAPE_MISMATCH, V.STRUCTURE_MISMATCH, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL))
+
+# the bias bound's parameters, written into every script (compare/bounds.py)
+BIAS_CONSTANTS = {"BIAS_MIN_ELEMENTS": BIAS_MIN_ELEMENTS, "BIAS_SHIFT": BIAS_SHIFT, "DRIFT_CLIP": DRIFT_CLIP,
+                  "DRIFT_BOUND": DRIFT_BOUND, "DRIFT_SIGMAS": DRIFT_SIGMAS}
 
 EMBED_LIMIT = 256 * 1024  # bytes of torch.save data embedded in the script; larger goes beside it
 
@@ -75,39 +82,102 @@ def flatten(out):
     return []
 
 
-def compare(expected, actual):
+def ulps(values, u, tiny):
+    """One unit in the last place at each value, for a precision of unit roundoff u."""
+    _, exponent = torch.frexp(values.abs().clamp_min(tiny))
+    return torch.ldexp(torch.full_like(values, u), exponent)
+
+
+def bands(rule, e):
+    """(centre, width) pairs: an element passes when |actual - centre| <= width for any."""
+    tol = lambda c: rule["atol"] + rule["rtol"] * c.abs()  # noqa: E731
+    if rule["kind"] == "elementwise":
+        r = rule["reference"]
+        allowed = rule["ulps"] * ulps(r, rule["u"], rule["tiny"])
+        allowed = torch.where(r.abs() < rule["tiny"], allowed.clamp_min(rule["tiny"]), allowed)
+        return [(r, allowed), (e, torch.full_like(e, rule["atol"]))]
+    out = [(e, tol(e))]
+    if rule["bound"] is not None and rule["reference"] is not None:
+        out += [(e, torch.full_like(e, rule["bound"])), (rule["reference"], tol(rule["reference"]))]
+    return out
+
+
+def mean_and_bound(z, kernel_ulps):
+    spread = z.std(correction=1).item() / math.sqrt(z.numel())
+    return z.mean().item(), max(DRIFT_BOUND * kernel_ulps, DRIFT_SIGMAS * spread)
+
+
+def biased(rule, e, a):
+    """Whether the errors point one way (the bias bound): the mean error, and the mean error in
+    ulps toward +inf and away from zero, each within its bound."""
+    centre = {"expected": e, "reference": rule["reference"], "own": rule["bias_centre"]}.get(rule["bias_on"])
+    if centre is None:
+        return False
+    usable = torch.isfinite(a) & torch.isfinite(centre)
+    a, centre = a[usable], centre[usable]
+    if a.numel() < BIAS_MIN_ELEMENTS:
+        return False
+    magnitude = centre.abs().max().item()
+    if magnitude == 0.0 or not math.isfinite(magnitude):
+        return False
+    diff = a - centre
+    diff = torch.sign(diff) * (diff.abs() - rule["atol"]).clamp_min(0.0)
+    z = (diff / ulps(centre, rule["u"], rule["tiny"])).clamp(-DRIFT_CLIP, DRIFT_CLIP)
+    k = rule["kernel_ulps"]
+    up, up_bound = mean_and_bound(z, k)
+    out, out_bound = mean_and_bound(z * torch.sign(centre), k)
+    shift, shift_bound = diff.mean().item(), BIAS_SHIFT * k * rule["u"] * magnitude
+    return max(abs(shift) / shift_bound, abs(up) / up_bound, abs(out) / out_bound) > 1.0
+
+
+def compare(expected, actual, rules):
     """Print per-output metrics; return the verdict and the metrics over all outputs together,
-    computed as `opdiff check` computes them: max_abs, mean_abs and max_rel over the entries
-    finite on both sides (max_rel leaves out entries whose expected value is 0), mismatched =
-    entries outside ATOL/RTOL (integers and bools: not equal)."""
+    judged exactly as `opdiff check` judges them (docs/check.md, "When a result passes"): each
+    element within one of its bands (the tolerance, the rounding bound, the float64 reference;
+    or for one elementwise op on fp16/bf16 a few ulps of the exact answer), NaN and Inf at the
+    same places, integers and bools equal, and no bias."""
     if len(actual) != len(expected):
         print(f"{MISMATCH}: {len(actual)} outputs, expected {len(expected)}")
         return STRUCTURE_MISMATCH, None
-    verdict, total = PASS, {"max_abs": 0.0, "max_rel": 0.0, "mean_abs": 0.0, "mismatched": 0, "numel": 0}
+    verdict = PASS
+    total = {"max_abs": 0.0, "max_rel": 0.0, "mean_abs": 0.0, "mismatched": 0, "numel": 0, "failed_bound": None}
     sum_abs, counted = 0.0, 0
-    for i, (e, a) in enumerate(zip(expected, actual)):
+    for i, (e, a, rule) in enumerate(zip(expected, actual, rules)):
         a = a.detach().cpu()
         if tuple(a.shape) != tuple(e.shape):
             print(f"output {i}: {MISMATCH} shape {tuple(a.shape)}, expected {tuple(e.shape)}")
             verdict = SHAPE_MISMATCH
             continue
-        atol, rtol = (ATOL, RTOL) if e.is_floating_point() else (0.0, 0.0)  # integers, bools: exact
-        e64, a64 = e.double(), a.to(e.dtype).double()
-        close = torch.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
-        both = torch.isfinite(e64) & torch.isfinite(a64)
-        diff, size = (a64 - e64).abs()[both], e64.abs()[both]
+        ef, af = e.double().reshape(-1), a.to(e.dtype).double().reshape(-1)
+        finite = torch.isfinite(ef) & torch.isfinite(af)
+        if rule is None:                              # integers, bools: exact
+            bad, failed = e.reshape(-1) != a.to(e.dtype).reshape(-1), "exact"
+        else:
+            excess = None
+            for centre, width in bands(rule, ef):
+                x = (af - centre).abs() - width
+                excess = x if excess is None else torch.minimum(excess, x)
+            en, an = torch.isnan(ef), torch.isnan(af)
+            nonfinite = (en != an) | (~finite & ~en & ~an & (ef != af))
+            bad = nonfinite | (finite & (excess > 0))
+            failed = "nonfinite" if bool(nonfinite.any()) else rule["kind"]
+            if not bool(bad.any()) and rule["bias_on"] is not None and biased(rule, ef, af):
+                failed = "bias"
+        if e.dim() and e.shape[-1] == 2 and rule is not None and rule.get("complex"):
+            bad = bad.reshape(-1, 2).any(dim=1)
+        diff, size = (af - ef).abs()[finite], ef.abs()[finite]
         rel = diff[size > 0] / size[size > 0]
         max_abs = float(diff.max()) if diff.numel() else 0.0
         max_rel = float(rel.max()) if rel.numel() else 0.0
-        bad = int((~close).sum())
+        n_bad = int(bad.sum())
         print(f"output {i}: {e.dtype} shape {tuple(e.shape)} max_abs={max_abs:.6g} max_rel={max_rel:.6g} "
-              f"mismatched={bad}/{e.numel()} (atol={atol:g}, rtol={rtol:g})")
+              f"mismatched={n_bad}/{bad.numel()}" + (f" ({failed} bound)" if n_bad or failed == "bias" else ""))
         total["max_abs"], total["max_rel"] = max(total["max_abs"], max_abs), max(total["max_rel"], max_rel)
-        total["mismatched"] += bad
-        total["numel"] += e.numel()
+        total["mismatched"] += n_bad
+        total["numel"] += bad.numel()
         sum_abs, counted = sum_abs + float(diff.sum()), counted + diff.numel()
-        if bad and verdict == PASS:
-            verdict = MISMATCH
+        if (n_bad or failed == "bias") and verdict == PASS:
+            verdict, total["failed_bound"] = MISMATCH, failed
     total["mean_abs"] = sum_abs / counted if counted else 0.0
     return verdict, total
 
@@ -138,7 +208,7 @@ def main():
         actual = list(runnable(inputs))
     except Exception as exc:
         return failed(INFER_FAIL, exc)
-    verdict, metrics = compare(data["expected"], actual)
+    verdict, metrics = compare(data["expected"], actual, data["rules"])
     print(verdict)
     print(json.dumps({"verdict": verdict, "metrics": metrics}))
     return 0 if verdict == PASS else 1
@@ -326,11 +396,12 @@ def _write_script(out_path: Path, docstring: str, preset: Preset, tolerance: Tol
     docstring = printable(docstring, lines=True).replace("\\", "\\\\").replace('"', '\\"')
     header = ('#!/usr/bin/env python3\n"""' + docstring.strip() + "\n\n"
               f"Needs only: {needs}. Written by opdiff-snap with torch {torch.__version__}.\n" + '"""\n')
-    imports = ("import base64\nimport io\nimport json\nimport sys\nimport traceback\n"
+    imports = ("import base64\nimport io\nimport json\nimport math\nimport sys\nimport traceback\n"
                "from pathlib import Path\n\nimport torch\n\n"
                "HERE = Path(__file__).resolve().parent\n")
     consts = (f"\nATOL = {tolerance.atol!r}\nRTOL = {tolerance.rtol!r}\n"
-              f"PRESET = {preset.to_json()!r}\n" + SCRIPT_VERDICTS)
+              f"PRESET = {preset.to_json()!r}\n" + SCRIPT_VERDICTS + "".join(
+                  f"{name} = {value!r}\n" for name, value in BIAS_CONSTANTS.items()))
     user = ("\n".join(user_imports) + "\n") if user_imports else ""
     text = (header + imports + user + consts + _COMMON + "\n" + runner.lstrip("\n")
             + "\n\n" + _data_source(out_path, data) + "\n\n" + build_src + flat_src + _COMPARE_AND_MAIN)
@@ -338,17 +409,35 @@ def _write_script(out_path: Path, docstring: str, preset: Preset, tolerance: Tol
     return out_path
 
 
+def script_rules(outputs: Any, tolerance: Tolerance, rounding: Rounding | None) -> list[dict | None]:
+    """The judge of check for each expected leaf, as data a script rebuilds it from."""
+    rules = []
+    _, leaves = flatten(outputs)
+    for leaf, rule in zip(leaves, leaf_rules(outputs, tolerance, rounding)):
+        rules.append(None if rule is None else {**rule.to_script(), "complex": leaf.is_complex()})
+    return rules
+
+
+def _side_a(tree: Any) -> Any:
+    return tree["a"] if isinstance(tree, dict) and "a" in tree else None
+
+
 def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
-                tolerance: Tolerance, seed: int | None = None) -> Path:
+                tolerance: Tolerance, seed: int | None = None, rounding: Rounding | None = None) -> Path:
     """Write the repro script to `out_path` and return it.
 
     `golden` is a Golden (its .invocation and .outputs are used) or a pair
     (invocation, expected outputs). Pair tests reproduce side a against the expected outputs.
+    `rounding` is what check judges with (the golden's float64 reference, the precisions,
+    the elementwise reference); the script then decides exactly as check does.
     """
     invocation, outputs = (golden.invocation, golden.outputs) if hasattr(golden, "invocation") else golden
     seed = getattr(golden, "seed", seed)
     if case.pair is not None and isinstance(outputs, dict) and "a" in outputs:
         outputs = outputs["a"]  # a pair golden holds both sides; the script reproduces side a
+        if rounding is not None:
+            rounding = dataclasses.replace(rounding, residuals=_side_a(rounding.residuals),
+                                           elementwise=_side_a(rounding.elementwise))
     _runner(preset)
     _check_tolerance(tolerance)
     out_path = Path(out_path)
@@ -378,13 +467,15 @@ def write_repro(case: TestCase, golden: Any, preset: Preset, out_path: Path,
                      "    module.load_state_dict(data[\"state\"])\n"
                      "    return module.eval()\n")
 
-    data = {"inputs": [_plain(t) for t in leaves], "state": state, "expected": _expected_leaves(outputs)}
+    data = {"inputs": [_plain(t) for t in leaves], "state": state, "expected": _expected_leaves(outputs),
+            "rules": script_rules(outputs, tolerance, rounding)}
     what = f"op {call.target}" if call.kind == "op" else f"module {call.target}"
     docstring = (f"Reproducer: test {case.id!r}{'' if seed is None else f' seed {seed}'} on preset "
                  f"{preset.name!r}.\n\n"
                  f"Calls {what} on the recorded inputs{' with the recorded weights' if state else ''},\n"
                  f"runs it on {preset.family} ({preset.device}, {preset.precision}) and compares with the outputs\n"
-                 "recorded on the baseline. Exit status: 0 when every output is within ATOL/RTOL, 1 on a mismatch.")
+                 "recorded on the baseline, judged as `opdiff check` judges them.\n"
+                 "Exit status: 0 when every output matches, 1 on a mismatch.")
     flat_src = _flat_source(call_args)
     if case.cast_input0_to_complex:
         flat_src += textwrap.dedent('''
@@ -494,12 +585,14 @@ def write_node_repro(case: TestCase, graph: Any, start: int, stop: int, preset: 
     build_src += "\n\ndef build(data):\n    return Node(data[\"state\"])\n"
     data = {"inputs": [_plain(v) for v in frag.activations],
             "state": {name: _plain(v) for name, v in frag.buffers().items()},
-            "expected": [_plain(t) for t in frag.expected]}
+            "expected": [_plain(t) for t in frag.expected],
+            "rules": script_rules(list(frag.expected), tolerance, Rounding(None, "fp32", preset.precision))}
     scope = graph.scope or "<root>"
     docstring = (f"Reproducer: {what} of test {case.id!r} seed {seed}\n"
                  f"(scope {scope!r}, exported to core ATen) on preset {preset.name!r}.\n\n"
                  + ("From:\n" + "\n".join(f"    {ln}" for ln in lines) + "\n\n" if lines else "")
                  + f"Runs it on {preset.family} ({preset.device}, {preset.precision}) on the intermediate values "
                  "the baseline computed\nfor its inputs and compares with what the baseline computed for its "
-                 "outputs.\nExit status: 0 when every output is within ATOL/RTOL, 1 on a mismatch.")
+                 "outputs, judged by\nthe tolerance and the bias bound of `opdiff check` (no float64 reference "
+                 "here).\nExit status: 0 when every output matches, 1 on a mismatch.")
     return _write_script(out_path, docstring, preset, tolerance, data, build_src, _flat_source("(list(t), {})"))

@@ -21,6 +21,16 @@ where r is the golden's float64 reference (when it has one), E the largest |e - 
 the output, M its largest |e|, u_t and u_b the unit roundoff the target and the baseline
 compute that output in, and cap a per-precision ceiling far below any real kernel error.
 
+Two more bounds hold on top of that (docs/check.md, "When a result passes"):
+
+    elementwise  a single elementwise op on an fp16/bf16 target: every element within a
+                 few units in the last place (of the target dtype) of the float64 result
+                 computed on the inputs rounded to the target dtype, or within atol; this
+                 replaces the rules above, which are loose for small elements
+    bias         compared with a golden, an output of enough finite elements: the mean of
+                 (a - r) and the mean error in target ulps within their bounds; rounding
+                 errors of a correct kernel point both ways, a bug's often do not
+
 Metrics are computed over every leaf whose shapes agree, all leaves together, in float64.
 """
 
@@ -38,6 +48,7 @@ from ..backends.base import Preset
 from ..core.trees import json_safe
 from ..core.verdicts import Verdict
 from ..suite.model import Tolerance
+from .bounds import BIAS_SHIFT, ELEMENTWISE_ULPS, KERNEL_ULPS, Bias, bias, elementwise_allowance, ulps
 
 # torch.testing.assert_close defaults.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
@@ -55,6 +66,8 @@ UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2
 # an eighth (fp32) and a quarter (fp16) of the 2^-7 relative error of a wrong kernel, so
 # such a kernel stays a MISMATCH. bf16's own default rtol (1.6e-2) is already above 2^-7.
 ALLOWANCE_CAP = {"fp64": 2.0**-40, "fp32": 2.0**-10, "fp16": 2.0**-9, "bf16": 2.0**-6}
+# Smallest normal number per precision (compare/bounds.py).
+TINY = {"fp64": 2.0**-1022, "fp32": 2.0**-126, "fp16": 2.0**-14, "bf16": 2.0**-126}
 
 _GLOB_CHARS = set("*?[")
 
@@ -151,7 +164,14 @@ class Metrics:
     With a float64 reference: `baseline_error` is the largest |golden - reference| over
     the outputs (the baseline's own rounding error), `error_bound` the largest rounding
     allowance used, and `within_rounding` how many elements failed the configured
-    tolerance but passed by that allowance or against the reference itself."""
+    tolerance but passed by that allowance or against the reference itself.
+
+    `bias` is the mean of (actual - reference) over the output whose bias is the largest
+    share of its bound `bias_bound`; `drift` the mean error in target ulps there, with
+    `drift_bound`. `elementwise_ulps` is the largest error in target ulps against the
+    float64 result on target-rounded inputs (a single elementwise op on fp16/bf16).
+    `failed_bound` names the bound a MISMATCH broke first: nonfinite, elementwise,
+    normwise or bias; `allowance` is what the worst element was allowed."""
 
     max_abs: float = 0.0
     mean_abs: float = 0.0
@@ -161,6 +181,7 @@ class Metrics:
     mismatched: int = 0
     mismatched_frac: float = 0.0
     numel: int = 0
+    max_expected: float = 0.0
     worst_index: tuple[int, ...] | None = None
     worst_output: str | None = None
     worst_expected: float | str | None = None
@@ -169,6 +190,13 @@ class Metrics:
     baseline_error: float | None = None
     error_bound: float | None = None
     within_rounding: int = 0
+    bias: float | None = None
+    bias_bound: float | None = None
+    drift: float | None = None
+    drift_bound: float | None = None
+    elementwise_ulps: float | None = None
+    failed_bound: str | None = None
+    allowance: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: json_safe(v) for k, v in asdict(self).items()}
@@ -201,11 +229,14 @@ class Rounding:
     """What a golden knows about its own rounding error, and the precisions involved.
 
     `residuals` is nested like the golden's outputs: for each floating tensor leaf the
-    float64 reference minus the golden value (`None` where there is none)."""
+    float64 reference minus the golden value (`None` where there is none). `elementwise`,
+    nested the same way, holds the float64 result of a single elementwise op on the inputs
+    rounded to the target's dtype (None: the test is not one, or the target is fp32)."""
 
     residuals: Any
     baseline_precision: str = "fp32"
     target_precision: str = "fp32"
+    elementwise: Any = None
 
 
 def unit_roundoff(precision: str, dtype: torch.dtype) -> float:
@@ -249,30 +280,39 @@ def _kind(x: Any) -> str:
     return type(x).__name__
 
 
-def _child(residuals: Any, key: Any) -> Any:
-    """The residual subtree at `key` (None when the residual tree does not go there)."""
+def _subtree(tree: Any, key: Any) -> Any:
+    """The subtree at `key` (None when the tree does not go there)."""
     try:
-        if isinstance(residuals, Mapping):
-            return residuals.get(key)
-        if isinstance(residuals, (tuple, list)):
-            return residuals[key]
+        if isinstance(tree, Mapping):
+            return tree.get(key)
+        if isinstance(tree, (tuple, list)):
+            return tree[key]
     except (IndexError, TypeError):
         pass
     return None
 
 
-Leaf = tuple[str, torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+def _child(aux: "tuple[Any, Any]", key: Any) -> "tuple[Any, Any]":
+    """The (residual, elementwise reference) subtrees at `key`."""
+    return _subtree(aux[0], key), _subtree(aux[1], key)
 
 
-def _pairs(e: Any, a: Any, path: str, res: Any = None) -> Iterator[Leaf]:
-    """(path, expected, actual, residual) per tensor/number leaf; raises _Structure at
-    the first structural difference."""
+def _tensor_or_none(x: Any) -> torch.Tensor | None:
+    return x if isinstance(x, torch.Tensor) else None
+
+
+Leaf = tuple[str, torch.Tensor, torch.Tensor, "tuple[torch.Tensor | None, torch.Tensor | None]"]
+
+
+def _pairs(e: Any, a: Any, path: str, res: "tuple[Any, Any]" = (None, None)) -> Iterator[Leaf]:
+    """(path, expected, actual, (residual, elementwise reference)) per tensor/number leaf;
+    raises _Structure at the first structural difference."""
     te, ta = _to_tensor(e), _to_tensor(a)
     if te is not None or ta is not None:
         if te is None or ta is None:
             raise _Structure(f"{path}: expected {'a tensor' if te is not None else _kind(e)}, "
                              f"got {'a tensor' if ta is not None else _kind(a)}")
-        yield path, te, ta, res if isinstance(res, torch.Tensor) else None
+        yield path, te, ta, (_tensor_or_none(res[0]), _tensor_or_none(res[1]))
         return
     if isinstance(e, (tuple, list)) or isinstance(a, (tuple, list)):
         if not (isinstance(e, (tuple, list)) and isinstance(a, (tuple, list))):
@@ -299,18 +339,19 @@ def _pairs(e: Any, a: Any, path: str, res: Any = None) -> Iterator[Leaf]:
         if (ke == "bool") != (ka == "bool") or (ke == "complex") != (ka == "complex"):
             raise _Structure(f"{path}: expected {_kind(e)} {e!r}, got {_kind(a)} {a!r}")
         if ke == ka == "bool":
-            yield path, torch.tensor(bool(e)), torch.tensor(bool(a)), None
+            yield path, torch.tensor(bool(e)), torch.tensor(bool(a)), (None, None)
         elif ke == ka == "int":
-            yield path, torch.tensor(int(e), dtype=torch.int64), torch.tensor(int(a), dtype=torch.int64), None
+            yield path, torch.tensor(int(e), dtype=torch.int64), torch.tensor(int(a), dtype=torch.int64), \
+                (None, None)
         elif ke == "complex":
             yield path, torch.tensor(complex(e), dtype=torch.complex128), \
-                torch.tensor(complex(a), dtype=torch.complex128), None
+                torch.tensor(complex(a), dtype=torch.complex128), (None, None)
         else:  # float vs float, or int vs float: numeric compare under the tolerance. A Python
             # float leaves a backend as a float32 tensor (torch's default dtype), so it is held
             # to the float32 rule, not to float64's tighter one.
             wide = any(math.isfinite(float(v)) and abs(float(v)) > 3.0e38 for v in (e, a))
             dtype = torch.float64 if wide else torch.float32
-            yield path, torch.tensor(float(e), dtype=dtype), torch.tensor(float(a), dtype=dtype), None
+            yield path, torch.tensor(float(e), dtype=dtype), torch.tensor(float(a), dtype=dtype), (None, None)
         return
     if type(e) is not type(a) or e != a:
         raise _Structure(f"{path}: expected {e!r}, got {a!r}")
@@ -347,16 +388,59 @@ class _Leaf:
     factor: float = 0.0
     capped: bool = False
     within_rounding: int = 0
+    worst_allowance: float | None = None
+    elementwise_ulps: float | None = None  # with an elementwise reference: the largest error in ulps
+    elementwise_bad: int = 0
+    bias: Bias | None = None
+    precision: str = "fp32"                # the precision the target computes this leaf in
+    max_expected: float = 0.0
 
 
-@dataclass(frozen=True)
-class _Allowance:
-    """How one leaf uses its float64 reference."""
+@dataclass
+class Band:
+    """One way an element passes: |actual - centre| <= width (flat float64 arrays)."""
 
-    residual: np.ndarray        # flat float64, aligned with the leaf's flat values
-    factor: float
-    scale: float                # u_target / u_baseline
-    cap: float                  # fraction of the leaf's largest magnitude
+    centre: np.ndarray
+    width: np.ndarray
+
+
+@dataclass
+class LeafRule:
+    """What one floating output leaf is held to, from the golden's side alone: the bands
+    an element may lie in (it passes when it lies in any), and what the bias bound measures
+    against. The first band is the configured tolerance (or, elementwise, the ulps bound).
+    compare() and the repro scripts judge with exactly these numbers."""
+
+    kind: str                           # "normwise" or "elementwise"
+    bands: list[Band]
+    atol: float
+    rtol: float
+    u: float | None = None              # the target's unit roundoff (None: no bias bound)
+    tiny: float = 0.0
+    precision: str = "fp32"
+    bias_centre: np.ndarray | None = None
+    baseline_error: float | None = None
+    bound: float | None = None
+    factor: float = 0.0
+    capped: bool = False
+
+    def to_script(self) -> dict[str, Any]:
+        """What a repro script needs to rebuild these bands with the same float64 arithmetic
+        (cause/repro.py): the tolerance, the bound, and the reference the bands centre on."""
+        def tensor(x: np.ndarray | None) -> torch.Tensor | None:
+            return None if x is None else torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
+
+        expected = self.bands[0].centre if self.kind == "normwise" else self.bands[1].centre
+        reference = self.bands[2].centre if self.kind == "normwise" and len(self.bands) > 2 else \
+            self.bands[0].centre if self.kind == "elementwise" else None
+        centre = self.bias_centre
+        bias_on = None if centre is None or self.u is None else "expected" if centre is expected else \
+            "reference" if centre is reference else "own"
+        return {"kind": self.kind, "atol": self.atol, "rtol": self.rtol, "bound": self.bound,
+                "ulps": ELEMENTWISE_ULPS, "u": self.u, "tiny": self.tiny, "precision": self.precision,
+                "kernel_ulps": KERNEL_ULPS.get(self.precision, 1.0),
+                "reference": tensor(reference), "bias_on": bias_on,
+                "bias_centre": tensor(centre) if bias_on == "own" else None}
 
 
 def _index(flat: int, shape: tuple[int, ...], complex_: bool) -> tuple[int, ...]:
@@ -379,23 +463,52 @@ def _first(mask: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     return _index(int(np.argmax(mask)), shape, False)
 
 
-def _allowance(e: torch.Tensor, res: torch.Tensor | None, tol: Tolerance,
-               rounding: Rounding | None) -> _Allowance | None:
-    if res is None or rounding is None or tuple(res.shape) != tuple(e.shape):
-        return None
-    factor = BASELINE_FACTOR if tol.baseline_factor is None else float(tol.baseline_factor)
-    if factor <= 0 or not (e.dtype.is_floating_point or e.dtype.is_complex):
-        return None
+def _factor(tol: Tolerance) -> float:
+    return BASELINE_FACTOR if tol.baseline_factor is None else float(tol.baseline_factor)
+
+
+def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: Tolerance,
+              aux: "tuple[torch.Tensor | None, torch.Tensor | None]", rounding: Rounding | None,
+              is_complex: bool) -> LeafRule:
+    """The rule of one floating leaf whose flat float64 values are `ef` (see LeafRule)."""
+    res, elem = aux
+    configured = Band(ef, atol + rtol * np.abs(ef))
+    if rounding is None:
+        return LeafRule("normwise", [configured], atol, rtol)
+    u = unit_roundoff(rounding.target_precision, e.dtype)
+    precision = _precision_of(u)
+    tiny = TINY[precision]
+    if elem is not None and not is_complex and elem.numel() == ef.size and u > UNIT_ROUNDOFF["fp32"]:
+        exact_answer = ef + _as_f64(elem)
+        return LeafRule("elementwise", [Band(exact_answer, elementwise_allowance(exact_answer, u, tiny)),
+                                        Band(ef, np.full_like(ef, atol))],
+                        atol, rtol, u, tiny, precision, bias_centre=exact_answer)
+    rule = LeafRule("normwise", [configured], atol, rtol, u, tiny, precision, bias_centre=ef)
+    factor = _factor(tol)
+    if res is None or factor <= 0 or tuple(res.shape) != tuple(e.shape):
+        return rule
     r = res.detach().cpu()
     if r.is_complex():
         r = torch.view_as_real(r.to(torch.complex128))
-    u_t = unit_roundoff(rounding.target_precision, e.dtype)
-    u_b = unit_roundoff(rounding.baseline_precision, e.dtype)
-    return _Allowance(_as_f64(r), factor, u_t / u_b, ALLOWANCE_CAP[_precision_of(u_t)])
+    residual = _as_f64(r)
+    if residual.size != ef.size:
+        return rule
+    ref = ef + np.where(np.isfinite(residual), residual, 0.0)
+    usable = np.isfinite(ef) & np.isfinite(ref)
+    if not usable.any():
+        return rule
+    error = float(np.abs(ref - ef)[usable].max())
+    magnitude = float(np.abs(ef)[usable].max())
+    scaled = factor * error * u / unit_roundoff(rounding.baseline_precision, e.dtype)
+    bound = min(scaled, ALLOWANCE_CAP[precision] * magnitude)
+    rule.baseline_error, rule.bound, rule.factor, rule.capped = error, bound, factor, bound < scaled
+    rule.bands += [Band(ef, np.full_like(ef, bound)), Band(ref, atol + rtol * np.abs(ref))]
+    return rule
 
 
 def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance,
-          res: torch.Tensor | None = None, rounding: Rounding | None = None) -> _Leaf:
+          aux: "tuple[torch.Tensor | None, torch.Tensor | None]" = (None, None),
+          rounding: Rounding | None = None) -> _Leaf:
     """Everything about one leaf pair of equal shape, vectorised in float64 numpy."""
     e, a = (t.detach().cpu().resolve_conj().resolve_neg() for t in (e, a))
     exact = not (e.dtype.is_floating_point or e.dtype.is_complex)
@@ -403,41 +516,73 @@ def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance,
     out = _Leaf(path, e.numel(), exact=exact, atol=atol, rtol=rtol)
     if e.numel() == 0:
         return out
-    allowance = None if exact else _allowance(e, res, tol, rounding)
     is_complex = e.dtype.is_complex or a.dtype.is_complex
+    e0 = e
     if is_complex:  # real and imaginary parts as a trailing dimension of 2
         e, a = torch.view_as_real(e.to(torch.complex128)), torch.view_as_real(a.to(torch.complex128))
     shape = tuple(e.shape)
     ef, af = _as_f64(e), _as_f64(a)
-    if allowance is not None and allowance.residual.size != ef.size:
-        allowance = None
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are dealt with below
-        return _leaf_values(out, e, a, ef, af, shape, is_complex, allowance)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN/Inf are dealt with below
+        rule = None if exact else leaf_rule(e0, ef, atol, rtol, tol, aux, rounding, is_complex)
+        return _leaf_values(out, e, a, ef, af, shape, is_complex, rule)
 
 
-def _rounding_excess(out: _Leaf, ef: np.ndarray, af: np.ndarray, d: np.ndarray, excess: np.ndarray,
-                     al: _Allowance) -> np.ndarray:
-    """The excess over the best of the three rules (configured tolerance, rounding
-    allowance, the float64 reference); records the allowance used on `out`."""
-    ref = ef + np.where(np.isfinite(al.residual), al.residual, 0.0)
-    usable = np.isfinite(ef) & np.isfinite(ref)
-    if not usable.any():
-        return excess
-    error = float(np.abs(ref - ef)[usable].max())
-    magnitude = float(np.abs(ef)[usable].max())
-    scaled = al.factor * error * al.scale
-    bound = min(scaled, al.cap * magnitude)
-    out.baseline_error, out.bound, out.factor, out.capped = error, bound, al.factor, bound < scaled
-    by_bound = d - bound
-    by_reference = np.abs(af - ref) - (out.atol + out.rtol * np.abs(ref))
-    best = np.minimum(excess, np.minimum(by_bound, by_reference))
-    out.within_rounding = int(np.count_nonzero((excess > 0) & (best <= 0)))
+def leaf_rules(expected: Any, tol: Tolerance, rounding: Rounding | None) -> list[LeafRule | None]:
+    """The rule of every tensor leaf of `expected`, in trees.flatten order, as compare()
+    applies them (None: an integer or bool leaf, compared exactly)."""
+    from ..core.trees import flatten
+
+    _, tensors = flatten(expected)
+    wanted = {id(t) for t in tensors}
+    aux = (rounding.residuals, rounding.elementwise) if rounding is not None else (None, None)
+    rules: list[LeafRule | None] = []
+    for _, e, _, leaf_aux in _pairs(expected, expected, "out", aux):
+        if id(e) not in wanted:
+            continue
+        e = e.detach().cpu().resolve_conj().resolve_neg()
+        if not (e.dtype.is_floating_point or e.dtype.is_complex) or e.numel() == 0:
+            rules.append(None)
+            continue
+        atol, rtol = _leaf_tolerance(tol, e.dtype)
+        flat = torch.view_as_real(e.to(torch.complex128)) if e.dtype.is_complex else e
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            rules.append(leaf_rule(e, _as_f64(flat), atol, rtol, tol, leaf_aux, rounding, e.dtype.is_complex))
+    return rules
+
+
+def excess_over(rule: LeafRule, af: np.ndarray) -> np.ndarray:
+    """How far each element lies outside the nearest band of `rule` (<= 0: it passes)."""
+    best = np.abs(af - rule.bands[0].centre) - rule.bands[0].width
+    for band in rule.bands[1:]:
+        best = np.minimum(best, np.abs(af - band.centre) - band.width)
     return best
 
 
+def _apply_rule(out: _Leaf, rule: LeafRule, af: np.ndarray) -> np.ndarray:
+    """The excess of every element over `rule`; records on `out` what the message and the
+    metrics say of it."""
+    excess = excess_over(rule, af)
+    out.precision = rule.precision
+    first = np.abs(af - rule.bands[0].centre) - rule.bands[0].width
+    if rule.kind == "elementwise":
+        exact_answer = rule.bands[0].centre
+        in_ulps = np.abs(af - exact_answer) / ulps(exact_answer, rule.u or 0.0, rule.tiny)
+        finite = np.isfinite(in_ulps)
+        out.elementwise_ulps = float(in_ulps[finite].max()) if finite.any() else None
+    elif rule.bound is not None:
+        out.baseline_error, out.bound, out.factor, out.capped = rule.baseline_error, rule.bound, rule.factor, \
+            rule.capped
+        out.within_rounding = int(np.count_nonzero((first > 0) & (excess <= 0)))
+    if rule.u is not None and rule.bias_centre is not None:
+        usable = np.isfinite(af) & np.isfinite(rule.bias_centre)
+        out.bias = bias(af[usable], rule.bias_centre[usable], rule.u, rule.tiny, rule.atol,
+                        KERNEL_ULPS[rule.precision])
+    return excess
+
+
 def _leaf_values(out: _Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, af: np.ndarray,
-                 shape: tuple[int, ...], is_complex: bool, allowance: _Allowance | None = None) -> _Leaf:
-    exact, atol, rtol = out.exact, out.atol, out.rtol
+                 shape: tuple[int, ...], is_complex: bool, rule: LeafRule | None = None) -> _Leaf:
+    exact, rtol = out.exact, out.rtol
     el_shape = shape[:-1] if is_complex else shape
     d = np.abs(af - ef)
     abs_e = np.abs(ef)
@@ -447,9 +592,8 @@ def _leaf_values(out: _Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, a
     else:
         r = rtol * abs_e
         finite = None if np.isfinite(d).all() else (np.isfinite(ef) & np.isfinite(af))
-        excess = d - (atol + r)
-        if allowance is not None:
-            excess = _rounding_excess(out, ef, af, d, excess, allowance)
+        assert rule is not None, "a floating leaf has its rule"
+        excess = _apply_rule(out, rule, af)
         bad = excess > 0
         nonfinite_bad = None
         if finite is not None:  # slow path: NaN/Inf present somewhere
@@ -474,12 +618,15 @@ def _leaf_values(out: _Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, a
     out.worst_excess = float(excess[w])
     out.worst_index = _index(w, shape, is_complex)
     out.worst_expected, out.worst_actual = float(ef[w]), float(af[w])
+    if rule is not None and math.isfinite(out.worst_excess):
+        out.worst_allowance = float(abs(af[w] - rule.bands[0].centre[w]) - excess[w])
 
     if finite is not None:
         d, ef, af, abs_e = d[finite], ef[finite], af[finite], abs_e[finite]
         r = r[finite] if r is not None else None
     out.n_vals = int(d.size)
     if d.size:
+        out.max_expected = float(abs_e.max())
         out.sum_abs = float(d.sum())
         out.sum_sq = _dot(d, d)
         out.max_abs = float(d.max())
@@ -506,15 +653,27 @@ def _fmt_idx(idx: tuple[int, ...] | None) -> str:
     return "()" if not idx else "(" + ", ".join(map(str, idx)) + (",)" if len(idx) == 1 else ")")
 
 
+def _power(u: float) -> str:
+    return f"2^{int(math.log2(u))}"
+
+
 def _leaf_message(lf: _Leaf) -> str:
+    precision = lf.precision
+    if not lf.bad:
+        return _bias_message(lf)
     head = f"{lf.path}: {lf.bad} of {lf.numel} elements"
     first = f"first at {_fmt_idx(lf.bad_first)}"
     if lf.exact:
         return f"{head} differ (exact compare), {first}"
-    outside = f"outside atol={lf.atol:g} rtol={lf.rtol:g}"
-    if lf.bound:
-        outside += (f" and outside the rounding bound {lf.bound:.3g} ({lf.factor:g} x the baseline's own "
-                    f"float64-measured error {lf.baseline_error:.3g}{', capped' if lf.capped else ''})")
+    if lf.elementwise_ulps is not None:
+        outside = (f"more than {ELEMENTWISE_ULPS:g} {precision} ulps from the float64 result on {precision}-rounded "
+                   f"inputs and outside atol={lf.atol:g} (elementwise bound)")
+    else:
+        outside = f"outside atol={lf.atol:g} rtol={lf.rtol:g}"
+        if lf.bound:
+            outside += (f" and outside the rounding bound {lf.bound:.3g} ({lf.factor:g} x the baseline's own "
+                        f"float64-measured error {lf.baseline_error:.3g}{', capped' if lf.capped else ''})")
+        outside += " (normwise bound)"
     nonfinite = "with NaN/Inf at different positions or signs"
     tol_bad = lf.bad - lf.nonfinite_bad
     if not lf.nonfinite_bad:
@@ -523,6 +682,30 @@ def _leaf_message(lf: _Leaf) -> str:
         return f"{head} {nonfinite}, {first}"
     return (f"{head} mismatch: {lf.nonfinite_bad} {nonfinite} (first at "
             f"{_fmt_idx(lf.nonfinite_first)}), {tol_bad} {outside}; {first}")
+
+
+def _bias_message(lf: _Leaf) -> str:
+    b, precision = lf.bias, lf.precision
+    assert b is not None and b.broken
+    n = f"over {lf.n_vals} elements"
+    if b.by_shift:
+        kernel = KERNEL_ULPS[precision]
+        what = (f"the mean of actual - expected {n} is {b.shift:+.3g}, above the bound {b.shift_bound:.3g} "
+                f"(= {BIAS_SHIFT:g} x {kernel:g} x unit roundoff of {precision} x max|expected|)")
+    else:
+        way = "away from zero" if b.outward else "toward +inf"
+        what = (f"the elements are off by {b.drift:+.2f} {precision} ulps {way} on average {n}, above the bound "
+                f"{b.drift_bound:.2f} ulps")
+    return (f"{lf.path}: biased (bias bound): {what}; each element may be within its allowance, but the errors "
+            "point one way, and a correct kernel's rounding does not")
+
+
+def _failed_bound(lf: _Leaf) -> str | None:
+    if lf.nonfinite_bad:
+        return "nonfinite"
+    if lf.bad:
+        return "exact" if lf.exact else "elementwise" if lf.elementwise_ulps is not None else "normwise"
+    return "bias" if lf.bias is not None and lf.bias.broken else None
 
 
 def _metrics(leaves: list[_Leaf]) -> Metrics:
@@ -536,6 +719,7 @@ def _metrics(leaves: list[_Leaf]) -> Metrics:
         m.mse = sum(lf.sum_sq for lf in leaves) / n
     m.max_abs = max((lf.max_abs for lf in leaves), default=0.0)
     m.max_rel = max((lf.max_rel for lf in leaves), default=0.0)
+    m.max_expected = max((lf.max_expected for lf in leaves), default=0.0)
     m.min_atol = max((lf.min_atol for lf in leaves), default=0.0)
     referenced = [lf for lf in leaves if lf.baseline_error is not None]
     if referenced:
@@ -555,6 +739,17 @@ def _metrics(leaves: list[_Leaf]) -> Metrics:
         m.worst_index, m.worst_output = worst.worst_index, worst.path
         m.worst_expected = json_safe(worst.worst_expected)
         m.worst_actual = json_safe(worst.worst_actual)
+        m.allowance = worst.worst_allowance
+    biased = [lf for lf in leaves if lf.bias is not None]
+    if biased:
+        most = max(biased, key=lambda lf: lf.bias.ratio if lf.bias is not None else 0.0)
+        assert most.bias is not None
+        m.bias, m.bias_bound = most.bias.shift, most.bias.shift_bound
+        m.drift, m.drift_bound = most.bias.drift, most.bias.drift_bound
+    elementwise = [lf.elementwise_ulps for lf in leaves if lf.elementwise_ulps is not None]
+    if elementwise:
+        m.elementwise_ulps = max(elementwise)
+    m.failed_bound = next((b for b in map(_failed_bound, leaves) if b is not None), None)
     return m
 
 
@@ -563,9 +758,9 @@ def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out",
     """Compare two nested output values; see the module docstring for the rules.
     `rounding` brings the golden's float64 reference (its residuals nested like
     `expected`) and the precisions the baseline and the target compute in."""
-    residuals = rounding.residuals if rounding is not None else None
+    aux = (rounding.residuals, rounding.elementwise) if rounding is not None else (None, None)
     try:
-        pairs = list(_pairs(expected, actual, root, residuals))
+        pairs = list(_pairs(expected, actual, root, aux))
     except _Structure as exc:
         return Comparison(Verdict.STRUCTURE_MISMATCH, f"structure differs at {exc}", None)
     if not pairs:
@@ -590,16 +785,25 @@ def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out",
     if dtype_msgs:
         return Comparison(Verdict.DTYPE_MISMATCH, "dtype differs at " + "; ".join(dtype_msgs), metrics,
                           tuple(m.split(":")[0] for m in dtype_msgs))
-    failing = [lf for lf in leaves if lf.bad]
+    failing = [lf for lf in leaves if _failed_bound(lf) is not None]
     if not failing:
         return Comparison(Verdict.PASS, "", metrics)
     msg = "; ".join(_leaf_message(lf) for lf in failing[:5])
     if len(failing) > 5:
         msg += f"; and {len(failing) - 5} more outputs"
-    msg += (f". Worst at {metrics.worst_output}{list(metrics.worst_index or ())}: expected "
-            f"{metrics.worst_expected}, got {metrics.worst_actual}; max_abs={metrics.max_abs:.3g}, "
+    allowed = f" (allowed {metrics.allowance:.3g})" if metrics.allowance is not None else ""
+    msg += (f". Worst element at {metrics.worst_output}{list(metrics.worst_index or ())}: expected "
+            f"{metrics.worst_expected}, got {metrics.worst_actual}, off by "
+            f"{_off(metrics.worst_expected, metrics.worst_actual)}{allowed}; max_abs={metrics.max_abs:.3g}, "
             f"min_atol={metrics.min_atol:.3g}")
     return Comparison(Verdict.MISMATCH, msg, metrics, tuple(lf.path for lf in failing))
+
+
+def _off(expected: Any, actual: Any) -> str:
+    try:
+        return f"{abs(float(actual) - float(expected)):.3g}"
+    except (TypeError, ValueError):
+        return "?"
 
 
 def _describe(value: Any) -> str:

@@ -27,7 +27,7 @@ from ..suite.model import TestCase, Tolerance
 JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
 # the fields repeated in opdiff's per-backend `res` object
 RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "error_class",
-              "message", "tolerance", "metrics", "unsupported_ops", "delegation")
+              "message", "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous")
 
 
 @dataclass
@@ -58,6 +58,10 @@ class Result:
     # a delegating preset (ExecuTorch with XNNPACK, CoreML, MPS): per op, the nodes the
     # delegate took and those left on the runtime's kernels (None: nothing delegates)
     delegation: Delegation | None = None
+    # a MISMATCH on fp16/bf16 that torch eager at the same precision shares (None: not asked)
+    precision_limited: bool | None = None
+    # why the golden proves nothing (every output near zero, constant, or non-finite); None: it does
+    vacuous: str | None = None
 
     @classmethod
     def of(cls, case: TestCase | None, test_id: str, seed: int, preset: str, verdict: Verdict,

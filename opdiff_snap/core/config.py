@@ -18,7 +18,8 @@ from .limits import setting
 
 LOCATIONS = ("goldens", "store", "cache")   # may be s3:// URLs
 # the numeric settings and their ranges (the same as their flags')
-NUMBERS = {"jobs": limits.JOBS, "timeout_s": limits.TIMEOUT_S, "repeats": limits.REPEATS, "warmup": limits.WARMUP,
+NUMBERS = {"jobs": limits.JOBS, "threads": limits.THREADS, "timeout_s": limits.TIMEOUT_S,
+           "repeats": limits.REPEATS, "warmup": limits.WARMUP,
            "query_timeout_s": limits.TIMEOUT_S}
 
 
@@ -29,6 +30,9 @@ class Settings:
     store: Path | str = Path("store")
     cache: Path | str = Path(".opdiff-cache")
     jobs: int = os.cpu_count() or 1
+    # intra-op threads of every job: fixed, so neither -j nor the machine's core count changes
+    # a backend's summation order, and so never a verdict or a metric
+    threads: int = 1
     timeout_s: float = 300.0
     repeats: int = 5
     warmup: int = 1

@@ -100,6 +100,7 @@ def _show(bound: float | None) -> str:
 MAX_SEED = 2**63 - 1      # the history's seed column is a BIGINT
 
 JOBS = Range(1, 1024, whole=True)
+THREADS = Range(1, 1024, whole=True)
 TIMEOUT_S = Range(0.1, 7 * 24 * 3600, unit="seconds")
 REPEATS = Range(1, 10_000, whole=True)
 WARMUP = Range(0, 10_000, whole=True)

@@ -60,6 +60,10 @@ class Outcome:
     # that is not floating or already float64), or why there are none
     reference: list[torch.Tensor | None] | None = None
     reference_note: str | None = None
+    # with Job.elementwise / Job.control (execution/references.py), flat like `outputs`
+    elementwise: list[torch.Tensor | None] | None = None
+    control: list[torch.Tensor] | None = None
+    control_note: str | None = None
     invocation: Invocation | None = None   # the one the worker materialised (record)
     grads: Any = None                      # Job.grads' result: packed (record) or nested (check)
     grads_error: str | None = None

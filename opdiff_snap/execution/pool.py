@@ -311,7 +311,7 @@ def death_description(exitcode: int | None) -> tuple[str, str]:
 class WorkerPool:
     """Run jobs in `jobs` persistent worker processes (or in this process).
 
-    `threads`: intra-op threads per worker (default: the cores shared out among them).
+    `threads`: intra-op threads per worker (default 1: the same whatever `jobs` and the machine).
     `cache_dir`: where this machine keeps the artifact cache, for jobs that use one
     (default: where each job says). `raw`: yield each worker's result as the pickled
     bytes it sent, undecoded (a pool that only forwards results, execution/ray_pool.py).
@@ -334,7 +334,7 @@ class WorkerPool:
             import torch
             self.threads = torch.get_num_threads()   # intra-op threads the jobs run with
         else:
-            self.threads = threads or max(1, (os.cpu_count() or 1) // self.n)
+            self.threads = threads or 1
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
         self._logs: tempfile.TemporaryDirectory | None = None

@@ -67,7 +67,8 @@ def open_pool(settings: Settings, *, in_process: bool = False, python: Path | No
     user should know that is no result (a cluster's node lost on the way)."""
     kind, address = parse_executor(settings.executor)
     if kind == "local":
-        pool = WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process, python=python)
+        pool = WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process, python=python,
+                          threads=settings.threads)
         if python is not None:
             try:
                 pool.environment()
@@ -81,7 +82,7 @@ def open_pool(settings: Settings, *, in_process: bool = False, python: Path | No
                           "give one of them.")
     from .ray_pool import RayPool
 
-    return RayPool(address, jobs=settings.jobs, timeout_s=settings.timeout_s, notify=notify)
+    return RayPool(address, jobs=settings.jobs, timeout_s=settings.timeout_s, notify=notify, threads=settings.threads)
 
 
 def run_one(task: Task, timeout_s: float = 300.0, in_process: bool = False):

@@ -90,8 +90,7 @@ def node_cache(cache: str | None) -> Path | None:
 class NodeWorker:
     """A Ray actor that runs tasks, one at a time, in one isolated worker subprocess."""
 
-    def __init__(self, timeout_s: float, slots: int, cache: str | None):
-        threads = max(1, (os.cpu_count() or 1) // max(1, slots))
+    def __init__(self, timeout_s: float, slots: int, cache: str | None, threads: int = 1):
         self.pool = WorkerPool(jobs=1, timeout_s=timeout_s, threads=threads, cache_dir=node_cache(cache),
                                raw=True)
         self.pool.prestart()
@@ -191,14 +190,14 @@ class RayPool:
     user should know that is no result (a node that died, a job retried)."""
 
     def __init__(self, address: str | None, jobs: int | None = None, timeout_s: float = 300,
-                 notify: Callable[[str], None] | None = None):
+                 notify: Callable[[str], None] | None = None, threads: int = 1):
         self.address = address
         self.n = max(1, int(jobs or os.cpu_count() or 1))
         self.timeout_s = float(timeout_s)
         self.notify = notify or (lambda text: None)
         self.in_process = False
         self.python = None                # the nodes' own interpreters (describe() names them)
-        self.threads = max(1, (os.cpu_count() or 1) // self.n) if address is None else None
+        self.threads = threads            # intra-op threads of every job, on every node
         self.started_workers = 0          # actors created (replacements included)
         self._ray, self._owned = _connect(address, self.n)
         self._actor_class = self._ray.remote(NodeWorker)
@@ -311,7 +310,7 @@ class RayPool:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
             num_cpus=0, resources={node.resource_for(n): SLIVER for n in item.needs},
             max_restarts=0, max_task_retries=0,
-        ).remote(self.timeout_s, node.slots, _cache_arg(item.task))
+        ).remote(self.timeout_s, node.slots, _cache_arg(item.task), self.threads)
         self.started_workers += 1
         actor = _Actor(handle, node, kind)
         self._actors.append(actor)

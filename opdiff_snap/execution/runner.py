@@ -13,7 +13,6 @@ fp32-preset outputs are never cast: a dtype difference there is a finding.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ from ..suite.model import Invocation, TestCase
 from .cache import ArtifactCache, cache_key
 from .job import Outcome, WorkerContext
 from .prepare import Prepared, count_outputs, flat_module, restore_outputs
+from .references import elementwise_reference, float64_reference, precision_control
 
 _REDUCED = (torch.float16, torch.bfloat16)
 
@@ -61,6 +61,10 @@ class Job:
     cache_dir: Path | str | None = None   # artifact cache root (a folder or a URL); None: no cache
     key: str = ""                   # caller's handle, echoed back in the Outcome
     reference: bool = False         # also run the module eagerly in float64 (record)
+    # check on fp16/bf16: the float64 result of a single elementwise op on target-rounded
+    # inputs, and torch eager at the target's precision (execution/references.py)
+    elementwise: bool = False
+    control: bool = False
     # gradients too: "record" (eager CPU, the golden's), or the recorded cotangent to
     # recompute them on the preset (check)
     grads: str | list | None = None
@@ -132,6 +136,10 @@ def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
     if outcome.status is None:
         if job.reference:
             outcome.reference, outcome.reference_note = float64_reference(prepared)
+        if job.elementwise:
+            outcome.elementwise = elementwise_reference(prepared, job.preset.precision)[0]
+        if job.control:
+            outcome.control, outcome.control_note = precision_control(prepared, job.preset.precision)
         if job.grads is not None:
             _gradients(job, outcome)
     return outcome
@@ -251,42 +259,6 @@ def _infer(job: Job, runnable: Runnable, prepared: Prepared, **timings: Any) -> 
         return _fail(job, Verdict.STRUCTURE_MISMATCH, f"the backend's outputs do not fit the eager "
                      f"module's output structure: {exc}", **timing)
     return Outcome(job.key, None, outputs=outputs, output_structure=prepared.out_structure, **timing)
-
-
-_WIDE = (torch.float64, torch.complex128)
-
-
-def float64_reference(prepared: Prepared) -> tuple[list[torch.Tensor | None] | None, str | None]:
-    """The flat module run eagerly on the CPU in float64: real floating weights and inputs
-    cast up, float64 as the default dtype for tensors it creates. Returns the outputs that
-    were floating and narrower than float64 (None for the others), or None and why not."""
-    wanted = [dt.is_floating_point and dt not in _WIDE for dt in prepared.out_dtypes]
-    if not any(wanted):
-        return None, "no output narrower than float64 to measure"
-    module = copy.deepcopy(prepared.module).cpu()
-    module._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
-    inputs = [t.to(torch.float64) if t.is_floating_point() else t.clone() for t in prepared.inputs]
-    default = torch.get_default_dtype()
-    try:
-        torch.set_default_dtype(torch.float64)
-        with torch.no_grad():
-            outputs = module(*inputs)
-    except Exception as exc:
-        return None, f"the test does not run in float64: {error_text(exc)}"
-    finally:
-        torch.set_default_dtype(default)
-    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
-    if len(outputs) != len(wanted):
-        return None, f"in float64 the test returns {len(outputs)} outputs instead of {len(wanted)}"
-    reference: list[torch.Tensor | None] = []
-    for i, (out, want) in enumerate(zip(outputs, wanted)):
-        if not want:
-            reference.append(None)
-        elif not isinstance(out, torch.Tensor) or not out.is_floating_point():
-            return None, f"in float64, output {i} is not a floating tensor"
-        else:
-            reference.append(out.detach().to(torch.float64).contiguous())
-    return reference, None
 
 
 def _finish(outputs: Any, prepared: Prepared, job: Job) -> list[torch.Tensor]:

@@ -36,6 +36,7 @@ from ..backends.base import Delegation, Preset
 from ..backends.registry import get_preset
 from ..compare.numerics import Comparison, Rounding, compare, compare_grads, tolerance_for
 from ..compare.results import Listener, Result, RunReport
+from ..compare.vacuous import vacuous_reason
 from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
@@ -44,6 +45,8 @@ from ..execution import Job, Outcome, restore_outputs
 from ..execution.cache import cache_unusable
 from ..execution.gradients import can_differentiate
 from ..execution.job import WorkerContext
+from ..execution.prepare import nest_residuals
+from ..execution.references import REDUCED
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from ..goldens.cases import GoldenCases, UntrustedGolden
 from ..goldens.store import BaselineFailure
@@ -226,11 +229,14 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
     if outcome.status is not None:
         result.verdict = outcome.status
         return result
+    result.vacuous = vacuous_reason(golden.outputs, tol)
     actual = restore_outputs(outcome.output_structure, outcome.outputs or [])
-    rounding = Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision)
+    rounding = rounding_for(golden, preset, outcome.output_structure, outcome.elementwise)
     cmp = compare(golden.outputs, actual, tol, rounding=rounding)
     result.verdict, result.message = cmp.verdict, cmp.message
     result.metrics = cmp.metrics.to_json() if cmp.metrics is not None else None
+    if cmp.verdict is Verdict.MISMATCH:
+        _control(result, golden, outcome, tol, rounding, cmp)
     if case is not None and case.pair is not None:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
@@ -239,6 +245,36 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
             (pending.require_delegated or preset.options.get("require_delegated")):
         result.verdict, result.message = Verdict.NOT_DELEGATED, not_delegated_message(result.delegation)
     return result
+
+
+def rounding_for(golden: Golden, preset: Preset, structure: Any = None,
+                 elementwise: list | None = None) -> Rounding:
+    """What a target's outputs are judged with against `golden` (compare.numerics.Rounding):
+    the golden's float64 reference, the precisions, and the elementwise reference (flat, as a
+    job computes it for `structure`) when there is one."""
+    nested = None if elementwise is None else nest_residuals(structure, elementwise, golden.outputs)
+    return Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision, nested)
+
+
+def _control(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance, rounding: Rounding,
+             cmp: Comparison) -> None:
+    """A MISMATCH on fp16/bf16: judge torch eager at the same precision the same way. When
+    it fails too, by at least half as much, the result is precision-limited: the loss is the
+    precision's, and the backend is not where to look first."""
+    if outcome.control is None:
+        return
+    control = compare(golden.outputs, restore_outputs(outcome.output_structure, outcome.control), tol,
+                      rounding=rounding)
+    target_abs = cmp.metrics.max_abs if cmp.metrics is not None else 0.0
+    control_abs = control.metrics.max_abs if control.metrics is not None else 0.0
+    result.precision_limited = control.verdict is Verdict.MISMATCH and control_abs >= 0.5 * target_abs
+    result.metrics = {**(result.metrics or {}), "control": {
+        "verdict": control.verdict.value, "max_abs": control_abs,
+        "failed_bound": control.metrics.failed_bound if control.metrics is not None else None}}
+    if result.precision_limited:
+        result.message = (f"precision-limited: torch eager in {rounding.target_precision} on the same inputs "
+                          f"fails the same comparison (max_abs {control_abs:.3g} against this backend's "
+                          f"{target_abs:.3g}); look at the precision before the backend. " + result.message)
 
 
 def not_delegated_message(d: Delegation) -> str:
@@ -521,7 +557,8 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
                   repeats=settings.repeats, warmup=settings.warmup,
                   cache_dir=settings.cache if use_cache else None,
                   key=job_key(item.test_id, item.seed, preset.name),
-                  grads=_grad_request(item.case, golden, preset))
+                  grads=_grad_request(item.case, golden, preset),
+                  elementwise=preset.precision in REDUCED, control=preset.precision in REDUCED)
         runs.append((job, Pending(item, golden, preset, tol, require_delegated)))
     return decided, runs
 

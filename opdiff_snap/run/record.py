@@ -32,6 +32,7 @@ from typing import Any, Iterator, Sequence
 from ..backends.base import Preset
 from ..backends.registry import availability, get_preset
 from ..compare.results import Listener, Result, RunReport
+from ..compare.vacuous import vacuous_reason
 from ..core import trees
 from ..core.config import Settings, apply_endpoint, parse_executor
 from ..core.environment import environment
@@ -48,7 +49,7 @@ from ..suite import suite_paths as find_suites
 from ..suite.model import Invocation, TestCase
 from ..suite.selection import check_seeds, seeds_for, skip_reason
 from .pipeline import Pipeline, Running, Selection, Sinks
-from .session import make_pool, set_total, settings_json
+from .session import make_pool, set_total, settings_json, warn
 
 
 @dataclass
@@ -147,7 +148,7 @@ def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Seq
     if why:
         pool.close()
         raise OpdiffError(f"preset '{preset.name}' cannot be the baseline: {why}.")
-    recorder = _Recorder(store, preset, environment(threads=pool.threads))
+    recorder = _Recorder(store, preset, environment(threads=pool.threads), listener)
 
     def work() -> Iterator[Result | tuple[Job, Planned]]:
         """Jobs for the items to record; the others are reported as they are met. The
@@ -176,8 +177,8 @@ def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Seq
 class _Recorder:
     """Judges a record job: its outcome becomes a golden in the store, or BASELINE_FAIL."""
 
-    def __init__(self, store: GoldenStore, preset: Preset, env: dict[str, Any]):
-        self.store, self.preset, self.env = store, preset, env
+    def __init__(self, store: GoldenStore, preset: Preset, env: dict[str, Any], listener: Listener | None = None):
+        self.store, self.preset, self.env, self.listener = store, preset, env, listener
 
     def judge(self, item: Planned, outcome: Outcome) -> Result:
         result = Result.of(item.case, item.case.id, item.seed, self.preset.name, Verdict.RECORDED,
@@ -200,6 +201,9 @@ class _Recorder:
             result.message = f"the golden cannot be stored: {exc}"
             return self._failed(item, result)
         self.store.note_baseline(item.case.id, item.seed, None)
+        result.vacuous = vacuous_reason(golden.outputs)
+        if result.vacuous:
+            warn(self.listener, f"test '{item.case.id}' seed {item.seed}: the golden proves nothing: {result.vacuous}")
         return result
 
     def _failed(self, item: Planned, result: Result, status: Verdict | None = None) -> Result:

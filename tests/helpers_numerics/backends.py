@@ -2,8 +2,8 @@
 
 `wrongkernel_cpu_<fp32|fp16>` has the kernel bugs a real library could ship: the outputs
 of aten::exp, aten::tanh and aten::sigmoid are 2^-7 too large (relative), aten::maximum
-and aten::minimum are swapped, and every final floating output is one ulp off (toward
-+inf), which is not a bug but rounding. fp16 runs the module and inputs in float16.
+and aten::minimum are swapped, and every final floating element is one ulp off (toward
++inf and -inf in turn), which is not a bug but rounding: it points both ways. fp16 runs the module and inputs in float16.
 
 `splitsum_cpu_fp32` is correct, but sums in another order: mm, addmm, bmm and the
 full and per-dimension sums split their reduction in two parts (a third and the rest)
@@ -83,10 +83,11 @@ class _SplitSums(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _one_ulp_up(t: torch.Tensor) -> torch.Tensor:
+def _one_ulp_off(t: torch.Tensor) -> torch.Tensor:
     if not t.is_floating_point():
         return t
-    return torch.nextafter(t, torch.full_like(t, float("inf")))
+    ways = torch.where(torch.arange(t.numel()).reshape(t.shape) % 2 == 0, float("inf"), float("-inf"))
+    return torch.nextafter(t, ways.to(t.dtype))
 
 
 class _Eager:
@@ -153,11 +154,11 @@ class WrongKernelBackend(_Eager):
         return _WrongKernels()
 
     def finish(self, t: torch.Tensor) -> torch.Tensor:
-        return _one_ulp_up(t)
+        return _one_ulp_off(t)
 
     # what a repro script runs: the same kernels, their source written into the script
     repro_needs = "torch"
-    repro_source = mode_repro_source(_WrongKernels, finish=_one_ulp_up)
+    repro_source = mode_repro_source(_WrongKernels, finish=_one_ulp_off)
 
 
 class SplitSumBackend(_Eager):

@@ -1,0 +1,106 @@
+"""The two bounds that hold on top of the normwise allowance of compare/numerics.py: an
+elementwise bound in target ulps, and a bias bound on the mean error.
+
+Both work on flat float64 numpy arrays of one output (finite elements only) and return
+plain numbers; numerics.py decides the verdict and words the message (docs/check.md,
+"When a result passes", says why each bound is what it is).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# The elementwise bound: units in the last place of the target dtype.
+ELEMENTWISE_ULPS = 4.0
+# The bias bounds. An output with fewer finite elements is too small to tell a bias from
+# rounding; the mean error may be BIAS_SHIFT * u * max|reference| (u: the target's unit
+# roundoff); the mean per-element error in target ulps, each clipped to +-DRIFT_CLIP (an
+# element near zero after cancellation is off by many ulps in either direction), may be
+# DRIFT_BOUND or DRIFT_SIGMAS standard errors of that mean, whichever is larger.
+BIAS_MIN_ELEMENTS = 16
+BIAS_SHIFT = 0.4
+DRIFT_CLIP = 4.0
+DRIFT_BOUND = 0.5
+DRIFT_SIGMAS = 6.0
+# How many ulps a correct kernel of each precision may be off by, in a consistent direction over
+# a range of inputs: fp16 and bf16 kernels compute in float32 and round once (half an ulp, both
+# ways), float32 ones are libm-class approximations accurate to a few ulps whose error may keep
+# its sign (measured: ExecuTorch's fp32 cos and log against torch's, 0.8 ulps on average one way).
+# The bias bounds are in these units.
+KERNEL_ULPS = {"fp16": 1.0, "bf16": 1.0, "fp32": 4.0, "fp64": 4.0}
+
+
+def ulps(values: np.ndarray, u: float, tiny: float) -> np.ndarray:
+    """One unit in the last place at each value, for a dtype of unit roundoff `u` whose
+    smallest normal number is `tiny` (the spacing there below it)."""
+    _, exponent = np.frexp(np.maximum(np.abs(values), tiny))
+    return np.ldexp(u, exponent)
+
+
+def elementwise_allowance(reference: np.ndarray, u: float, tiny: float) -> np.ndarray:
+    """What each element may differ from the float64 result on target-rounded inputs:
+    ELEMENTWISE_ULPS target ulps, and below the smallest normal number that number itself
+    (a backend that flushes subnormal results to zero is not wrong by thousands of ulps)."""
+    allowed = ELEMENTWISE_ULPS * ulps(reference, u, tiny)
+    return np.where(np.abs(reference) < tiny, np.maximum(allowed, tiny), allowed)
+
+
+@dataclass(frozen=True)
+class Bias:
+    """The mean error of one output (`shift`, in its units) and the mean error in target
+    ulps (`drift`; `outward`: measured away from zero rather than toward +inf), each with
+    its bound."""
+
+    shift: float
+    shift_bound: float
+    drift: float
+    drift_bound: float
+    outward: bool = False
+
+    @property
+    def ratio(self) -> float:
+        """The larger share of its bound either statistic takes (above 1: biased)."""
+        return max(abs(self.shift) / self.shift_bound, abs(self.drift) / self.drift_bound)
+
+    @property
+    def broken(self) -> bool:
+        return self.ratio > 1.0
+
+    @property
+    def by_shift(self) -> bool:
+        return abs(self.shift) / self.shift_bound >= abs(self.drift) / self.drift_bound
+
+
+def _mean_and_bound(z: np.ndarray, kernel_ulps: float) -> tuple[float, float]:
+    spread = float(z.std(ddof=1)) / math.sqrt(z.size)
+    return float(z.mean()), max(DRIFT_BOUND * kernel_ulps, DRIFT_SIGMAS * spread)
+
+
+def bias(actual: np.ndarray, centre: np.ndarray, u: float, tiny: float, atol: float = 0.0,
+         kernel_ulps: float = 1.0) -> Bias | None:
+    """The bias of `actual` against `centre` (the best reference there is), or None for an
+    output too small to tell, or one that is zero everywhere. Each error is first shrunk by
+    `atol` toward zero: what the tolerance's absolute floor allows never adds up to a bias.
+    `kernel_ulps` (KERNEL_ULPS of the target's precision) scales both bounds.
+
+    Two directions are measured in ulps: toward +inf (an offset, a rounding mode that
+    always rounds up) and away from zero (magnitudes scaled up or down, which cancels in
+    the plain mean of an output of both signs); the one further outside its bound counts."""
+    n = actual.size
+    if n < BIAS_MIN_ELEMENTS:
+        return None
+    magnitude = float(np.abs(centre).max())
+    if magnitude == 0.0 or not math.isfinite(magnitude):
+        return None
+    diff = actual - centre
+    diff = np.sign(diff) * np.maximum(np.abs(diff) - atol, 0.0)
+    z = np.clip(diff / ulps(centre, u, tiny), -DRIFT_CLIP, DRIFT_CLIP)
+    up, up_bound = _mean_and_bound(z, kernel_ulps)
+    out, out_bound = _mean_and_bound(z * np.sign(centre), kernel_ulps)
+    outward = abs(out) / out_bound > abs(up) / up_bound
+    drift, drift_bound = (out, out_bound) if outward else (up, up_bound)
+    return Bias(shift=float(diff.mean()), shift_bound=BIAS_SHIFT * kernel_ulps * u * magnitude,
+                drift=drift, drift_bound=drift_bound, outward=outward)
