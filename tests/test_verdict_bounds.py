@@ -120,3 +120,28 @@ def test_a_golden_that_proves_nothing_is_flagged_at_record_and_in_every_result(c
     lines = [json.loads(line) for line in history.read_text().splitlines()]
     flagged = {(i["id"], i["preset"]) for i in lines if i.get("type") == "item" and i.get("vacuous")}
     assert {t for t, _ in flagged} == {"tiny"}
+
+
+ROOT = Path(__file__).resolve().parent.parent
+# with two intra-op threads instead of one, torch's fp32 convolutions and matmuls on these
+# split their sums differently: max_abs 3.6e-7 instead of 0 against the golden (measured,
+# also on zoo_vit)
+MODEL_TESTS = ["zoo_mobilenet_v2"]
+
+
+@pytest.mark.slow
+def test_verdicts_and_metrics_are_the_same_at_any_jobs(tmp_path):
+    """Model tests on torch in fp16 and fp32: -j 1 and -j 2 give the same verdicts and the
+    same metrics, bit for bit, because every job runs on one intra-op thread."""
+    pytest.importorskip("transformers")
+    seen = {}
+    for jobs in (1, 2):
+        settings = Settings(suites=ROOT / "suites", goldens=ROOT / "goldens", store=tmp_path / f"store{jobs}",
+                            jobs=jobs, repeats=1, warmup=0)
+        report = api.check([ROOT / "suites" / "zoo" / "vision.yaml"], backends=["torch_cpu_fp16", "torch_cpu_fp32"],
+                           test_ids=MODEL_TESTS, settings=settings)
+        seen[jobs] = {(r.test_id, r.preset): (r.verdict, r.metrics) for r in report.results}
+        meta = json.loads(Path(report.path).read_text().splitlines()[0])
+        assert meta["env"]["threads"]["intra_op"] == 1
+    assert len(seen[1]) == 2 * len(MODEL_TESTS) and all(m is not None for _, m in seen[1].values())
+    assert seen[1] == seen[2]

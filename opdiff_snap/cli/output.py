@@ -106,9 +106,31 @@ class ProgressDisplay:
                                soft_wrap=True)
 
 
+def label(r: Result) -> str:
+    """The verdict as the tables show it: a MISMATCH torch itself shares at the target's
+    precision says so."""
+    return f"{r.verdict.value} (precision-limited)" if r.precision_limited else r.verdict.value
+
+
+def vacuous_lines(results: Sequence[Result], shown: int = 3) -> list[str]:
+    """The goldens that prove nothing (any plausible answer matches them), a few by name."""
+    reasons: dict[str, str] = {}
+    for r in results:
+        if r.vacuous:
+            reasons.setdefault(r.test_id, r.vacuous)
+    if not reasons:
+        return []
+    named = [f"{printable(test)}: {reason}" for test, reason in list(reasons.items())[:shown]]
+    more = f" (and {len(reasons) - shown} more: `opdiff query \"SELECT DISTINCT test_id, vacuous FROM results " \
+           f"WHERE vacuous IS NOT NULL\"`)" if len(reasons) > shown else ""
+    head = f"{len(reasons)} goldens prove nothing, so their PASS is no evidence" if len(reasons) > 1 else \
+        "1 golden proves nothing, so its PASS is no evidence"
+    return [f"{head}{more}:"] + [f"  {line}" for line in named]
+
+
 def _line(r: Result) -> str:
     """One result as a plain line (data escaped; print it with markup off)."""
-    text = f"{r.verdict.value:<18} {printable(r.test_id)} seed={r.seed} {printable(r.preset)}"
+    text = f"{label(r):<18} {printable(r.test_id)} seed={r.seed} {printable(r.preset)}"
     if r.infer_ms is not None:
         text += f" infer={r.infer_ms:.3f}ms"
     if r.metrics and r.verdict not in GOOD:
@@ -148,7 +170,7 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
         for r in failing[:limit]:
             m = r.metrics or {}
             metrics = (_fmt(m.get("max_abs")), _fmt(m.get("min_atol"))) if with_metrics else ()
-            table.add_row(r.verdict.value, _text(r.test_id), str(r.seed), _text(r.preset), *metrics,
+            table.add_row(label(r), _text(r.test_id), str(r.seed), _text(r.preset), *metrics,
                           _text(detail(r)))
         console.print(table)
         if len(failing) > limit:
@@ -162,7 +184,7 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
                       for r in quiet)
     for (verdict, preset, reason), n in sorted(reasons.items()):
         console.print(f"[yellow]{verdict}[/] {_markup(preset)} x{n}: {_markup(reason)}", highlight=False)
-    for line in delegation_lines(report.results):
+    for line in delegation_lines(report.results) + vacuous_lines(report.results):
         console.print(line, highlight=False, markup=False)
     parts = ", ".join(f"{n} {v.value}" for v, n in sorted(counts.items(), key=lambda kv: kv[0].value))
     console.print(f"[bold]{_markup(report.command)}[/] {_markup(report.run_id)}: {len(report.results)} results in "
