@@ -29,7 +29,8 @@ DRIFT_SIGMAS = 6.0
 # a range of inputs: fp16 and bf16 kernels compute in float32 and round once (half an ulp, both
 # ways), float32 ones are libm-class approximations accurate to a few ulps whose error may keep
 # its sign (measured: ExecuTorch's fp32 cos and log against torch's, 0.8 ulps on average one way).
-# The bias bounds are in these units.
+# The bias bounds are in these units, or in the ulps the baseline itself lost on the output when
+# more (a long running sum's rounding errors keep their sign over many elements).
 KERNEL_ULPS = {"fp16": 1.0, "bf16": 1.0, "fp32": 4.0, "fp64": 4.0}
 
 

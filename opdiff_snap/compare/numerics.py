@@ -394,6 +394,7 @@ class _Leaf:
     bias: Bias | None = None
     precision: str = "fp32"                # the precision the target computes this leaf in
     max_expected: float = 0.0
+    kernel_ulps: float = 1.0               # the unit of its bias bounds
 
 
 @dataclass
@@ -423,6 +424,15 @@ class LeafRule:
     bound: float | None = None
     factor: float = 0.0
     capped: bool = False
+    # how many of its own ulps the baseline lost on this output (its float64-measured error
+    # over unit roundoff x max|expected|): an ill-conditioned output (a long running sum) may
+    # carry errors that keep their sign over many elements, so the bias bounds widen with it
+    lost_ulps: float = 0.0
+
+    @property
+    def kernel_ulps(self) -> float:
+        """The unit of the bias bounds, in target ulps (compare/bounds.py, KERNEL_ULPS)."""
+        return max(KERNEL_ULPS.get(self.precision, 1.0), self.lost_ulps)
 
     def to_script(self) -> dict[str, Any]:
         """What a repro script needs to rebuild these bands with the same float64 arithmetic
@@ -438,7 +448,7 @@ class LeafRule:
             "reference" if centre is reference else "own"
         return {"kind": self.kind, "atol": self.atol, "rtol": self.rtol, "bound": self.bound,
                 "ulps": ELEMENTWISE_ULPS, "u": self.u, "tiny": self.tiny, "precision": self.precision,
-                "kernel_ulps": KERNEL_ULPS.get(self.precision, 1.0),
+                "kernel_ulps": self.kernel_ulps,
                 "reference": tensor(reference), "bias_on": bias_on,
                 "bias_centre": tensor(centre) if bias_on == "own" else None}
 
@@ -499,9 +509,11 @@ def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: To
         return rule
     error = float(np.abs(ref - ef)[usable].max())
     magnitude = float(np.abs(ef)[usable].max())
-    scaled = factor * error * u / unit_roundoff(rounding.baseline_precision, e.dtype)
+    u_baseline = unit_roundoff(rounding.baseline_precision, e.dtype)
+    scaled = factor * error * u / u_baseline
     bound = min(scaled, ALLOWANCE_CAP[precision] * magnitude)
     rule.baseline_error, rule.bound, rule.factor, rule.capped = error, bound, factor, bound < scaled
+    rule.lost_ulps = error / (u_baseline * magnitude) if magnitude > 0 else 0.0
     rule.bands += [Band(ef, np.full_like(ef, bound)), Band(ref, atol + rtol * np.abs(ref))]
     return rule
 
@@ -575,8 +587,8 @@ def _apply_rule(out: _Leaf, rule: LeafRule, af: np.ndarray) -> np.ndarray:
         out.within_rounding = int(np.count_nonzero((first > 0) & (excess <= 0)))
     if rule.u is not None and rule.bias_centre is not None:
         usable = np.isfinite(af) & np.isfinite(rule.bias_centre)
-        out.bias = bias(af[usable], rule.bias_centre[usable], rule.u, rule.tiny, rule.atol,
-                        KERNEL_ULPS[rule.precision])
+        out.bias = bias(af[usable], rule.bias_centre[usable], rule.u, rule.tiny, rule.atol, rule.kernel_ulps)
+        out.kernel_ulps = rule.kernel_ulps
     return excess
 
 
@@ -689,9 +701,8 @@ def _bias_message(lf: _Leaf) -> str:
     assert b is not None and b.broken
     n = f"over {lf.n_vals} elements"
     if b.by_shift:
-        kernel = KERNEL_ULPS[precision]
         what = (f"the mean of actual - expected {n} is {b.shift:+.3g}, above the bound {b.shift_bound:.3g} "
-                f"(= {BIAS_SHIFT:g} x {kernel:g} x unit roundoff of {precision} x max|expected|)")
+                f"(= {BIAS_SHIFT:g} x {lf.kernel_ulps:.3g} ulps x unit roundoff of {precision} x max|expected|)")
     else:
         way = "away from zero" if b.outward else "toward +inf"
         what = (f"the elements are off by {b.drift:+.2f} {precision} ulps {way} on average {n}, above the bound "
