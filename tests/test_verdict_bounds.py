@@ -34,6 +34,8 @@ tests:
   - {id: sum_dim, op: aten::sum.dim_IntList, in: [{ref: x}, {type: int_list, elems: [0]}]}
   - {id: mean_dim, op: aten::mean.dim, in: [{ref: x}, {type: int_list, elems: [0]}]}
   - {id: tiny, op: aten::mul.Tensor, in: [{ref: x}, {type: const, value: 1.0e-30}]}
+  # beyond fp16's range: every fp16 backend overflows, torch included
+  - {id: overflow, op: aten::exp.default, in: [{type: tensor, shape: [B, N], kind: float, init: uniform, low: 9.0, high: 12.0}]}
 """
 
 ALL = {"exp", "gelu", "sigmoid", "silu", "add", "softmax", "sum_dim", "mean_dim"}
@@ -77,7 +79,7 @@ def checked(tmp_path_factory):
 def test_torch_itself_passes_everything_in_fp16_and_fp32(checked):
     results, *_ = checked
     for preset in ("torch_cpu_fp16", "torch_cpu_fp32"):
-        verdicts = {t: r.verdict for (t, p), r in results.items() if p == preset}
+        verdicts = {t: r.verdict for (t, p), r in results.items() if p == preset and t != "overflow"}
         assert set(verdicts.values()) == {Verdict.PASS}, {t: r.message for (t, p), r in results.items()
                                                           if p == preset and r.verdict is not Verdict.PASS}
 
@@ -85,13 +87,23 @@ def test_torch_itself_passes_everything_in_fp16_and_fp32(checked):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_planted_bug_is_caught_on_every_test_it_reaches_and_nowhere_else(checked, preset):
     results, *_ = checked
-    failing = {t for (t, p), r in results.items() if p == preset and r.verdict is not Verdict.PASS}
+    failing = {t for (t, p), r in results.items() if p == preset and r.verdict is not Verdict.PASS} - {"overflow"}
     assert failing == REACHED[preset], {t: results[(t, preset)].message for t in failing ^ REACHED[preset]}
     for test in failing:
         result = results[(test, preset)]
         assert result.verdict is Verdict.MISMATCH
         assert result.precision_limited is False     # torch eager in fp16 gets these right
         assert result.metrics["failed_bound"] in ("elementwise", "normwise", "bias")
+
+
+def test_a_mismatch_torch_shares_at_that_precision_is_precision_limited(checked):
+    results, *_ = checked
+    assert results[("overflow", "torch_cpu_fp32")].verdict is Verdict.PASS
+    for preset in ("torch_cpu_fp16", *PRESETS):
+        result = results[("overflow", preset)]
+        assert result.verdict is Verdict.MISMATCH and result.precision_limited is True
+        assert result.message.startswith("precision-limited: torch eager in fp16")
+        assert result.metrics["control"]["verdict"] == "MISMATCH"
 
 
 def test_an_offset_inside_the_normwise_allowance_is_caught_by_the_bias_bound(checked):

@@ -83,8 +83,10 @@ def _mean_and_bound(z: np.ndarray, kernel_ulps: float) -> tuple[float, float]:
 def bias(actual: np.ndarray, centre: np.ndarray, u: float, tiny: float, atol: float = 0.0,
          kernel_ulps: float = 1.0) -> Bias | None:
     """The bias of `actual` against `centre` (the best reference there is), or None for an
-    output too small to tell, or one that is zero everywhere. Each error is first shrunk by
-    `atol` toward zero: what the tolerance's absolute floor allows never adds up to a bias.
+    output too small to tell, or one that is zero everywhere. For the mean error each error
+    is first shrunk by `atol` toward zero (what the tolerance's absolute floor allows never
+    adds up to a bias); the mean error in ulps is taken over the elements whose ulp is above
+    atol (elsewhere the tolerance does not resolve an ulp).
     `kernel_ulps` (KERNEL_ULPS of the target's precision) scales both bounds.
 
     Two directions are measured in ulps: toward +inf (an offset, a rounding mode that
@@ -97,11 +99,16 @@ def bias(actual: np.ndarray, centre: np.ndarray, u: float, tiny: float, atol: fl
     if magnitude == 0.0 or not math.isfinite(magnitude):
         return None
     diff = actual - centre
-    diff = np.sign(diff) * np.maximum(np.abs(diff) - atol, 0.0)
-    z = np.clip(diff / ulps(centre, u, tiny), -DRIFT_CLIP, DRIFT_CLIP)
+    shrunk = np.sign(diff) * np.maximum(np.abs(diff) - atol, 0.0)
+    shift, shift_bound = float(shrunk.mean()), BIAS_SHIFT * kernel_ulps * u * magnitude
+    # in ulps, over the elements whose ulp the tolerance resolves (one ulp above atol)
+    unit = ulps(centre, u, tiny)
+    seen = unit > atol
+    if np.count_nonzero(seen) < BIAS_MIN_ELEMENTS:
+        return Bias(shift, shift_bound, 0.0, DRIFT_BOUND * kernel_ulps)
+    z = np.clip(diff[seen] / unit[seen], -DRIFT_CLIP, DRIFT_CLIP)
     up, up_bound = _mean_and_bound(z, kernel_ulps)
-    out, out_bound = _mean_and_bound(z * np.sign(centre), kernel_ulps)
+    out, out_bound = _mean_and_bound(z * np.sign(centre[seen]), kernel_ulps)
     outward = abs(out) / out_bound > abs(up) / up_bound
     drift, drift_bound = (out, out_bound) if outward else (up, up_bound)
-    return Bias(shift=float(diff.mean()), shift_bound=BIAS_SHIFT * kernel_ulps * u * magnitude,
-                drift=drift, drift_bound=drift_bound, outward=outward)
+    return Bias(shift=shift, shift_bound=shift_bound, drift=drift, drift_bound=drift_bound, outward=outward)
