@@ -45,7 +45,9 @@ REACHED = {
     "bugoffset_cpu_fp16": ALL,
     "bugsmall_cpu_fp16": ALL,
     "bugapprox_cpu_fp16": {"gelu"},
-    "bugdrift_cpu_fp16": ALL - {"sum_dim"},   # one ulp on 16 sums whose own rounding spreads wider
+    # one ulp on 16 sums or means of 8 values each: too few, and too noisy near zero, to tell
+    # from rounding (the bench counts such a bug below reach)
+    "bugdrift_cpu_fp16": ALL - {"sum_dim", "mean_dim"},
     "bugdrop_cpu_fp16": {"sum_dim", "mean_dim"},
     "bugwrongop_cpu_fp16": {"sigmoid", "silu"},
 }

@@ -102,9 +102,13 @@ def bands(rule, e):
     return out
 
 
-def mean_and_bound(z, kernel_ulps):
-    spread = z.std(correction=1).item() / math.sqrt(z.numel())
-    return z.mean().item(), max(DRIFT_BOUND * kernel_ulps, DRIFT_SIGMAS * spread)
+def mean_and_bound(z, floor):
+    """mean(z) and its bound: the floor, or DRIFT_SIGMAS standard errors of the mean by the
+    means of contiguous blocks, when larger."""
+    blocks = max(4, min(32, z.numel() // 16))
+    means = torch.stack([chunk.mean() for chunk in torch.tensor_split(z, blocks)])
+    spread = means.std(correction=1).item() / math.sqrt(blocks)
+    return z.mean().item(), max(floor, DRIFT_SIGMAS * spread)
 
 
 def biased(rule, e, a):
@@ -122,7 +126,7 @@ def biased(rule, e, a):
         return False
     diff, k = a - centre, rule["kernel_ulps"]
     shrunk = torch.sign(diff) * (diff.abs() - rule["atol"]).clamp_min(0.0)
-    shift, shift_bound = shrunk.mean().item(), BIAS_SHIFT * k * rule["u"] * magnitude
+    shift, shift_bound = mean_and_bound(shrunk, BIAS_SHIFT * k * rule["u"] * magnitude)
     if abs(shift) > shift_bound:
         return True
     unit = ulps(centre, rule["u"], rule["tiny"])
@@ -130,8 +134,8 @@ def biased(rule, e, a):
     if int(seen.sum()) < BIAS_MIN_ELEMENTS:
         return False
     z = (diff[seen] / unit[seen]).clamp(-DRIFT_CLIP, DRIFT_CLIP)
-    up, up_bound = mean_and_bound(z, k)
-    out, out_bound = mean_and_bound(z * torch.sign(centre[seen]), k)
+    up, up_bound = mean_and_bound(z, DRIFT_BOUND * k)
+    out, out_bound = mean_and_bound(z * torch.sign(centre[seen]), DRIFT_BOUND * k)
     return max(abs(up) / up_bound, abs(out) / out_bound) > 1.0
 
 

@@ -19,7 +19,7 @@ ELEMENTWISE_ULPS = 4.0
 # rounding; the mean error may be BIAS_SHIFT * u * max|reference| (u: the target's unit
 # roundoff); the mean per-element error in target ulps, each clipped to +-DRIFT_CLIP (an
 # element near zero after cancellation is off by many ulps in either direction), may be
-# DRIFT_BOUND or DRIFT_SIGMAS standard errors of that mean, whichever is larger.
+# DRIFT_BOUND; each bound widens to DRIFT_SIGMAS standard errors of its mean when that is larger.
 BIAS_MIN_ELEMENTS = 16
 BIAS_SHIFT = 0.4
 DRIFT_CLIP = 4.0
@@ -29,8 +29,7 @@ DRIFT_SIGMAS = 6.0
 # a range of inputs: fp16 and bf16 kernels compute in float32 and round once (half an ulp, both
 # ways), float32 ones are libm-class approximations accurate to a few ulps whose error may keep
 # its sign (measured: ExecuTorch's fp32 cos and log against torch's, 0.8 ulps on average one way).
-# The bias bounds are in these units, or in the ulps the baseline itself lost on the output when
-# more (a long running sum's rounding errors keep their sign over many elements).
+# The bias bounds are in these units.
 KERNEL_ULPS = {"fp16": 1.0, "bf16": 1.0, "fp32": 4.0, "fp64": 4.0}
 
 
@@ -75,9 +74,18 @@ class Bias:
         return abs(self.shift) / self.shift_bound >= abs(self.drift) / self.drift_bound
 
 
-def _mean_and_bound(z: np.ndarray, kernel_ulps: float) -> tuple[float, float]:
-    spread = float(z.std(ddof=1)) / math.sqrt(z.size)
-    return float(z.mean()), max(DRIFT_BOUND * kernel_ulps, DRIFT_SIGMAS * spread)
+def _standard_error(x: np.ndarray) -> float:
+    """The standard error of mean(x) by batch means: the means of contiguous blocks (at least
+    4, at most 32, of 16 elements or more) vary as much as the errors are correlated along the
+    output (a running sum's errors are a random walk; a row shares its rounded bias), so a
+    correlated wander widens the bound instead of reading as a bias."""
+    blocks = max(4, min(32, x.size // 16))
+    means = np.array([chunk.mean() for chunk in np.array_split(x, blocks)])
+    return float(means.std(ddof=1)) / math.sqrt(blocks)
+
+
+def _mean_and_bound(z: np.ndarray, floor: float) -> tuple[float, float]:
+    return float(z.mean()), max(floor, DRIFT_SIGMAS * _standard_error(z))
 
 
 def bias(actual: np.ndarray, centre: np.ndarray, u: float, tiny: float, atol: float = 0.0,
@@ -100,15 +108,15 @@ def bias(actual: np.ndarray, centre: np.ndarray, u: float, tiny: float, atol: fl
         return None
     diff = actual - centre
     shrunk = np.sign(diff) * np.maximum(np.abs(diff) - atol, 0.0)
-    shift, shift_bound = float(shrunk.mean()), BIAS_SHIFT * kernel_ulps * u * magnitude
+    shift, shift_bound = _mean_and_bound(shrunk, BIAS_SHIFT * kernel_ulps * u * magnitude)
     # in ulps, over the elements whose ulp the tolerance resolves (one ulp above atol)
     unit = ulps(centre, u, tiny)
     seen = unit > atol
     if np.count_nonzero(seen) < BIAS_MIN_ELEMENTS:
         return Bias(shift, shift_bound, 0.0, DRIFT_BOUND * kernel_ulps)
     z = np.clip(diff[seen] / unit[seen], -DRIFT_CLIP, DRIFT_CLIP)
-    up, up_bound = _mean_and_bound(z, kernel_ulps)
-    out, out_bound = _mean_and_bound(z * np.sign(centre[seen]), kernel_ulps)
+    up, up_bound = _mean_and_bound(z, DRIFT_BOUND * kernel_ulps)
+    out, out_bound = _mean_and_bound(z * np.sign(centre[seen]), DRIFT_BOUND * kernel_ulps)
     outward = abs(out) / out_bound > abs(up) / up_bound
     drift, drift_bound = (out, out_bound) if outward else (up, up_bound)
     return Bias(shift=shift, shift_bound=shift_bound, drift=drift, drift_bound=drift_bound, outward=outward)

@@ -424,15 +424,11 @@ class LeafRule:
     bound: float | None = None
     factor: float = 0.0
     capped: bool = False
-    # how many of its own ulps the baseline lost on this output (its float64-measured error
-    # over unit roundoff x max|expected|): an ill-conditioned output (a long running sum) may
-    # carry errors that keep their sign over many elements, so the bias bounds widen with it
-    lost_ulps: float = 0.0
 
     @property
     def kernel_ulps(self) -> float:
         """The unit of the bias bounds, in target ulps (compare/bounds.py, KERNEL_ULPS)."""
-        return max(KERNEL_ULPS.get(self.precision, 1.0), self.lost_ulps)
+        return KERNEL_ULPS.get(self.precision, 1.0)
 
     def to_script(self) -> dict[str, Any]:
         """What a repro script needs to rebuild these bands with the same float64 arithmetic
@@ -513,7 +509,6 @@ def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: To
     scaled = factor * error * u / u_baseline
     bound = min(scaled, ALLOWANCE_CAP[precision] * magnitude)
     rule.baseline_error, rule.bound, rule.factor, rule.capped = error, bound, factor, bound < scaled
-    rule.lost_ulps = error / (u_baseline * magnitude) if magnitude > 0 else 0.0
     rule.bands += [Band(ef, np.full_like(ef, bound)), Band(ref, atol + rtol * np.abs(ref))]
     return rule
 
