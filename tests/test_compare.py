@@ -10,14 +10,8 @@ import pytest
 import torch
 
 from opdiff_snap.backends.base import Preset
-from opdiff_snap.compare.numerics import (
-    ALLOWANCE_CAP,
-    BASELINE_FACTOR,
-    DEFAULT_TOLERANCES,
-    Rounding,
-    compare,
-    tolerance_for,
-)
+from opdiff_snap.compare.numerics import BASELINE_FACTOR, DEFAULT_TOLERANCES, Rounding, compare, tolerance_for
+from opdiff_snap.compare.rules import ALLOWANCE_CAP
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite.model import Tolerance
 

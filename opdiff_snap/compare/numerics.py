@@ -48,7 +48,15 @@ from ..backends.base import Preset
 from ..core.trees import json_safe
 from ..core.verdicts import Verdict
 from ..suite.model import Tolerance
-from .bounds import BIAS_SHIFT, ELEMENTWISE_ULPS, KERNEL_ULPS, Bias, bias, elementwise_allowance, ulps
+from .bounds import BIAS_SHIFT, ELEMENTWISE_ULPS, Bias, bias, ulps
+from .rules import (
+    BASELINE_FACTOR,
+    LeafRule,
+    Rounding,
+    as_f64,
+    excess_over,
+    leaf_rule,
+)
 
 # torch.testing.assert_close defaults.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
@@ -57,17 +65,6 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "bf16": Tolerance(atol=1e-5, rtol=1.6e-2),
 }
 FP64_TOLERANCE = Tolerance(atol=1e-7, rtol=1e-7)
-
-# How many times the baseline's own measured rounding error a target may differ by.
-BASELINE_FACTOR = 4.0
-# Unit roundoff of the precisions outputs are computed in.
-UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
-# The rounding allowance never exceeds this fraction of an output's largest magnitude:
-# an eighth (fp32) and a quarter (fp16) of the 2^-7 relative error of a wrong kernel, so
-# such a kernel stays a MISMATCH. bf16's own default rtol (1.6e-2) is already above 2^-7.
-ALLOWANCE_CAP = {"fp64": 2.0**-40, "fp32": 2.0**-10, "fp16": 2.0**-9, "bf16": 2.0**-6}
-# Smallest normal number per precision (compare/bounds.py).
-TINY = {"fp64": 2.0**-1022, "fp32": 2.0**-126, "fp16": 2.0**-14, "bf16": 2.0**-126}
 
 _GLOB_CHARS = set("*?[")
 
@@ -224,32 +221,6 @@ class Comparison:
         return self.verdict == Verdict.PASS
 
 
-@dataclass(frozen=True)
-class Rounding:
-    """What a golden knows about its own rounding error, and the precisions involved.
-
-    `residuals` is nested like the golden's outputs: for each floating tensor leaf the
-    float64 reference minus the golden value (`None` where there is none). `elementwise`,
-    nested the same way, holds the float64 result of a single elementwise op on the inputs
-    rounded to the target's dtype (None: the test is not one, or the target is fp32)."""
-
-    residuals: Any
-    baseline_precision: str = "fp32"
-    target_precision: str = "fp32"
-    elementwise: Any = None
-
-
-def unit_roundoff(precision: str, dtype: torch.dtype) -> float:
-    """The unit roundoff an output of `dtype` is computed with at `precision` (the coarser)."""
-    leaf = {torch.float64: "fp64", torch.complex128: "fp64", torch.float16: "fp16",
-            torch.bfloat16: "bf16"}.get(dtype, "fp32")
-    return max(UNIT_ROUNDOFF.get(precision, UNIT_ROUNDOFF["fp32"]), UNIT_ROUNDOFF[leaf])
-
-
-def _precision_of(u: float) -> str:
-    return next(name for name, value in UNIT_ROUNDOFF.items() if value == u)
-
-
 # ---------------------------------------------------------------- walking the trees
 
 class _Structure(Exception):
@@ -397,68 +368,9 @@ class _Leaf:
     kernel_ulps: float = 1.0               # the unit of its bias bounds
 
 
-@dataclass
-class Band:
-    """One way an element passes: |actual - centre| <= width (flat float64 arrays)."""
-
-    centre: np.ndarray
-    width: np.ndarray
-
-
-@dataclass
-class LeafRule:
-    """What one floating output leaf is held to, from the golden's side alone: the bands
-    an element may lie in (it passes when it lies in any), and what the bias bound measures
-    against. The first band is the configured tolerance (or, elementwise, the ulps bound).
-    compare() and the repro scripts judge with exactly these numbers."""
-
-    kind: str                           # "normwise" or "elementwise"
-    bands: list[Band]
-    atol: float
-    rtol: float
-    u: float | None = None              # the target's unit roundoff (None: no bias bound)
-    tiny: float = 0.0
-    precision: str = "fp32"
-    bias_centre: np.ndarray | None = None
-    baseline_error: float | None = None
-    bound: float | None = None
-    factor: float = 0.0
-    capped: bool = False
-
-    @property
-    def kernel_ulps(self) -> float:
-        """The unit of the bias bounds, in target ulps (compare/bounds.py, KERNEL_ULPS)."""
-        return KERNEL_ULPS.get(self.precision, 1.0)
-
-    def to_script(self) -> dict[str, Any]:
-        """What a repro script needs to rebuild these bands with the same float64 arithmetic
-        (cause/repro.py): the tolerance, the bound, and the reference the bands centre on."""
-        def tensor(x: np.ndarray | None) -> torch.Tensor | None:
-            return None if x is None else torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
-
-        expected = self.bands[0].centre if self.kind == "normwise" else self.bands[1].centre
-        reference = self.bands[2].centre if self.kind == "normwise" and len(self.bands) > 2 else \
-            self.bands[0].centre if self.kind == "elementwise" else None
-        centre = self.bias_centre
-        bias_on = None if centre is None or self.u is None else "expected" if centre is expected else \
-            "reference" if centre is reference else "own"
-        return {"kind": self.kind, "atol": self.atol, "rtol": self.rtol, "bound": self.bound,
-                "ulps": ELEMENTWISE_ULPS, "u": self.u, "tiny": self.tiny, "precision": self.precision,
-                "kernel_ulps": self.kernel_ulps,
-                "reference": tensor(reference), "bias_on": bias_on,
-                "bias_centre": tensor(centre) if bias_on == "own" else None}
-
-
 def _index(flat: int, shape: tuple[int, ...], complex_: bool) -> tuple[int, ...]:
     idx = tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
     return idx[:-1] if complex_ else idx
-
-
-def _as_f64(t: torch.Tensor) -> np.ndarray:
-    # numpy's casts are far faster than torch's; numpy has no bfloat16, so widen that first
-    if t.dtype == torch.bfloat16:
-        t = t.to(torch.float32)
-    return t.reshape(-1).numpy().astype(np.float64)
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
@@ -467,50 +379,6 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
 
 def _first(mask: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     return _index(int(np.argmax(mask)), shape, False)
-
-
-def _factor(tol: Tolerance) -> float:
-    return BASELINE_FACTOR if tol.baseline_factor is None else float(tol.baseline_factor)
-
-
-def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: Tolerance,
-              aux: "tuple[torch.Tensor | None, torch.Tensor | None]", rounding: Rounding | None,
-              is_complex: bool) -> LeafRule:
-    """The rule of one floating leaf whose flat float64 values are `ef` (see LeafRule)."""
-    res, elem = aux
-    configured = Band(ef, atol + rtol * np.abs(ef))
-    if rounding is None:
-        return LeafRule("normwise", [configured], atol, rtol)
-    u = unit_roundoff(rounding.target_precision, e.dtype)
-    precision = _precision_of(u)
-    tiny = TINY[precision]
-    if elem is not None and not is_complex and elem.numel() == ef.size and u > UNIT_ROUNDOFF["fp32"]:
-        exact_answer = ef + _as_f64(elem)
-        return LeafRule("elementwise", [Band(exact_answer, elementwise_allowance(exact_answer, u, tiny)),
-                                        Band(ef, np.full_like(ef, atol))],
-                        atol, rtol, u, tiny, precision, bias_centre=exact_answer)
-    rule = LeafRule("normwise", [configured], atol, rtol, u, tiny, precision, bias_centre=ef)
-    factor = _factor(tol)
-    if res is None or factor <= 0 or tuple(res.shape) != tuple(e.shape):
-        return rule
-    r = res.detach().cpu()
-    if r.is_complex():
-        r = torch.view_as_real(r.to(torch.complex128))
-    residual = _as_f64(r)
-    if residual.size != ef.size:
-        return rule
-    ref = ef + np.where(np.isfinite(residual), residual, 0.0)
-    usable = np.isfinite(ef) & np.isfinite(ref)
-    if not usable.any():
-        return rule
-    error = float(np.abs(ref - ef)[usable].max())
-    magnitude = float(np.abs(ef)[usable].max())
-    u_baseline = unit_roundoff(rounding.baseline_precision, e.dtype)
-    scaled = factor * error * u / u_baseline
-    bound = min(scaled, ALLOWANCE_CAP[precision] * magnitude)
-    rule.baseline_error, rule.bound, rule.factor, rule.capped = error, bound, factor, bound < scaled
-    rule.bands += [Band(ef, np.full_like(ef, bound)), Band(ref, atol + rtol * np.abs(ref))]
-    return rule
 
 
 def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance,
@@ -528,7 +396,7 @@ def _leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance,
     if is_complex:  # real and imaginary parts as a trailing dimension of 2
         e, a = torch.view_as_real(e.to(torch.complex128)), torch.view_as_real(a.to(torch.complex128))
     shape = tuple(e.shape)
-    ef, af = _as_f64(e), _as_f64(a)
+    ef, af = as_f64(e), as_f64(a)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # NaN/Inf are dealt with below
         rule = None if exact else leaf_rule(e0, ef, atol, rtol, tol, aux, rounding, is_complex)
         return _leaf_values(out, e, a, ef, af, shape, is_complex, rule)
@@ -553,16 +421,8 @@ def leaf_rules(expected: Any, tol: Tolerance, rounding: Rounding | None) -> list
         atol, rtol = _leaf_tolerance(tol, e.dtype)
         flat = torch.view_as_real(e.to(torch.complex128)) if e.dtype.is_complex else e
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            rules.append(leaf_rule(e, _as_f64(flat), atol, rtol, tol, leaf_aux, rounding, e.dtype.is_complex))
+            rules.append(leaf_rule(e, as_f64(flat), atol, rtol, tol, leaf_aux, rounding, e.dtype.is_complex))
     return rules
-
-
-def excess_over(rule: LeafRule, af: np.ndarray) -> np.ndarray:
-    """How far each element lies outside the nearest band of `rule` (<= 0: it passes)."""
-    best = np.abs(af - rule.bands[0].centre) - rule.bands[0].width
-    for band in rule.bands[1:]:
-        best = np.minimum(best, np.abs(af - band.centre) - band.width)
-    return best
 
 
 def _apply_rule(out: _Leaf, rule: LeafRule, af: np.ndarray) -> np.ndarray:
@@ -658,10 +518,6 @@ def _passing_atol(m: float, d: np.ndarray, r: np.ndarray) -> float:
 
 def _fmt_idx(idx: tuple[int, ...] | None) -> str:
     return "()" if not idx else "(" + ", ".join(map(str, idx)) + (",)" if len(idx) == 1 else ")")
-
-
-def _power(u: float) -> str:
-    return f"2^{int(math.log2(u))}"
 
 
 def _leaf_message(lf: _Leaf) -> str:
