@@ -27,7 +27,8 @@ from .run.upgrade import UpgradeReport, UpgradeUI, upgrade
 __all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "diff_page",
            "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency", "list_tests",
            "localize",
-           "presets", "prune", "query", "record", "repro", "runs", "schema", "support", "upgrade", "validate",
+           "presets", "prune", "query", "record", "regressions", "repro", "runs", "schema", "support", "upgrade",
+           "validate",
            "verify", "write_diff_page"]
 
 Warn = Callable[[str], None] | None
@@ -167,6 +168,15 @@ def diff_runs(a_run: str | None = None, b_run: str | None = None, *, by: str | N
     with _analytics(settings, warn) as a:
         return compute(a, a_run, b_run, by=by, versions=versions, drift_factor=drift_factor,
                        latency_threshold=latency_threshold)
+
+
+def regressions(flt=None, params=None, settings: Settings | None = None, warn: Warn = None):
+    """Steps in latency, status changes and error growth over the whole history, each at the
+    environment change it happened at: a list of analytics.findings.Finding (analytics/steps.py)."""
+    from .analytics.steps import HistoryFilter, StepParams, detect
+
+    with _analytics(settings, warn) as a:
+        return detect(a, flt or HistoryFilter(), params or StepParams())
 
 
 def html_report(output: Path, settings: Settings | None = None) -> Path:

@@ -16,6 +16,7 @@ for command in (
     analysis.query,
     analysis.report,
     analysis.diff_runs,
+    analysis.regressions,
     cause.localize,
     cause.repro,
     cause.gradcheck,
