@@ -15,6 +15,7 @@ EXPORT_FAIL or MISMATCH), or max_abs growing 1000x.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -26,6 +27,7 @@ from ..core.verdicts import Verdict
 from ..suite.model import Tolerance
 from .synth import ENV
 
+TRUTH = "planted.json"     # the ground truth, beside runs/
 PRESETS = ("torch_cpu_fp32", "onnx_cpu_fp32", "executorch_cpu_fp32", "coreml_any_fp16")
 # One library moves at each environment change, in this order (then the cycle repeats).
 UPGRADES = (("torch", ("2.10.0", "2.11.0", "2.12.0", "2.13.0", "2.14.1", "2.15.0")),
@@ -99,7 +101,13 @@ def generate(store: Path, runs: int = 60, tests: int = 50, presets: tuple[str, .
             lines.append(_item(rnd, s, run_id, ts, load, repeats))
         lines.append(json.dumps({"type": "end", "run_id": run_id, "finished": ts, "wall_s": 1.0, "counts": {}}))
         (runs_dir / f"{run_id}.jsonl").write_text("\n".join(lines) + "\n")
+    (Path(store) / TRUTH).write_text(json.dumps([dataclasses.asdict(p) for p in out.planted], indent=0))
     return out
+
+
+def read_truth(store: Path) -> list[Planted]:
+    """The planted changes `generate` wrote beside the history."""
+    return [Planted(**p) for p in json.loads((Path(store) / TRUTH).read_text())]
 
 
 def _plant(rnd: random.Random, series: list[_Series], frac: float, run_id: str, out: list[Planted]) -> None:
