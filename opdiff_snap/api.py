@@ -24,12 +24,10 @@ from .run.record import RecordRequest, add_references
 from .run.record import record as record_run
 from .run.upgrade import UpgradeReport, UpgradeUI, upgrade
 
-__all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "diff_page",
-           "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency", "list_tests",
-           "localize",
-           "presets", "prune", "query", "record", "regressions", "repro", "runs", "schema", "support", "upgrade",
-           "validate",
-           "verify", "write_diff_page"]
+__all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "compare_envs",
+           "diff_page", "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency",
+           "list_tests", "localize", "presets", "prune", "query", "record", "regressions", "repro", "runs", "schema",
+           "support", "upgrade", "validate", "verify", "write_diff_page"]
 
 Warn = Callable[[str], None] | None
 
@@ -177,6 +175,17 @@ def regressions(flt=None, params=None, settings: Settings | None = None, warn: W
 
     with _analytics(settings, warn) as a:
         return detect(a, flt or HistoryFilter(), params or StepParams())
+
+
+def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | None = None, selection=None,
+                 preset_options=None, rounds: int = 3, min_ratio: float = 1.1, drift_factor: float = 10.0,
+                 settings: Settings | None = None, argv: Sequence[str] = (), ui=None):
+    """run.rounds.EnvComparison: the goldens checked under two interpreters in interleaved rounds."""
+    from .run.rounds import compare_envs as run
+
+    return run(python_b, backends=backends, python_a=python_a, selection=selection, preset_options=preset_options,
+               rounds=rounds, min_ratio=min_ratio, drift_factor=drift_factor, settings=settings or Settings(),
+               argv=argv, ui=ui)
 
 
 def html_report(output: Path, settings: Settings | None = None) -> Path:

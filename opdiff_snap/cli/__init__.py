@@ -11,6 +11,7 @@ for command in (
     running.record,
     running.check,
     running.upgrade,
+    running.compare_envs,
     goldens.goldens,
     analysis.runs,
     analysis.query,
