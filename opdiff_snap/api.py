@@ -27,7 +27,7 @@ from .run.upgrade import UpgradeReport, UpgradeUI, upgrade
 __all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "compare_envs",
            "diff_page", "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency",
            "list_tests", "localize", "presets", "prune", "query", "record", "regressions", "repro", "runs", "schema",
-           "support", "upgrade", "validate", "verify", "write_diff_page"]
+           "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
 
 Warn = Callable[[str], None] | None
 
@@ -186,6 +186,15 @@ def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | No
     return run(python_b, backends=backends, python_a=python_a, selection=selection, preset_options=preset_options,
                rounds=rounds, min_ratio=min_ratio, drift_factor=drift_factor, settings=settings or Settings(),
                argv=argv, ui=ui)
+
+
+def site(output: Path, flt=None, settings: Settings | None = None, warn: Warn = None) -> Path:
+    """The history as a static folder of HTML (analytics/site.py); returns its index.html."""
+    from .analytics.site import render_site
+    from .analytics.steps import HistoryFilter
+
+    with _analytics(settings, warn) as a:
+        return render_site(a, output, flt or HistoryFilter())
 
 
 def html_report(output: Path, settings: Settings | None = None) -> Path:

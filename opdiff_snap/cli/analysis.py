@@ -195,6 +195,28 @@ def report_html(ctx, output) -> None:
         _echo(f"wrote {api.html_report(output, _settings(ctx))}")
 
 
+@report.command("site")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
+              help="Folder to write index.html and tests/ into.")
+@click.option("-b", "--preset", "presets", multiple=True, help="Only this preset (repeatable).")
+@click.option("-t", "--test", "tests", multiple=True, metavar="GLOB", help="Only test ids matching this glob.")
+@click.option("--since", type=click.DateTime(), help="Only runs started at or after this time (UTC).")
+@click.option("--until", type=click.DateTime(), help="Only runs started at or before this time (UTC).")
+@_query_limits
+@click.pass_context
+@guarded
+def report_site(ctx, output, presets, tests, since, until) -> None:
+    """A static site (a folder of HTML, no server): presets x environments, the changes found
+    by `opdiff regressions`, and a page per test with its latency and status history."""
+    from .. import api
+    from ..analytics.steps import HistoryFilter
+
+    _output_dir(output, "-o/--output")
+    with _writing(output, "-o/--output"):
+        index = api.site(output, HistoryFilter(tuple(presets), tuple(tests), since, until), _settings(ctx), _warn)
+    _echo(f"wrote {index}")
+
+
 @report.command("upgrade")
 @_runs_to_compare
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("upgrade.html"), show_default=True)
