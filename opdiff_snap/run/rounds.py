@@ -19,6 +19,7 @@ from ..analytics.reports import RunDiff, diff_runs
 from ..compare.results import Listener, RunReport
 from ..core.config import Settings
 from ..core.errors import OpdiffError
+from ..execution.interpreter import resolve
 from .check import CheckRequest, check
 
 
@@ -82,6 +83,8 @@ def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | No
     if not backends:
         raise OpdiffError("compare-envs needs at least one -b PRESET to check in both environments.")
     check_min_ratio(min_ratio)
+    python_b = resolve(python_b)          # a wrong path fails here, before any run is written
+    python_a = resolve(python_a) if python_a is not None else None
     chosen = selection or Selection(suites)
 
     def request(python: Path | None) -> CheckRequest:
