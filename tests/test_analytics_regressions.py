@@ -89,3 +89,17 @@ def test_a_step_smaller_than_the_noise_is_not_reported(planted):
     with connect(planted.store) as a:
         strict = detect(a, HistoryFilter(), StepParams(noise_k=50))
     assert not [f for f in strict if f.kind == "latency"]
+
+
+def test_a_series_missing_from_a_run_keeps_one_environment_together(tmp_path):
+    from opdiff_snap.analytics.synth import Res, Run, write_run
+
+    P = "onnx_cpu_fp32"
+    for i, (ort, tests) in enumerate([("1.31.1", ["a", "b"]), ("1.32.0", ["b"]), ("1.31.1", ["a", "b"])]):
+        results = [Res(t, P, status="MISMATCH" if (t, i) == ("a", 2) else "PASS") for t in tests]
+        write_run(tmp_path, Run(f"r{i}", f"2026-01-0{i + 1}T00:00:00Z", results, env={"onnxruntime": ort}))
+    with connect(tmp_path) as a:
+        found = detect(a)
+    # a's two runs are one environment (the run between them did not hold a): nothing to attribute
+    assert [f for f in found if f.test_id == "a"] == []
+    assert all(f.changes for f in found)

@@ -219,14 +219,33 @@ def load_series(a: Analytics, flt: HistoryFilter, params: StepParams) -> list[Se
                 unknown.append(current)
             out.append(current)
         (first, started), (last, _) = runs[(host, row[c["first_ord"]])], runs[(host, row[c["last_ord"]])]
-        current.segments.append(Segment(
-            first, last, started, row[c["runs"]], row[c["timed"]], row[c["level"]], dict(row[c["statuses"]] or {}),
-            row[c["max_abs"]], row[c["atol"]], row[c["env"]]))
+        seg = Segment(first, last, started, row[c["runs"]], row[c["timed"]], row[c["level"]],
+                      dict(row[c["statuses"]] or {}), row[c["max_abs"]], row[c["atol"]], row[c["env"]])
+        if current.segments and current.segments[-1].env == seg.env:
+            current.segments[-1] = _joined(current.segments[-1], seg)   # the series skipped a run in between
+        else:
+            current.segments.append(seg)
     for s in unknown:   # the successive differences of its segment levels (steps included: never too small)
         levels = np.array([g.level for g in s.segments if g.level is not None])
         if len(levels) > 1:
             s.sigma = max(s.sigma, _MAD * float(np.median(np.abs(np.diff(levels)))) / math.sqrt(2))
     return out
+
+
+def _joined(a: Segment, b: Segment) -> Segment:
+    """Two stretches of one environment that only runs without this series kept apart, as one
+    (its level and max_abs: the run-weighted mean of the two medians)."""
+    def mean(x: float | None, y: float | None, wx: int, wy: int) -> float | None:
+        if x is None or y is None or wx + wy == 0:
+            return x if y is None else y
+        return (x * wx + y * wy) / (wx + wy)
+
+    statuses = dict(a.statuses)
+    for k, n in b.statuses.items():
+        statuses[k] = statuses.get(k, 0) + n
+    return Segment(a.first_run, b.last_run, a.started, a.runs + b.runs, a.timed + b.timed,
+                   mean(a.level, b.level, a.timed, b.timed), statuses, mean(a.max_abs, b.max_abs, a.runs, b.runs),
+                   max(a.atol or 0.0, b.atol or 0.0) or None, a.env)
 
 
 # ---------------------------------------------------------------- the fit
