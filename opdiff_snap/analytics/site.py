@@ -27,7 +27,7 @@ from .table import Table, cell
 LIBS = ("torch", "executorch", "onnxruntime", "coremltools")
 MAX_SERIES = 8         # plots per test page (preset x seed x host); the rest are listed
 SITE_CSS = CSS + """
-td.part{background:#fbe3bf}th.env{font-weight:normal;font-size:11px;white-space:pre}
+td.part{background:#fbe3bf}th.env{font-weight:normal;font-size:11px}
 .step-up{color:#d03a30}.step-down{color:#3a9d4a}
 """
 
@@ -110,7 +110,8 @@ def _index(cells: Table, findings: list[Finding], tests: dict[str, TestHistory],
     grid: dict[str, dict[str, tuple[int, int, int]]] = defaultdict(dict)
     for preset, env, _, passed, ran, total in cells.rows:
         grid[preset][env] = (passed, ran, total)
-    head = "<tr><th>preset</th>" + "".join(f"<th class='env'>{text(env)}</th>" for env in order) + "</tr>"
+    head = "<tr><th>preset</th>" + "".join(
+        "<th class='env'>" + "<br>".join(text(line) for line in env.split("\n")) + "</th>" for env in order) + "</tr>"
     body = []
     for preset in sorted(grid):
         tds = []
@@ -163,8 +164,7 @@ def _test_page(folder: Path, h: TestHistory, findings: list[Finding]) -> None:
     table = Table(["preset", "seed", "host", "environment", "runs", "median_infer_ms", "statuses"], summary)
     page = [_head(h.test_id), "<p><a href='../index.html'>index</a></p>", img, more,
             "<h2>Changes at environment changes</h2>",
-            html_table(findings_table(findings), verdicts=True, verdict_columns={"before", "after"})
-            if findings else "<p class='note'>none found.</p>",
+            html_table(findings_table(findings)) if findings else "<p class='note'>none found.</p>",
             "<h2>Per environment</h2>", html_table(table, verdicts=True, verdict_columns={"statuses"}),
             "</body></html>"]
     (folder / f"{name}.html").write_text("\n".join(page), encoding="utf-8")
