@@ -24,11 +24,10 @@ from .run.record import RecordRequest, add_references
 from .run.record import record as record_run
 from .run.upgrade import UpgradeReport, UpgradeUI, upgrade
 
-__all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "diff_page",
-           "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency", "list_tests",
-           "localize",
-           "presets", "prune", "query", "record", "repro", "runs", "schema", "support", "upgrade", "validate",
-           "verify", "write_diff_page"]
+__all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "compare_envs",
+           "diff_page", "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency",
+           "list_tests", "localize", "presets", "prune", "query", "record", "regressions", "repro", "runs", "schema",
+           "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
 
 Warn = Callable[[str], None] | None
 
@@ -167,6 +166,35 @@ def diff_runs(a_run: str | None = None, b_run: str | None = None, *, by: str | N
     with _analytics(settings, warn) as a:
         return compute(a, a_run, b_run, by=by, versions=versions, drift_factor=drift_factor,
                        latency_threshold=latency_threshold)
+
+
+def regressions(flt=None, params=None, settings: Settings | None = None, warn: Warn = None):
+    """Steps in latency, status changes and error growth over the whole history, each at the
+    environment change it happened at: a list of analytics.findings.Finding (analytics/steps.py)."""
+    from .analytics.steps import HistoryFilter, StepParams, detect
+
+    with _analytics(settings, warn) as a:
+        return detect(a, flt or HistoryFilter(), params or StepParams())
+
+
+def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | None = None, selection=None,
+                 preset_options=None, rounds: int = 3, min_ratio: float = 1.1, drift_factor: float = 10.0,
+                 settings: Settings | None = None, argv: Sequence[str] = (), ui=None):
+    """run.rounds.EnvComparison: the goldens checked under two interpreters in interleaved rounds."""
+    from .run.rounds import compare_envs as run
+
+    return run(python_b, backends=backends, python_a=python_a, selection=selection, preset_options=preset_options,
+               rounds=rounds, min_ratio=min_ratio, drift_factor=drift_factor, settings=settings or Settings(),
+               argv=argv, ui=ui)
+
+
+def site(output: Path, flt=None, settings: Settings | None = None, warn: Warn = None) -> Path:
+    """The history as a static folder of HTML (analytics/site.py); returns its index.html."""
+    from .analytics.site import render_site
+    from .analytics.steps import HistoryFilter
+
+    with _analytics(settings, warn) as a:
+        return render_site(a, output, flt or HistoryFilter())
 
 
 def html_report(output: Path, settings: Settings | None = None) -> Path:

@@ -71,24 +71,39 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 BROWSER_REQUIRED = os.environ.get("OPDIFF_REQUIRE_BROWSER") == "1"
 
 
-@pytest.mark.slow
-def test_html_report_renders_in_chromium(tmp_path):
+def require_chromium() -> None:
+    """Skip without Chromium, unless this run requires it (CI)."""
     if CHROMIUM is None:
         if BROWSER_REQUIRED:
             pytest.fail("chromium is not installed, and this run requires it (OPDIFF_REQUIRE_BROWSER=1)")
         pytest.skip("chromium is not installed (apt-get install chromium); CI installs it")
-    out, _ = _report(tmp_path)
-    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", out.resolve().as_uri()],
-                         check=True, capture_output=True, text=True, timeout=120).stdout
-    # the browser parsed the page: the three plots and the hand-computed matrix row are in its DOM
-    assert dom.count('src="data:image/png;base64,') == 3
-    assert '<tr><td>mul</td><td class="good">PASS</td><td class="compare">MISMATCH</td>' in dom
-    shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, *FLAGS, f"--screenshot={shot}", "--window-size=1200,3000", out.resolve().as_uri()],
+
+
+def dump_dom(page) -> str:
+    """The DOM headless Chromium builds from `page`."""
+    return subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", page.resolve().as_uri()],
+                          check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def painted(page, shot, size: str) -> Counter:
+    """The colours of a screenshot of `page` in headless Chromium, window `size` ("W,H"), and how
+    many pixels each."""
+    subprocess.run([CHROMIUM, *FLAGS, f"--screenshot={shot}", f"--window-size={size}", page.resolve().as_uri()],
                    check=True, capture_output=True, timeout=120)
     from PIL import Image
 
-    pixels = Counter(Image.open(shot).convert("RGB").get_flattened_data())
+    return Counter(Image.open(shot).convert("RGB").get_flattened_data())
+
+
+@pytest.mark.slow
+def test_html_report_renders_in_chromium(tmp_path):
+    require_chromium()
+    out, _ = _report(tmp_path)
+    dom = dump_dom(out)
+    # the browser parsed the page: the three plots and the hand-computed matrix row are in its DOM
+    assert dom.count('src="data:image/png;base64,') == 3
+    assert '<tr><td>mul</td><td class="good">PASS</td><td class="compare">MISMATCH</td>' in dom
+    pixels = painted(out, tmp_path / "shot.png", "1200,3000")
     # the stylesheet was applied (the matrix cells have their colours) and the embedded
     # heatmap was decoded and drawn (its PASS colour fills whole cells)
     assert pixels[(0xD7, 0xF0, 0xD9)] > 2000, "no green table cells were painted"
@@ -127,19 +142,10 @@ def test_upgrade_page_is_self_contained_and_renders_in_chromium(tmp_path):
     assert "<tr><td>add</td><td>1</td><td>0.5</td><td>0.5</td><td>0</td><td>1</td></tr>" in text
     assert "1 newly failing, 0 newly passing" in text and '<td class="compare">MISMATCH</td>' in text
     assert 'class="fail"' not in text       # only verdict cells are coloured
-    if CHROMIUM is None:
-        if BROWSER_REQUIRED:
-            pytest.fail("chromium is not installed, and this run requires it (OPDIFF_REQUIRE_BROWSER=1)")
-        pytest.skip("chromium is not installed (apt-get install chromium); CI installs it")
-    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", out.resolve().as_uri()],
-                         check=True, capture_output=True, text=True, timeout=120).stdout
+    require_chromium()
+    dom = dump_dom(out)
     assert dom.count('src="data:image/png;base64,') == 1 and "<td>conv2d</td>" in dom
-    shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, *FLAGS, f"--screenshot={shot}", "--window-size=1100,1600", out.resolve().as_uri()],
-                   check=True, capture_output=True, timeout=120)
-    from PIL import Image
-
-    pixels = Counter(Image.open(shot).convert("RGB").get_flattened_data())
+    pixels = painted(out, tmp_path / "shot.png", "1100,1600")
     # the plot was decoded and drawn: conv2d's median bar is red (slower), add's green (faster)
     assert pixels[(0xD0, 0x3A, 0x30)] > 30, "no slower-family bar was drawn"
     assert pixels[(0x3A, 0x9D, 0x4A)] > 30, "no faster-family bar was drawn"

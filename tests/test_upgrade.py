@@ -145,7 +145,7 @@ def test_python_then_upgrade_hold_both_versions_and_diff_runs_matches_the_jsonl(
     # upgrade: the same environment (found by its requirement set), its artifacts cached by
     # the --python check, and a check here
     proc = opdiff(project, "upgrade", "--with", f"onnxruntime=={version}", "-b", "onnx_cpu_fp32", *FAST,
-                  "--format", "json")
+                  "--rounds", "1", "--format", "json")
     no_traceback(proc)
     said = proc.stdout + proc.stderr     # (with --format json the progress goes to stderr)
     assert proc.returncode == 0, said
@@ -188,7 +188,7 @@ def test_python_then_upgrade_hold_both_versions_and_diff_runs_matches_the_jsonl(
     # the second upgrade with the same requirements: environment and artifacts reused, and
     # the check here is not repeated (a fresh run of the same plan exists)
     proc = opdiff(project, "upgrade", "--with", f"onnxruntime=={version}", "-b", "onnx_cpu_fp32", *FAST,
-                  "--html", "up.html")
+                  "--rounds", "1", "--html", "up.html")
     no_traceback(proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"reusing the environment {env.root}" in proc.stdout

@@ -32,6 +32,10 @@ class Table:
         i = self.columns.index(name)
         return [r[i] for r in self.rows]
 
+    def select(self, names: list[str]) -> "Table":
+        idx = [self.columns.index(n) for n in names]
+        return Table(list(names), [tuple(r[i] for i in idx) for r in self.rows])
+
     def dicts(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, r)) for r in self.rows]
 

@@ -17,6 +17,7 @@ from .app import (
     FORMAT_OPTION,
     JOBS,
     NON_NEGATIVE,
+    POSITIVE,
     TIMEOUT_S,
     _diff_thresholds,
     _echo,
@@ -290,6 +291,15 @@ def _requirements(ctx: click.Context, param: click.Parameter, values: tuple[str,
     return values
 
 
+def _rounds_options(f):
+    f = click.option("--min-ratio", type=NON_NEGATIVE, default=1.1, show_default=True,
+                     help="With rounds: a latency change's 95 % interval must lie beyond this ratio.")(f)
+    return click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True,
+                        help="Alternate the checks (here, there, here, there...) this many rounds and report a "
+                             "latency change only when its interval over the rounds clears --min-ratio; 1: one "
+                             "check each, diff-runs' threshold.")(f)
+
+
 class _UpgradeUI:
     """Shows `opdiff upgrade` as it goes: installer lines, then each check's progress."""
 
@@ -319,14 +329,16 @@ class _UpgradeUI:
 @click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
 @click.option("--rerun-current", is_flag=True, help="Check this environment again even when a fresh run exists.")
 @click.option("--html", type=click.Path(path_type=Path), help="Also write the comparison as one HTML page.")
+@_rounds_options
 @_diff_thresholds
 @_jobs_and_selection
 @FORMAT_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
 @click.pass_context
 @guarded
-def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, drift_factor, latency_threshold,
-            jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, rounds, min_ratio, drift_factor,
+            latency_threshold, jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt,
+            verbose) -> None:
     """Check the goldens in an environment with --with packages replaced, and here; diff the two.
 
     \b
@@ -344,7 +356,8 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
                       preset_options=_preset_options(preset_options), test_ids=_patterns(test_ids),
                       tags=_patterns(tags), seeds=seeds, seed_list=_seed_list(seed_list), settings=settings,
                       argv=sys.argv[1:], rerun_current=rerun_current, drift_factor=drift_factor,
-                      latency_threshold=latency_threshold, ui=_UpgradeUI(console, verbose))
+                      latency_threshold=latency_threshold, rounds=rounds, min_ratio=min_ratio,
+                      ui=_UpgradeUI(console, verbose))
     how = "reused" if rep.env.reused else f"built with {rep.env.installer}"
     _echo(f"\nenvironment {rep.env.root} ({how} in {rep.env.seconds:.1f} s)", err=fmt in ("csv", "json"))
     for title, table in rep.diff.sections():
@@ -353,4 +366,46 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, d
     if html:
         with _writing(html, "--html"):
             _echo(f"wrote {api.write_diff_page(rep.diff, html)}")
+    sys.exit(1 if len(rep.diff.newly_failing) else 0)
+
+
+@click.command("compare-envs")
+@click.argument("suites", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--python", "python_b", type=click.Path(path_type=Path), required=True,
+              help="Environment B: the interpreter (or environment folder) its workers run under.")
+@click.option("--python-a", type=click.Path(path_type=Path), help="Environment A (default: this one).")
+@click.option("-b", "--backend", "backends", multiple=True, help="Target preset; repeatable.")
+@click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
+@_rounds_options
+@click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True, help="max_abs growth that counts.")
+@_jobs_and_selection
+@FORMAT_OPTION
+@click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
+@click.pass_context
+@guarded
+def compare_envs(ctx, suites, python_b, python_a, backends, preset_options, rounds, min_ratio, drift_factor,
+                 jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+    """Check the goldens under two environments in interleaved rounds (A, B, A, B, ...) and
+    compare: verdicts and drift from the first round, latency from all of them with a 95 %
+    interval. The same environment twice (A/A) reports no latency change. Exit 1 when something
+    passes in A and not in B.
+
+    \b
+    opdiff compare-envs --python /tmp/ort130/bin/python -b onnx_cpu_fp32 --rounds 5
+    """
+    from .. import api
+    from ..run.pipeline import Selection
+    from .output import make_console
+
+    console = make_console(sys.stderr if fmt in ("csv", "json") else sys.stdout)
+    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    selection = Selection(list(suites) or None, _patterns(test_ids), _patterns(tags), seeds, _seed_list(seed_list))
+    rep = api.compare_envs(python_b, backends=list(backends), python_a=python_a, selection=selection,
+                           preset_options=_preset_options(preset_options), rounds=rounds, min_ratio=min_ratio,
+                           drift_factor=drift_factor, settings=settings, argv=sys.argv[1:],
+                           ui=_UpgradeUI(console, verbose))
+    for title, table in rep.diff.sections():
+        _print_table(table, fmt, f"{title} ({len(table)})")
+    _echo(rep.diff.summary() + f"; latency over {len(rep.pairs)} interleaved rounds "
+          f"(95 % interval beyond {min_ratio}x)", err=fmt in ("csv", "json"))
     sys.exit(1 if len(rep.diff.newly_failing) else 0)

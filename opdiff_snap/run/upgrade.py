@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Protocol, Sequence
 
 from ..analytics import Limits, connect
+from ..analytics.interleaved import check_min_ratio
 from ..analytics.reports import RunDiff, diff_runs
 from ..backends.registry import get_preset
 from ..compare.results import Listener, RunReport
@@ -33,6 +34,7 @@ from ..history import runs as history
 from ..storage import local_folder
 from .check import CheckRequest, check
 from .pipeline import Running, Selection
+from .rounds import RoundsComparison, compare_pairs, interleaved_checks
 
 
 class UpgradeUI(Protocol):
@@ -70,17 +72,23 @@ class UpgradeReport:
     before: RunReport | None        # None when reused
     after: RunReport                # run B: the upgraded environment
     diff: RunDiff
+    rounds: RoundsComparison | None = None   # with rounds > 1: every round's runs and the latency intervals
 
 
 def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[Path] | None = None,
             preset_options: dict[str, Any] | None = None, test_ids=None, tags=None, seeds: int | None = None,
             seed_list: Sequence[int] | None = None, settings: Settings = Settings(), argv: Sequence[str] = (),
             rerun_current: bool = False, drift_factor: float = 10.0, latency_threshold: float = 0.25,
-            ui: UpgradeUI | None = None) -> UpgradeReport:
+            rounds: int = 3, min_ratio: float = 1.1, ui: UpgradeUI | None = None) -> UpgradeReport:
     """Check the goldens in an environment with `withs` (NAME==VERSION) replaced, and here,
-    and diff the two runs (A: here, B: there)."""
+    and diff the two runs (A: here, B: there). With `rounds` > 1 the checks alternate (here,
+    there, here, there, ...) and a latency change is one whose 95 % interval over the rounds
+    clears `min_ratio` (run/rounds.py); with 1, one check each and diff-runs' threshold."""
     ui = ui or SilentUI()
     named = parse_with(withs)
+    check_min_ratio(min_ratio)
+    if rounds < 1:
+        raise OpdiffError(f"--rounds must be at least 1; got {rounds}.")
     if not backends:
         raise OpdiffError("upgrade needs at least one -b PRESET to check in both environments.")
     options = preset_options or {}
@@ -98,6 +106,15 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
     def request(python: Path | None) -> CheckRequest:
         return CheckRequest(list(backends), selection, Running(python=python), preset_options=options)
 
+    if rounds > 1:
+        pairs = interleaved_checks(request, None, env.python, rounds, settings=settings, argv=argv, ui=ui,
+                                   labels=("check here", f"check under {env.python}"))
+        compared = compare_pairs(pairs, settings, min_ratio, drift_factor)
+        first_a, first_b = pairs[0]
+        report = UpgradeReport(env, changed_packages(settings.store, first_a.run_id, first_b.run_id, env),
+                               first_a.run_id, False, first_a, first_b, compared.diff, compared.comparison)
+        _label(report)
+        return report
     with ui.check(f"check under {env.python}") as listener:
         after = check(request(env.python), settings=settings, argv=list(argv), listener=listener)
     before_run = None if rerun_current else fresh_run_here(settings, after.run_id)
@@ -111,12 +128,21 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
     with connect(settings.store, limits=Limits.of(settings)) as past:
         diff = diff_runs(past, before_run, after.run_id, drift_factor=drift_factor,
                          latency_threshold=latency_threshold)
-    changed = changed_packages(settings.store, before_run, after.run_id, env)
+    report = UpgradeReport(env, changed_packages(settings.store, before_run, after.run_id, env), before_run,
+                           before is None, before, after, diff)
+    _label(report)
+    return report
+
+
+def _label(report: UpgradeReport) -> None:
+    changed, diff = report.changed, report.diff
     text = ", ".join(f"{name} {here}" for name, here, _ in changed) or "this environment"
-    diff.label_a = f"{text} (here, {before_run})"
+    diff.label_a = f"{text} (here, {report.before_run})"
     diff.label_b = (", ".join(f"{name} {there}" for name, _, there in changed) or "the upgrade environment") \
-        + f" ({after.run_id})"
-    return UpgradeReport(env, changed, before_run, before is None, before, after, diff)
+        + f" ({report.after.run_id})"
+    if report.rounds is not None:
+        n = len(report.rounds.pairs)
+        diff.label_b += f"; latency over {n} interleaved rounds"
 
 
 def changed_packages(store: Path | str, run_a: str, run_b: str, env: WorkerEnv) -> list[tuple[str, Any, Any]]:

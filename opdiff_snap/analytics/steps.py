@@ -1,0 +1,435 @@
+"""Steps in each (host, test, seed, preset) history, attributed to the environment change
+between the runs on either side (docs/analytics.md, "Regressions across the history").
+
+1. The check runs of each host, in start order, are cut into environment stretches: maximal
+   runs of consecutive runs with the same versions and machine (ENV_FIELDS). Only a stretch
+   boundary can carry a finding: a change between two runs of one environment is the
+   machine's load, and there is nothing to attribute it to.
+2. DuckDB reduces every (series, stretch) to a segment: runs, median log latency, status
+   counts, median max_abs; and every series to its noise: the pooled standard deviation of
+   log latency within its environments (else its (host, preset)'s), never below the
+   standard error the repeats within a run give.
+3. Per series with more than one segment, numpy fits piecewise-constant levels over the
+   segments (optimal partitioning of weighted least squares on segment medians, a penalty
+   per step in units of the noise variance), then drops the least significant step while
+   one is smaller than `noise_k` sigma, or its confidence interval does not clear
+   `min_ratio`. A series whose environments recur (A, B, A, B) is compared per environment
+   instead. Status and max_abs changes compare the segments on either side.
+
+The heavy work (1M results -> a row per segment) is one SQL statement; the fit sees only
+series that changed environment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.errors import OpdiffError
+from ..core.verdicts import FAILING, NOT_RUN, PASSING, PRECEDENCE, Verdict
+from .findings import CHANGED, IMPROVEMENT, REGRESSION, Finding, environment_changes, matches_version
+from .ingest import LIBS
+from .views import Analytics
+
+ENV_FIELDS = (*LIBS, "os_version", "cpu_model", "machine", "threads")
+_MAD = 1.4826                      # MAD -> standard deviation for normal noise
+_MEDIAN_SE = math.sqrt(math.pi / 2)  # standard error of a median over that of a mean
+_RANK = {v: i for i, v in enumerate(PRECEDENCE)}
+
+
+@dataclass(frozen=True)
+class StepParams:
+    """The detector's knobs (docs/analytics.md lists them with their defaults)."""
+
+    penalty: float | None = None   # per step, in noise variances; None: 3 ln(runs in the series)
+    min_ratio: float = 1.1         # a step's confidence interval must clear this ratio
+    noise_k: float = 2.0           # and the step must exceed noise_k x the run-to-run noise
+    z: float = 3.0                 # width of the confidence interval, in standard errors
+    drift_factor: float = 10.0     # max_abs growth that counts (x max(before, atol))
+    noise_floor: float = 0.02      # sigma never below this (2 %)
+    min_pool: int = 6              # degrees of freedom (runs - environments) a series needs for its own noise
+
+    def check(self) -> None:
+        for name in ("min_ratio", "drift_factor"):
+            if getattr(self, name) < 1:
+                raise OpdiffError(f"--{name.replace('_', '-')} must be at least 1 (a ratio); "
+                                  f"got {getattr(self, name)}.")
+        for name in ("noise_k", "z", "noise_floor"):
+            if getattr(self, name) < 0:
+                raise OpdiffError(f"--{name.replace('_', '-')} must not be negative; got {getattr(self, name)}.")
+        if self.penalty is not None and self.penalty < 0:
+            raise OpdiffError(f"--penalty must not be negative; got {self.penalty}.")
+
+
+@dataclass(frozen=True)
+class HistoryFilter:
+    """Which part of the history to look at."""
+
+    presets: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ()          # globs over test ids
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    versions: tuple[str, ...] = ()       # findings whose change involves one of these (findings.matches_version)
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass
+class Segment:
+    first_run: str
+    last_run: str
+    started: dt.datetime | None
+    runs: int
+    timed: int
+    level: float | None                  # median ln(infer_ms)
+    statuses: dict[str, int]
+    max_abs: float | None
+    atol: float | None
+    env: int | None = None               # hash of the environment (ENV_FIELDS)
+    status: Verdict | None = None        # modal_status(statuses)
+
+    def __post_init__(self) -> None:
+        self.status = modal_status(self.statuses)
+
+
+@dataclass
+class Series:
+    host: str | None
+    test_id: str
+    seed: int | None
+    preset: str
+    sigma: float
+    segments: list[Segment] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FilterSQL:
+    """A HistoryFilter as SQL conditions on `runs` and on `results r`, with their parameters."""
+
+    on_runs: str
+    run_args: list
+    on_results: str
+    result_args: list
+
+    @property
+    def args(self) -> list:
+        return self.run_args + self.result_args
+
+
+def filter_sql(flt: HistoryFilter) -> FilterSQL:
+    on_runs: list[str] = []
+    on_results: list[str] = []
+    run_args: list = []
+    result_args: list = []
+    if flt.hosts:
+        on_runs.append("list_contains(?::VARCHAR[], runs.host)")
+        run_args.append(list(flt.hosts))
+    if flt.since is not None:
+        on_runs.append("runs.started >= ?")
+        run_args.append(flt.since)
+    if flt.until is not None:
+        on_runs.append("runs.started <= ?")
+        run_args.append(flt.until)
+    if flt.presets:
+        on_results.append("list_contains(?::VARCHAR[], r.preset)")
+        result_args.append(list(flt.presets))
+    if flt.tests:
+        on_results.append("(" + " OR ".join("r.test_id GLOB ?" for _ in flt.tests) + ")")
+        result_args += list(flt.tests)
+    return FilterSQL(" AND ".join(on_runs) or "true", run_args, " AND ".join(on_results) or "true", result_args)
+
+
+def repeat_se_sql(r: str) -> str:
+    """SQL: the standard error of ln(median) of result `r` from its repeats (NULL under 3)."""
+    return (f"CASE WHEN len({r}.infer_ms_all) >= 3 AND list_min({r}.infer_ms_all) > 0 THEN {_MAD * _MEDIAN_SE} * "
+            f"list_aggregate(list_transform({r}.infer_ms_all, lambda v: ln(v)), 'mad') "
+            f"/ sqrt(len({r}.infer_ms_all)) END")
+
+
+def _runs_sql(on_runs: str) -> str:
+    """The check runs with, per host, their place in start order (ord), their environment
+    stretch (grp) and their place among the runs of their environment (nth)."""
+    env = "hash([" + ", ".join(f"runs.{f}::VARCHAR" for f in ENV_FIELDS) + "])"
+    return f"""
+  SELECT *, row_number() OVER (PARTITION BY host ORDER BY started, run_id) AS ord,
+         ord - row_number() OVER (PARTITION BY host, env ORDER BY started, run_id) AS grp,
+         row_number() OVER (PARTITION BY host, env ORDER BY started, run_id) AS nth
+  FROM (SELECT run_id, started, coalesce(host, '') AS host, {env} AS env FROM runs
+        WHERE coalesce(command, 'check') = 'check' AND {on_runs})"""
+
+
+def _sql(on_runs: str, on_results: str) -> str:
+    # Segments are cut on the runs (1,000 rows, not 1M results): per host, the runs in start order
+    # minus the runs in start order within one environment is constant on each stretch of one
+    # environment ("gaps and islands"). A series missing from some runs may see one
+    # environment as two segments; the fit then treats it as recurring.
+    return f"""
+WITH re AS ({_runs_sql(on_runs)}),
+x AS (
+  SELECT hash(re.host, r.test_id, r.seed, r.preset) AS sid, re.host, r.test_id, r.seed, r.preset, re.ord,
+         re.env, re.grp, r.status, CASE WHEN r.infer_ms > 0 THEN ln(r.infer_ms) END AS lt,
+         CASE WHEN re.nth <= 3 THEN {repeat_se_sql('r')} END AS rep, r.max_abs, r.atol
+  FROM results r JOIN re USING (run_id)
+  WHERE r.test_id IS NOT NULL AND r.preset IS NOT NULL AND {on_results}),
+seg AS MATERIALIZED (
+  SELECT sid, env, grp, any_value(host) AS host, any_value(test_id) AS test_id, any_value(seed) AS seed,
+         any_value(preset) AS preset, min(ord) AS first_ord, max(ord) AS last_ord, count(*) AS runs, count(lt) AS timed,
+         median(lt) AS level, histogram(status) FILTER (WHERE status IS NOT NULL) AS statuses,
+         median(max_abs) AS max_abs, max(atol) AS atol, median(rep) AS rep
+  FROM x GROUP BY ALL),
+lvl AS (SELECT sid, env, count(lt) AS k, var_samp(lt) AS v FROM x GROUP BY ALL),
+dev AS (SELECT sid, sqrt(sum((k - 1) * v) / sum(k - 1)) AS sd, sum(k - 1) AS df FROM lvl WHERE k >= 2 GROUP BY ALL),
+n AS (SELECT sid, any_value(host) AS host, any_value(test_id) AS test_id, any_value(seed) AS seed,
+             any_value(preset) AS preset, count(*) AS segs, median(rep) AS rep FROM seg GROUP BY ALL)
+SELECT n.sid, n.host, n.test_id, n.seed, n.preset, dev.sd, coalesce(dev.df, 0) AS df, n.segs, n.rep,
+       s.first_ord, s.last_ord, s.runs, s.timed, s.level, s.statuses, s.max_abs, s.atol, s.env
+FROM n LEFT JOIN dev USING (sid) LEFT JOIN seg s ON n.segs > 1 AND s.sid = n.sid
+ORDER BY n.sid, s.first_ord
+"""
+
+
+def load_series(a: Analytics, flt: HistoryFilter, params: StepParams) -> list[Series]:
+    """Every series that changed environment, with its segments and noise (one SQL statement)."""
+    f = filter_sql(flt)
+    t = a.sql(_sql(f.on_runs, f.on_results), f.args)
+    runs = {(host, ord_): (run_id, started) for run_id, started, host, ord_ in a.sql(
+        f"SELECT run_id, started, host, ord FROM ({_runs_sql(f.on_runs)})", f.run_args).rows}
+    c = {name: i for i, name in enumerate(t.columns)}
+    # the noise of each (host, preset): the median over its series with enough runs of one environment
+    pooled: dict[tuple, list[float]] = {}
+    for row in t.rows:
+        if row[c["df"]] >= params.min_pool:
+            pooled.setdefault((row[c["host"]], row[c["preset"]]), []).append(row[c["sd"]])
+    pool = {k: float(np.median(v)) for k, v in pooled.items()}
+    out: list[Series] = []
+    unknown: list[Series] = []       # no environment with enough runs, here or in its (host, preset)
+    current, sid = None, None
+    for row in t.rows:
+        if row[c["segs"]] <= 1 or row[c["first_ord"]] is None:
+            continue
+        host = row[c["host"]]
+        if current is None or row[c["sid"]] != sid:
+            sid, seed = row[c["sid"]], row[c["seed"]]
+            sd = row[c["sd"]] if row[c["df"]] >= params.min_pool else pool.get((host, row[c["preset"]]))
+            current = Series(host or None, row[c["test_id"]], seed, row[c["preset"]],
+                             sigma=max(row[c["rep"]] or 0.0, params.noise_floor, sd or 0.0))
+            if sd is None:
+                unknown.append(current)
+            out.append(current)
+        (first, started), (last, _) = runs[(host, row[c["first_ord"]])], runs[(host, row[c["last_ord"]])]
+        seg = Segment(first, last, started, row[c["runs"]], row[c["timed"]], row[c["level"]],
+                      dict(row[c["statuses"]] or {}), row[c["max_abs"]], row[c["atol"]], row[c["env"]])
+        if current.segments and current.segments[-1].env == seg.env:
+            current.segments[-1] = _joined(current.segments[-1], seg)   # the series skipped a run in between
+        else:
+            current.segments.append(seg)
+    for s in unknown:   # the successive differences of its segment levels (steps included: never too small)
+        levels = np.array([g.level for g in s.segments if g.level is not None])
+        if len(levels) > 1:
+            s.sigma = max(s.sigma, _MAD * float(np.median(np.abs(np.diff(levels)))) / math.sqrt(2))
+    return out
+
+
+def _joined(a: Segment, b: Segment) -> Segment:
+    """Two stretches of one environment that only runs without this series kept apart, as one
+    (its level and max_abs: the run-weighted mean of the two medians)."""
+    def mean(x: float | None, y: float | None, wx: int, wy: int) -> float | None:
+        if x is None or y is None or wx + wy == 0:
+            return x if y is None else y
+        return (x * wx + y * wy) / (wx + wy)
+
+    statuses = dict(a.statuses)
+    for k, n in b.statuses.items():
+        statuses[k] = statuses.get(k, 0) + n
+    return Segment(a.first_run, b.last_run, a.started, a.runs + b.runs, a.timed + b.timed,
+                   mean(a.level, b.level, a.timed, b.timed), statuses, mean(a.max_abs, b.max_abs, a.runs, b.runs),
+                   max(a.atol or 0.0, b.atol or 0.0) or None, a.env)
+
+
+# ---------------------------------------------------------------- the fit
+
+def fit_steps(levels: np.ndarray, weights: np.ndarray, var: float, penalty: float) -> list[int]:
+    """Optimal partitioning of `levels` (weighted least squares, `penalty` per step, costs in
+    units of `var`): the indices where a new constant piece starts (0 excluded)."""
+    n = len(levels)
+    cw = np.concatenate([[0.0], np.cumsum(weights)])
+    cy = np.concatenate([[0.0], np.cumsum(weights * levels)])
+    cy2 = np.concatenate([[0.0], np.cumsum(weights * levels ** 2)])
+    best = np.full(n + 1, np.inf)
+    best[0] = -penalty
+    start = np.zeros(n + 1, dtype=int)
+    for t in range(1, n + 1):
+        s = np.arange(t)
+        w, wy, wy2 = cw[t] - cw[s], cy[t] - cy[s], cy2[t] - cy2[s]
+        cost = best[s] + (wy2 - wy ** 2 / w) / var + penalty
+        k = int(np.argmin(cost))
+        best[t], start[t] = cost[k], k
+    cuts, t = [], n
+    while t > 0:
+        t = int(start[t])
+        if t > 0:
+            cuts.append(t)
+    return sorted(cuts)
+
+
+@dataclass
+class Step:
+    at: int                 # index of the first segment after the step
+    ratio: float
+    ci_low: float
+    ci_high: float
+    before: float           # level before / after, ms
+    after: float
+
+
+def _step(at: int, m0: float, w0: float, m1: float, w1: float, var: float, sigma: float,
+          params: StepParams) -> tuple[Step, float]:
+    """The step from level m0 (weight w0) to m1, and its margin: > 0 when it is significant."""
+    delta, se = m1 - m0, math.sqrt(var * (1 / w0 + 1 / w1))
+    margin = min(abs(delta) - params.noise_k * sigma,
+                 abs(delta) - params.z * se - max(math.log(params.min_ratio), 0.0))
+    return Step(at, math.exp(delta), math.exp(delta - params.z * se), math.exp(delta + params.z * se),
+                math.exp(m0), math.exp(m1)), margin
+
+
+def _variance(sigma: float) -> float:
+    return (_MEDIAN_SE * sigma) ** 2
+
+
+def significant_steps(levels: np.ndarray, weights: np.ndarray, sigma: float, params: StepParams) -> list[Step]:
+    """fit_steps, then the least significant step dropped while one is below the noise."""
+    if float(levels.max() - levels.min()) <= params.noise_k * sigma:
+        return []     # no two pieces can differ by more than the levels' range: nothing to fit
+    var = _variance(sigma)
+    total = float(weights.sum())
+    penalty = params.penalty if params.penalty is not None else 3 * math.log(max(total, 3.0))
+    cuts = fit_steps(levels, weights, var, penalty)
+    while cuts:
+        bounds = [0, *cuts, len(levels)]
+        pieces = [(float(weights[a:b].sum()), float(np.average(levels[a:b], weights=weights[a:b])))
+                  for a, b in zip(bounds, bounds[1:])]
+        found = [_step(cut, pieces[i][1], pieces[i][0], pieces[i + 1][1], pieces[i + 1][0], var, sigma, params)
+                 for i, cut in enumerate(cuts)]
+        worst = int(np.argmin([margin for _, margin in found]))
+        if found[worst][1] > 0:
+            return [step for step, _ in found]
+        del cuts[worst]
+    return []
+
+
+def environment_steps(envs: list, levels: np.ndarray, weights: np.ndarray, sigma: float,
+                      params: StepParams) -> list[Step]:
+    """For a series whose environments recur (A, B, A, B...: interleaved rounds, a rollback):
+    each environment's runs pooled, and each change X -> Y compared once, where it first happens."""
+    pooled: dict[object, tuple[float, float]] = {}
+    for env, level, w in zip(envs, levels, weights):
+        w0, wy = pooled.get(env, (0.0, 0.0))
+        pooled[env] = (w0 + float(w), wy + float(w) * float(level))
+    var, seen, out = _variance(sigma), set(), []
+    for i in range(1, len(envs)):
+        x, y = envs[i - 1], envs[i]
+        if x == y or (x, y) in seen or (y, x) in seen:
+            continue
+        seen.add((x, y))
+        (wx, sx), (wy, sy) = pooled[x], pooled[y]
+        step, margin = _step(i, sx / wx, wx, sy / wy, wy, var, sigma, params)
+        if margin > 0:
+            out.append(step)
+    return out
+
+
+# ---------------------------------------------------------------- findings
+
+def modal_status(counts: dict[str, int]) -> Verdict | None:
+    """The status most runs of a segment had (ties: the worse), among verdicts that say the
+    target ran or failed; None when the segment has none."""
+    known = [(n, Verdict(s)) for s, n in counts.items() if s in Verdict._value2member_map_]
+    known = [(n, v) for n, v in known if v not in NOT_RUN]
+    if not known:
+        return None
+    return max(known, key=lambda nv: (nv[0], -_RANK[nv[1]]))[1]
+
+
+def _status_direction(before: Verdict, after: Verdict) -> str:
+    if before in PASSING and after in FAILING:
+        return REGRESSION
+    if before in FAILING and after in PASSING:
+        return IMPROVEMENT
+    return CHANGED
+
+
+def detect(a: Analytics, flt: HistoryFilter = HistoryFilter(), params: StepParams = StepParams()) -> list[Finding]:
+    """Every status change, latency step and error growth at an environment change, once each."""
+    params.check()
+    series = load_series(a, flt, params)
+    envs = {r[0]: tuple(r[1:]) for r in a.sql(
+        f"SELECT run_id, {', '.join(f'{f}::VARCHAR' for f in ENV_FIELDS)} FROM runs").rows}
+    out: list[Finding] = []
+    for s in series:
+        seen = set()
+        for f in _series_findings(s, envs, params):   # a change seen again (A, B, A, B...) is reported once
+            key = (f.kind, f.direction, f.changes, f.after if f.kind == "status" else None)
+            if key not in seen:
+                seen.add(key)
+                out.append(f)
+    if flt.versions:
+        out = [f for f in out if any(matches_version(f, v) for v in flt.versions)]
+    far = dt.datetime.max
+    out.sort(key=lambda f: (f.started or far, f.change, f.preset, f.kind, f.test_id, f.seed or 0))
+    return out
+
+
+def _series_findings(s: Series, envs: dict[str, tuple], params: StepParams) -> list[Finding]:
+    found: list[Finding] = []
+
+    def finding(kind: str, direction: str, prev: Segment, seg: Segment, before: str, after: str,
+                ratio: float | None = None, lo: float | None = None, hi: float | None = None) -> None:
+        changes = environment_changes(ENV_FIELDS, envs.get(prev.last_run, ()), envs.get(seg.first_run, ()))
+        found.append(Finding(kind, direction, s.host, s.test_id, s.seed, s.preset, seg.first_run,
+                             prev.last_run, seg.started, before, after, ratio, lo, hi, changes))
+
+    _status_findings(s, finding)
+    _metric_findings(s, params, finding)
+    timed = [g for g in s.segments if g.level is not None and g.timed > 0]
+    if len(timed) > 1:
+        levels = np.array([g.level for g in timed], dtype=float)
+        weights = np.array([g.timed for g in timed], dtype=float)
+        keys = [g.env for g in timed]
+        recurring = len(set(keys)) < len([e for i, e in enumerate(keys) if i == 0 or e != keys[i - 1]])
+        steps = (environment_steps(keys, levels, weights, s.sigma, params) if recurring
+                 else significant_steps(levels, weights, s.sigma, params))
+        for st in steps:
+            finding("latency", REGRESSION if st.ratio > 1 else IMPROVEMENT, timed[st.at - 1], timed[st.at],
+                    f"{st.before:.4g} ms", f"{st.after:.4g} ms", st.ratio, st.ci_low, st.ci_high)
+    return found
+
+
+def _status_findings(s: Series, finding) -> None:
+    prev, prev_status = None, None
+    for seg in s.segments:
+        status = seg.status
+        if status is None:
+            continue
+        if prev is not None and prev_status is not None and status != prev_status:
+            finding("status", _status_direction(prev_status, status), prev, seg, prev_status.value, status.value)
+        prev, prev_status = seg, status
+
+
+def _metric_findings(s: Series, params: StepParams, finding) -> None:
+    prev: Segment | None = None
+    for seg in s.segments:
+        after = seg.max_abs
+        if after is None:
+            continue
+        if prev is not None and prev.max_abs is not None \
+                and prev.status == seg.status:
+            before = prev.max_abs
+            atol = max(seg.atol or prev.atol or 1e-5, 1e-12)
+            grew = after > params.drift_factor * max(before, atol)
+            shrank = before > params.drift_factor * max(after, atol)
+            if grew or shrank:
+                finding("metric", REGRESSION if grew else IMPROVEMENT, prev, seg, f"{before:.3g}", f"{after:.3g}",
+                        max(after, atol) / max(before, atol))
+        prev = seg

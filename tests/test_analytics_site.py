@@ -1,0 +1,52 @@
+"""`opdiff report site`: a static folder of HTML over a history with planted changes, opened
+in headless Chromium as the HTML report is (tests/test_analytics_html.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from test_analytics_html import dump_dom, painted, require_chromium
+
+from opdiff_snap import api
+from opdiff_snap.analytics.findings import REGRESSION
+from opdiff_snap.analytics.planted import generate
+from opdiff_snap.analytics.site import page_name
+from opdiff_snap.core.config import Settings
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_site_pages_link_up_and_render_in_chromium(tmp_path):
+    store = tmp_path / "store"
+    generate(store, runs=18, tests=4, envs=3, plant_frac=0.2, seed=7, presets=("onnx_cpu_fp32", "coreml_any_fp16"))
+    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "report", "site",
+                           "-o", str(tmp_path / "site")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    index = tmp_path / "site" / "index.html"
+    page = index.read_text()
+    # presets x the three environments, each cell passed / results of the latest run there
+    assert page.count("<th class='env'>torch ") == 3
+    assert len(re.findall(r"<td class='(good|part|fail)'>\d+/4</td>", page)) == 6
+    links = re.findall(r"href='(tests/[^']+\.html)'", page)
+    assert len(links) == 4 and all((tmp_path / "site" / link).is_file() for link in links)
+    assert not re.search(r"(src|href)=['\"](http|file|/)", page)
+
+    found = api.regressions(settings=Settings(store=store))
+    step = next(f for f in found if f.kind == "latency" and f.direction == REGRESSION)
+    test_page = tmp_path / "site" / "tests" / f"{page_name(step.test_id)}.html"
+    html = test_page.read_text()
+    assert f"src='{page_name(step.test_id)}.png'" in html and step.run_id in html
+    assert (test_page.with_suffix(".png")).read_bytes()[:8] == PNG
+
+    require_chromium()
+    dom = dump_dom(index)
+    assert dom.count("<th class=\"env\">") == 3 and dom.count('<a href="tests/') == 4
+    pixels = painted(test_page, tmp_path / "shot.png", "900,2400")
+    # the plot (a separate file beside the page) was loaded and drawn: passing runs as green
+    # points, the detected slowdown as a red line
+    assert pixels[(0x3A, 0x9D, 0x4A)] > 60, "no passing runs were drawn"
+    assert pixels[(0xD0, 0x3A, 0x30)] > 60, "the detected step was not drawn"
