@@ -69,10 +69,11 @@ MEANINGS: dict[str, dict[str, str]] = {
         "error_bound": "rounding allowance used (baseline_factor x that error, capped)",
         "within_rounding": "elements outside atol/rtol that passed within rounding",
         "bias": "mean of (actual - reference) over the output whose bias is the largest share of its bound",
-        "bias_bound": "what that mean may be: 0.4 x the target's unit roundoff x max|reference|",
+        "bias_bound": "what that mean may be: 0.4 x the target's unit roundoff x max|expected| (x 8 on fp32), "
+                      "or 6 standard errors of it",
         "drift": "mean error in target ulps there (each element's clipped to +-4; the larger of toward +inf and "
                  "away from zero)",
-        "drift_bound": "what that mean may be: 0.5 ulps, or 6 standard errors of it when larger",
+        "drift_bound": "what that mean may be: 0.75 ulps (x 8 on fp32), or 6 standard errors of it when larger",
         "elementwise_ulps": "a single elementwise op on fp16/bf16: the largest error in target ulps against the "
                             "float64 result on target-rounded inputs",
         "failed_bound": "the bound a MISMATCH broke: nonfinite, exact, elementwise, normwise or bias",

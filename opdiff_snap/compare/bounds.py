@@ -23,14 +23,16 @@ ELEMENTWISE_ULPS = 4.0
 BIAS_MIN_ELEMENTS = 16
 BIAS_SHIFT = 0.4
 DRIFT_CLIP = 4.0
-DRIFT_BOUND = 0.5
+DRIFT_BOUND = 0.75
 DRIFT_SIGMAS = 6.0
 # How many ulps a correct kernel of each precision may be off by, in a consistent direction over
 # a range of inputs: fp16 and bf16 kernels compute in float32 and round once (half an ulp, both
-# ways), float32 ones are libm-class approximations accurate to a few ulps whose error may keep
-# its sign (measured: ExecuTorch's fp32 cos and log against torch's, 0.8 ulps on average one way).
+# ways); float32 ones are libm-class approximations accurate to a few ulps whose error may keep
+# its sign (measured: ExecuTorch's fp32 cos and log against torch's, 0.8 ulps on average one
+# way), and float32 running sums in another order wander together (ONNX Runtime's and
+# ExecuTorch's cumsum over 512 elements against torch's: a mean error of 2 ulps of the largest).
 # The bias bounds are in these units.
-KERNEL_ULPS = {"fp16": 1.0, "bf16": 1.0, "fp32": 4.0, "fp64": 4.0}
+KERNEL_ULPS = {"fp16": 1.0, "bf16": 1.0, "fp32": 8.0, "fp64": 8.0}
 
 
 def ulps(values: np.ndarray, u: float, tiny: float) -> np.ndarray:
