@@ -186,7 +186,7 @@ def survey_test(case: TestCase, invocation: Invocation, preset: Preset, cache_di
                 backend: Backend | None = None, threads: int = 0) -> Survey:
     """In a worker: every op of the test's graph that `preset` cannot lower, lowered here
     one after another (check runs it where the test's own job failed to lower)."""
-    from ..execution import flat_module
+    from ..execution.prepare import flat_module
 
     t0 = time.perf_counter()
     try:
@@ -243,7 +243,7 @@ class OpsTask:
 
     def run(self, context: WorkerContext = WorkerContext()) -> TestOps:
         from ..backends.registry import backend_for
-        from ..execution import flat_module
+        from ..execution.prepare import flat_module
         from ..suite.materialize import materialize
 
         out = TestOps(self.case.id)

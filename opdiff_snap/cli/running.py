@@ -12,7 +12,6 @@ from ..core.errors import OpdiffError
 from ..core.limits import FlagError, Number
 from ..core.safetext import printable
 from ..core.verdicts import NOT_FAILING, PRECEDENCE
-from ..suite.model import Tolerance
 from .app import (
     FORMAT_OPTION,
     JOBS,
@@ -255,6 +254,8 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
             raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
         options = {name: overrides for name in backends}
     seeds = _opdiff_seeds(seeds, num_sampled_inputs)
+    from ..suite.model import Tolerance
+
     given = (atol, rtol, baseline_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)

@@ -36,8 +36,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-import torch
-
 from .. import __version__
 from ..backends.base import Artifact, Preset
 from ..core import trees
@@ -78,6 +76,8 @@ def _invocation(job: Subject) -> Any:
 
 
 def _states_digest(job: Subject) -> str:
+    import torch
+
     h = hashlib.sha256()
     states = _invocation(job).states
     for side in sorted(states):
@@ -98,6 +98,8 @@ def _inputs_signature(job: Subject) -> Any:
 
 def runtime_versions(preset: Preset) -> dict[str, str]:
     """The versions that can change what exporting for `preset` produces."""
+    import torch
+
     return {"torch": torch.__version__, "opdiff_snap": __version__,
             **{p: _version(p) for p in RUNTIME_PACKAGES.get(preset.family, ())}}
 

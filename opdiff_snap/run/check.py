@@ -40,12 +40,14 @@ from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.verdicts import LOWERING_FAILURES, GoldenState, Verdict
-from ..execution import Job, Outcome, restore_outputs
 from ..execution.cache import cache_unusable
 from ..execution.gradients import can_differentiate
-from ..execution.job import WorkerContext
+from ..execution.job import Outcome, WorkerContext
+from ..execution.prepare import restore_outputs
+from ..execution.runner import Job
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from ..goldens.cases import GoldenCases, UntrustedGolden
+from ..goldens.model import golden_state
 from ..goldens.store import BaselineFailure
 from ..goldens.validate import definition_findings
 from ..history import runs as history
@@ -112,19 +114,6 @@ def _failed_message(failed: BaselineFailure) -> str:
     reason = failed.reason.removeprefix(f"baseline {failed.baseline}: ").rstrip(". ")
     return (f"no golden: the baseline {failed.baseline} failed on this test when it was recorded "
             f"({failed.at[:19]}): {reason}. Fix the test (or give it a `skip:`), then run `opdiff record`")
-
-
-def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> GoldenState:
-    """What the suites say of one golden: CORRUPT (unreadable metadata), ORPHAN (its test
-    no longer exists), STALE (its test or file: module changed), OK, or UNKNOWN when there
-    are no suites to tell. `current`: test id -> spec hash of the project's tests."""
-    if info.problem:
-        return GoldenState.CORRUPT
-    if current is None:
-        return GoldenState.UNKNOWN
-    if info.test_id not in current:
-        return GoldenState.ORPHAN
-    return GoldenState.STALE if info.spec_hash != current[info.test_id] else GoldenState.OK
 
 
 def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | None = None,
