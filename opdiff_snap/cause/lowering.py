@@ -119,6 +119,16 @@ class Survey:
 
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Survey:
+        return cls(str(data["preset"]), [UnsupportedOp.from_json(u) for u in data.get("ops") or []],
+                   int(data.get("calls") or 0), 0, 0.0, str(data.get("note") or ""))
+
+    @property
+    def lasting(self) -> bool:
+        """Whether the answer can be kept: no op's answer came from a crash or a timeout."""
+        return not any(u.stage in (Verdict.CRASH.value, Verdict.TIMEOUT.value) for u in self.ops)
+
 
 def answers_for(calls: Sequence[OpCall], preset: Preset, ask: Ask, cache: OpSupportCache | None,
                 backend: Backend | None = None) -> dict[tuple[str, str], OpVerdict]:

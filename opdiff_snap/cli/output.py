@@ -106,9 +106,15 @@ class ProgressDisplay:
                                soft_wrap=True)
 
 
+def verdict_label(r: Result) -> str:
+    """The verdict, marked `(cached)` where a failure was answered from the artifact cache."""
+    cached = r.cache_hit and r.verdict in (Verdict.EXPORT_FAIL, Verdict.LOAD_FAIL)
+    return f"{r.verdict.value} (cached)" if cached else r.verdict.value
+
+
 def _line(r: Result) -> str:
     """One result as a plain line (data escaped; print it with markup off)."""
-    text = f"{r.verdict.value:<18} {printable(r.test_id)} seed={r.seed} {printable(r.preset)}"
+    text = f"{verdict_label(r):<18} {printable(r.test_id)} seed={r.seed} {printable(r.preset)}"
     if r.infer_ms is not None:
         text += f" infer={r.infer_ms:.3f}ms"
     if r.metrics and r.verdict not in GOOD:
@@ -148,7 +154,7 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
         for r in failing[:limit]:
             m = r.metrics or {}
             metrics = (_fmt(m.get("max_abs")), _fmt(m.get("min_atol"))) if with_metrics else ()
-            table.add_row(r.verdict.value, _text(r.test_id), str(r.seed), _text(r.preset), *metrics,
+            table.add_row(verdict_label(r), _text(r.test_id), str(r.seed), _text(r.preset), *metrics,
                           _text(detail(r)))
         console.print(table)
         if len(failing) > limit:

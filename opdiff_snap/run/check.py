@@ -40,7 +40,7 @@ from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.verdicts import LOWERING_FAILURES, GoldenState, Verdict
-from ..execution.cache import cache_unusable
+from ..execution.cache import ArtifactCache, cache_key, cache_unusable
 from ..execution.gradients import can_differentiate
 from ..execution.job import Outcome, WorkerContext
 from ..execution.prepare import restore_outputs
@@ -457,12 +457,30 @@ class CheckJob(Job):
 
     def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
         outcome = super().run(context)
-        if self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None:
-            from ..cause.lowering import survey_test
+        if not (self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None):
+            outcome.survey = None
+            return outcome
+        from ..cause.lowering import Survey, survey_test
 
-            outcome.survey = survey_test(self.case, self.invocation, self.preset, self.cache_in(context),
-                                         threads=context.threads)
+        if isinstance(outcome.survey, dict):   # remembered with a cached failure
+            outcome.survey = Survey.from_json(outcome.survey)
+            return outcome
+        cache_dir = self.cache_in(context)
+        outcome.survey = survey = survey_test(self.case, self.invocation, self.preset, cache_dir,
+                                              threads=context.threads)
+        if cache_dir is not None and survey.lasting:
+            remember_survey(self, cache_dir, survey.to_json())
         return outcome
+
+
+def remember_survey(job: Job, cache_dir: Path | str, survey: dict[str, Any]) -> None:
+    """Add a survey to the failure the artifact cache remembers for `job` (if it does)."""
+    cache = ArtifactCache(cache_dir)
+    key = cache_key(job)
+    record = cache.failure(key)
+    if record is not None:
+        record.survey = survey
+        cache.remember_failure(key, record)
 
 
 def job_key(test_id: str, seed: int, preset: str) -> str:
