@@ -360,23 +360,12 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
-    suite_paths = find_suites(sel.suites, settings.suites)
-    golden_cases = GoldenCases(trust=request.trust_goldens)   # used only when no suite is given
-    if suite_paths:
-        plan = plan_from_suites(load_suites(suite_paths), store, seeds=sel.seeds, seed_list=sel.seed_list,
-                                test_ids=sel.test_ids, tags=sel.tags, report_orphans=not sel.suites)
-    else:
-        plan = plan_from_goldens(store, seeds=sel.seeds, seed_list=sel.seed_list, test_ids=sel.test_ids,
-                                 tags=sel.tags, cases=golden_cases)
-        if golden_cases.imported:
-            notice(listener, "--trust-goldens: the workers of this check import "
-                   + ", ".join(golden_cases.imported) + ", as the goldens' definitions name them")
-    if not plan.items and sel.narrowed:
-        raise OpdiffError(f"no test matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}; "
-                          "`opdiff list-tests` shows the ids. Nothing was checked.")
-
+    # the workers start and warm up the presets' backends while the run is planned
     pool = make_pool(settings, running.in_process, listener, running.python)
-    try:   # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
+    try:
+        pool.prestart(presets)
+        suite_paths, plan, golden_cases = _plan(request, store, settings, listener)
+        # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
         env = pool.environment()
         if pool.python is not None:
             notice(listener, f"workers run under {pool.python} (torch {env.get('torch')}, "
@@ -414,6 +403,26 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         writer.end(RunReport(writer.run_id, writer.path, "check", sinks.results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
 
+
+def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listener: Listener | None
+          ) -> tuple[list[Path], CheckPlan, GoldenCases]:
+    """The check's plan: from the suites, or from the goldens alone when there are none."""
+    sel = request.selection
+    suite_paths = find_suites(sel.suites, settings.suites)
+    golden_cases = GoldenCases(trust=request.trust_goldens)   # used only when no suite is given
+    if suite_paths:
+        plan = plan_from_suites(load_suites(suite_paths), store, seeds=sel.seeds, seed_list=sel.seed_list,
+                                test_ids=sel.test_ids, tags=sel.tags, report_orphans=not sel.suites)
+    else:
+        plan = plan_from_goldens(store, seeds=sel.seeds, seed_list=sel.seed_list, test_ids=sel.test_ids,
+                                 tags=sel.tags, cases=golden_cases)
+        if golden_cases.imported:
+            notice(listener, "--trust-goldens: the workers of this check import "
+                   + ", ".join(golden_cases.imported) + ", as the goldens' definitions name them")
+    if not plan.items and sel.narrowed:
+        raise OpdiffError(f"no test matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}; "
+                          "`opdiff list-tests` shows the ids. Nothing was checked.")
+    return suite_paths, plan, golden_cases
 
 
 def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset], identity: dict[str, Any],
