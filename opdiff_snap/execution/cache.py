@@ -33,6 +33,7 @@ decides those), and neither does an error of the machine (out of memory, an OSEr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -72,6 +73,7 @@ RUNTIME_PACKAGES = {
 }
 
 
+@functools.lru_cache(maxsize=None)   # a worker's packages do not change under it; asking costs ms
 def _version(package: str) -> str:
     try:
         return metadata.version(package)

@@ -3,7 +3,9 @@ through the backend of each preset the run needs, so that the exporter's and the
 runtime's first-use costs (imports, op registries, kernel tables; seconds for ONNX and
 ExecuTorch) are paid while the parent plans, not by the run's first job. Nothing it does
 reaches a result: a warm-up that fails costs only its time, and the first job then meets
-the same problem and reports it."""
+the same problem and reports it. Only the built-in families warm up: it runs before the
+worker is ready, where a plug-in that crashes or hangs would be taken for a worker that
+cannot start."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def warm_up(presets: Sequence[Preset], threads: int = 0) -> dict[str, float]:
     """Seconds each preset's warm-up took, by preset name (failures included)."""
     import torch
 
-    from ..backends.registry import backend_for
+    from ..backends.registry import backend_for, is_builtin
 
     class Tiny(torch.nn.Module):   # a flat module, as jobs hand backends (execution/prepare.py)
         def __init__(self) -> None:
@@ -38,6 +40,8 @@ def warm_up(presets: Sequence[Preset], threads: int = 0) -> dict[str, float]:
         t0 = time.perf_counter()
         try:
             backend = backend_for(preset)
+            if not is_builtin(backend):
+                continue
             avail = backend.availability(preset)
             if avail.can_export:
                 with tempfile.TemporaryDirectory(prefix="opdiff-warmup-") as tmp, torch.no_grad():

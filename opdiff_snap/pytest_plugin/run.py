@@ -2,7 +2,8 @@
 
 Made when a session is active (`--opdiff`) or the opdiff_golden fixture is first used,
 and finished at session end. Everything that runs user code or a backend goes through
-one Dispatcher over one WorkerPool, made at the first job and closed at session end.
+one Dispatcher over one WorkerPool, started when the session is configured (its workers
+warm up while pytest collects) and closed at session end.
 
 Suite items are queued all at once at the first item that runs (xdist: the item and
 the next one it was handed), so the pool's workers stay busy while pytest walks the
@@ -198,6 +199,13 @@ class SessionRun:
         if self._dispatcher is None:
             self._dispatcher = Dispatcher(make_pool(self.settings, in_process=False))
         return self._dispatcher
+
+    def start_workers(self) -> None:
+        """Start the pool's workers now, warming up the presets' backends while pytest
+        collects (not on an xdist controller, which runs no items)."""
+        controller = self.worker_id is None and bool(getattr(self.config.option, "numprocesses", None))
+        if self.options.backends and not controller:
+            self.dispatcher.pool.prestart(self.presets)
 
     def submit(self, key: str, make: Callable[[], Task | Ready]) -> None:
         self.dispatcher.submit(key, make)
