@@ -213,7 +213,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--baseline-factor", type=NON_NEGATIVE,
               help="Times the baseline's own rounding error a result may differ by (default 4; 0: off).")
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
-@click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact or a cached export/load failure exists.")
+@click.option("--no-cache", is_flag=True,
+              help="Re-export even when a cached artifact or a cached export/load failure exists.")
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")

@@ -292,6 +292,22 @@ class ArtifactCache:
             raise
 
 
+def holds_artifacts_of(root: Path | str, preset: str) -> bool:
+    """Whether the cache's local folder holds an artifact exported for `preset` (a run whose
+    jobs will mostly load rather than export needs no warm-up export)."""
+    try:
+        folder = open_tiers(root).root
+        for entry in folder.glob("*/*/entry.json"):
+            try:
+                if json.loads(entry.read_text()).get("preset") == preset:
+                    return True
+            except (OSError, ValueError):
+                continue
+    except (OSError, StorageError):
+        pass
+    return False
+
+
 def _name(key: str) -> str:
     """An entry's name in the cache: `<key[:2]>/<key>`."""
     return f"{key[:2]}/{key}"

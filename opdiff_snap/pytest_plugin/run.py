@@ -32,6 +32,7 @@ from ..compare.results import Result, RunReport
 from ..core.config import Settings, load_settings
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
+from ..execution.cache import holds_artifacts_of
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
@@ -205,7 +206,9 @@ class SessionRun:
         collects (not on an xdist controller, which runs no items)."""
         controller = self.worker_id is None and bool(getattr(self.config.option, "numprocesses", None))
         if self.options.backends and not controller:
-            self.dispatcher.pool.prestart(self.presets)
+            cached = self.use_cache and Path(str(self.settings.cache)).exists()
+            self.dispatcher.pool.prestart([p for p in self.presets
+                                           if not (cached and holds_artifacts_of(self.settings.cache, p.name))])
 
     def submit(self, key: str, make: Callable[[], Task | Ready]) -> None:
         self.dispatcher.submit(key, make)

@@ -40,7 +40,7 @@ from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.verdicts import LOWERING_FAILURES, GoldenState, Verdict
-from ..execution.cache import ArtifactCache, cache_key, cache_unusable
+from ..execution.cache import ArtifactCache, cache_key, cache_unusable, holds_artifacts_of
 from ..execution.gradients import can_differentiate
 from ..execution.job import Outcome, WorkerContext
 from ..execution.prepare import restore_outputs
@@ -360,10 +360,10 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
-    # the workers start and warm up the presets' backends while the run is planned
+    # the workers start, and warm up the backends of presets that will export, while the run is planned
     pool = make_pool(settings, running.in_process, listener, running.python)
     try:
-        pool.prestart(presets)
+        pool.prestart([p for p in presets if not (use_cache and holds_artifacts_of(settings.cache, p.name))])
         suite_paths, plan, golden_cases = _plan(request, store, settings, listener)
         # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
         env = pool.environment()
