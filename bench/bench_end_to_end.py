@@ -36,7 +36,8 @@ import sys, pickle, time
 from pathlib import Path
 from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.backends.registry import get_preset
-from opdiff_snap.execution import Job, run_job, restore_outputs
+from opdiff_snap.execution.prepare import restore_outputs
+from opdiff_snap.execution.runner import Job, run_job
 from opdiff_snap.compare.numerics import compare, tolerance_for
 from opdiff_snap.suite import load_suites
 suite, test_id, seed, preset_name, goldens = sys.argv[1:6]

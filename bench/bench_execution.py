@@ -29,7 +29,8 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 import torch  # noqa: E402
 
 from opdiff_snap.backends.registry import get_preset  # noqa: E402
-from opdiff_snap.execution import Job, WorkerPool  # noqa: E402
+from opdiff_snap.execution.pool import WorkerPool  # noqa: E402
+from opdiff_snap.execution.runner import Job  # noqa: E402
 from opdiff_snap.suite.model import Call, Invocation, TestCase  # noqa: E402
 
 # (op, args builder) pairs; shapes are small so that the overheads dominate, as in a real suite

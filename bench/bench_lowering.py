@@ -21,8 +21,9 @@ import torch
 
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.cause.lowering import module_graph, survey_graph
-from opdiff_snap.execution import WorkerPool, prepare_call
 from opdiff_snap.execution.op_support import OpSupportCache
+from opdiff_snap.execution.pool import WorkerPool
+from opdiff_snap.execution.prepare import prepare_call
 
 
 class LastHidden(torch.nn.Module):

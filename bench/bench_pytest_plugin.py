@@ -3,13 +3,16 @@ check`, and what the dormant plugin costs a session that does not use it.
 
     python bench/bench_pytest_plugin.py [-b onnx_cpu_fp32] [-j 2] [--reps 2] [--xdist]
     python bench/bench_pytest_plugin.py --dormant-only
+    python bench/bench_pytest_plugin.py --suite models.yaml --skip-dormant   # one suite file only
 
 Both checks run in a scratch project whose suites/ and goldens/ are links to this
 repository's, with the artifact cache `--cache` (default ./.opdiff-cache) shared and
 filled by one unmeasured check first, so both measured runs are warm; their histories go
 to the scratch project's store/. Runs alternate (check, pytest, check, pytest, ...) and
 the median of each is reported, with the 1-minute load average before each run.
-`--xdist` adds `pytest -n 2` (one worker process per xdist worker).
+`--xdist` adds `pytest -n 2` (one worker process per xdist worker). `--suite FILE` makes the
+scratch project of that one shipped suite file (and the folders beside it) and the goldens
+of its tests only, for a run whose fixed costs weigh as they do on a small project.
 
 The plugin is loaded through its pytest11 entry point; where the package was installed
 before that entry point existed, a scratch *.dist-info registers it.
@@ -85,6 +88,27 @@ def dormant(work: Path, env: dict[str, str], reps: int) -> None:
           f"blocked (-p no:opdiff): {statistics.median(off):.2f} s ({len(on)} runs each)")
 
 
+def one_suite(project: Path, name: str) -> None:
+    """suites/ with the one file (and the folders beside it, for its file: modules), and
+    goldens/ with the goldens of that file's tests."""
+    from opdiff_snap.goldens import GoldenStore
+    from opdiff_snap.suite import load_suites
+
+    suites = project / "suites"
+    suites.mkdir()
+    (suites / name).symlink_to(ROOT / "suites" / name)
+    for entry in (ROOT / "suites").iterdir():
+        if entry.is_dir():
+            (suites / entry.name).symlink_to(entry)
+    ids = {c.id for c in load_suites([ROOT / "suites" / name], check_names=False)}
+    goldens = project / "goldens"
+    goldens.mkdir()
+    shutil.copy(ROOT / "goldens" / "zarr.json", goldens)
+    for info in GoldenStore(ROOT / "goldens").index():
+        if info.test_id in ids:
+            shutil.copytree(ROOT / "goldens" / info.key, goldens / info.key)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-b", "--backend", default="onnx_cpu_fp32")
@@ -93,18 +117,24 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=ROOT / ".opdiff-cache")
     ap.add_argument("--xdist", action="store_true", help="also pytest -n 2")
     ap.add_argument("--dormant-only", action="store_true")
+    ap.add_argument("--skip-dormant", action="store_true")
+    ap.add_argument("--suite", help="one file of suites/ (say models.yaml): only its tests and goldens")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="opdiff-bench-pytest-"))
     try:
         env = plugin_env(work)
-        dormant(work, env, args.reps)
+        if not args.skip_dormant:
+            dormant(work, env, args.reps)
         if args.dormant_only:
             return
         project = work / "project"
         project.mkdir()
-        (project / "suites").symlink_to(ROOT / "suites")
-        (project / "goldens").symlink_to(ROOT / "goldens")
+        if args.suite:
+            one_suite(project, args.suite)
+        else:
+            (project / "suites").symlink_to(ROOT / "suites")
+            (project / "goldens").symlink_to(ROOT / "goldens")
         (project / "pyproject.toml").write_text(f'[tool.opdiff]\ncache = "{args.cache.resolve()}"\n')
         check = [sys.executable, "-m", "opdiff_snap.cli", "check", "-b", args.backend, "-j", str(args.jobs),
                  "--format", "json"]

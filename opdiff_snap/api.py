@@ -12,19 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .compare.results import Result, RunReport
 from .core.config import Settings
 from .core.verdicts import GoldenState, worst_state
-from .run.check import CheckRequest
-from .run.check import check as check_run
-from .run.pipeline import Running, Selection
-from .run.record import RecordRequest, add_references
-from .run.record import record as record_run
-from .run.upgrade import UpgradeReport, UpgradeUI, upgrade
 
-__all__ = ["Result", "RunReport", "UpgradeReport", "UpgradeUI", "add_references", "check", "compare_envs",
+if TYPE_CHECKING:  # the run modules import torch: each function imports what it runs
+    from .run.upgrade import UpgradeReport
+
+__all__ = ["Result", "RunReport", "add_references", "check", "compare_envs",
            "diff_page", "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency",
            "list_tests", "localize", "presets", "prune", "query", "record", "regressions", "repro", "runs", "schema",
            "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
@@ -65,6 +62,10 @@ def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_f
            listener: Callable[[Result], None] | None = None, reference: bool = True) -> RunReport:
     """Record goldens on `baseline` for every selected (test, seed) that has none or a
     stale one (all of them with `force`); run/record.py says what each result means."""
+    from .run.pipeline import Running, Selection
+    from .run.record import RecordRequest
+    from .run.record import record as record_run
+
     return record_run(RecordRequest(
         Selection(suites, test_ids, tags, seeds, seed_list), Running(in_process=in_process),
         baseline=baseline, preset_options=preset_options, force=force, skips=tuple(skips),
@@ -82,6 +83,10 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           require_delegated: bool = False) -> RunReport:
     """Check the goldens on the `backends` presets; run.check.CheckRequest says what each
     option means."""
+    from .run.check import CheckRequest
+    from .run.check import check as check_run
+    from .run.pipeline import Running, Selection
+
     running = Running(in_process=in_process, python=Path(python) if python is not None else None,
                       use_cache=use_cache)
     return check_run(CheckRequest(
@@ -89,6 +94,20 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
         preset_options=preset_options, skips=tuple(skips), tolerance=tolerance, resume=resume,
         trust_goldens=trust_goldens, shard=shard, run_group=run_group, require_delegated=require_delegated),
         settings=settings, argv=argv, listener=listener)
+
+
+def add_references(suites: Sequence[Path] | None = None, **options: Any) -> list[Result]:
+    """Give goldens recorded without a float64 reference one (run.record.add_references)."""
+    from .run.record import add_references as run
+
+    return run(suites, **options)
+
+
+def upgrade(withs: Sequence[str], **options: Any) -> UpgradeReport:
+    """Check the goldens with `withs` pinned and here, and diff the runs (run.upgrade.upgrade)."""
+    from .run.upgrade import upgrade as run
+
+    return run(withs, **options)
 
 
 # ---------------------------------------------------------------- history
@@ -226,7 +245,7 @@ def write_diff_page(diff, output: Path) -> Path:
 
 @dataclass
 class GoldenRow:
-    """The goldens of one test, and what the suites say of them (run.check.golden_state):
+    """The goldens of one test, and what the suites say of them (goldens.model.golden_state):
     the worst state of its goldens."""
 
     test_id: str
@@ -239,13 +258,13 @@ def _current(settings: Settings) -> dict[str, str] | None:
     from .suite import load_suites, suite_paths
 
     paths = suite_paths(None, settings.suites)
-    return {c.id: c.spec_hash for c in load_suites(paths)} if paths else None
+    return {c.id: c.spec_hash for c in load_suites(paths, check_names=False)} if paths else None
 
 
 def goldens(settings: Settings | None = None, test_ids=None) -> list[GoldenRow]:
     """Every golden grouped by test, with its state against the suites."""
     from .goldens import GoldenStore
-    from .run.check import golden_state
+    from .goldens.model import golden_state
     from .suite.selection import id_matches, parse_patterns
 
     settings = settings or Settings()
@@ -270,7 +289,7 @@ def prune(settings: Settings | None = None, delete: bool = False) -> list:
     """The goldens whose tests no longer exist in the suites (GoldenInfo); deleted with `delete`."""
     from .core.errors import OpdiffError
     from .goldens import GoldenStore
-    from .run.check import golden_state
+    from .goldens.model import golden_state
 
     settings = settings or Settings()
     current = _current(settings)

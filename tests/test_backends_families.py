@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from opdiff_snap.backends import availability, backend_for, get_preset
 from opdiff_snap.backends.base import Artifact
+from opdiff_snap.backends.registry import availability, backend_for, get_preset
 
 
 class Ops(torch.nn.Module):

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 import torch
 
-from opdiff_snap.backends import (
+from opdiff_snap.backends.base import Backend
+from opdiff_snap.backends.registry import (
     all_presets,
     availability,
     backend_for,
@@ -18,7 +19,6 @@ from opdiff_snap.backends import (
     preset_names,
     reload_plugins,
 )
-from opdiff_snap.backends.base import Backend
 from opdiff_snap.core.errors import OpdiffError
 
 BUILT_IN_PRESETS = (

@@ -23,7 +23,7 @@ from opdiff_snap.cause.localize import format_report, localize
 from opdiff_snap.cause.repro import write_node_repro
 from opdiff_snap.compare.numerics import tolerance_for
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.execution import WorkerPool
+from opdiff_snap.execution.pool import WorkerPool
 
 MODELS = SUITE.parent / "models.py"
 

@@ -7,8 +7,8 @@ import torch
 from helpers_execution.cases import job, module_case, op_case, x
 
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.execution import WorkerPool, restore_outputs
-from opdiff_snap.execution.pool import death_description
+from opdiff_snap.execution.pool import WorkerPool, death_description
+from opdiff_snap.execution.prepare import restore_outputs
 
 
 def relu_jobs(n, prefix="relu", preset="torch_cpu_fp32"):
@@ -114,3 +114,27 @@ def test_a_failure_quotes_what_the_backend_printed_during_that_job():
     assert "Missing operator: aten::made_up.out" in outcomes["loud"].error_message
     check_relu(outcomes["after0"])   # the worker survives and later jobs quote nothing stale
     assert "backend output" not in (outcomes["after0"].error_message or "")
+
+
+def test_warm_up_runs_each_presets_backend_and_leaves_the_random_stream_alone():
+    from opdiff_snap.backends.registry import get_preset
+    from opdiff_snap.execution.warmup import warm_up
+
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    spent = warm_up([get_preset("torch_cpu_fp32")])
+    assert list(spent) == ["torch_cpu_fp32"] and spent["torch_cpu_fp32"] >= 0
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+@pytest.mark.slow
+def test_warm_workers_serve_the_same_results():
+    from opdiff_snap.backends.registry import get_preset
+
+    with WorkerPool(jobs=1, timeout_s=120) as pool:
+        pool.prestart([get_preset("onnx_cpu_fp32")])
+        outcomes = list(pool.run(relu_jobs(2, preset="onnx_cpu_fp32")))
+    assert pool.started_workers == 1
+    for o in outcomes:
+        check_relu(o)

@@ -9,8 +9,9 @@ from helpers_execution.cases import job, module_case, op_case, x
 
 from opdiff_snap.backends.base import Preset
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.execution import restore_outputs, run_job
 from opdiff_snap.execution.cache import cache_key
+from opdiff_snap.execution.prepare import restore_outputs
+from opdiff_snap.execution.runner import run_job
 
 
 def test_torch_eager_topk_timings_and_structure():

@@ -15,7 +15,8 @@ from opdiff_snap.cli import main
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.importers.yamlwrite import yaml_float
-from opdiff_snap.suite import load_suites, materialize
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.materialize import materialize
 from opdiff_snap.suite.torch_call import TorchCall
 
 OPS = ["add", "cat", "nn.functional.conv2d", "fft.ifft", "empty_like", "nn.functional.dropout",

@@ -14,7 +14,8 @@ from helpers_tables import row_of, table_rows
 from opdiff_snap.core import trees
 from opdiff_snap.execution.gradients import record_grads
 from opdiff_snap.goldens import GoldenStore, store_key
-from opdiff_snap.suite import load_suites, materialize
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.materialize import materialize
 
 SUITE = """\
 dims: {B: 2, N: 4}

@@ -10,7 +10,8 @@ from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.goldens import Golden, GoldenStore, store_key
 from opdiff_snap.run.record import plan
-from opdiff_snap.suite import load_suites, materialize
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.materialize import materialize
 
 SUITE = """\
 tests:

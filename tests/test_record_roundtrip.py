@@ -16,7 +16,9 @@ from opdiff_snap import api
 from opdiff_snap.core import trees
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.suite import build_modules, load_suites, materialize, resolve_op
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.construct import build_modules, resolve_op
+from opdiff_snap.suite.materialize import materialize
 
 DTYPES = {  # dtype -> sampling fields
     "float16": "init: normal", "float32": "init: normal", "float64": "init: normal",

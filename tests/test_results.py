@@ -8,7 +8,7 @@ from pathlib import Path
 from opdiff_snap.analytics import ingest
 from opdiff_snap.analytics.schema import MEANINGS
 from opdiff_snap.backends.base import DelegatedOp, Delegation
-from opdiff_snap.compare.numerics import Metrics
+from opdiff_snap.compare.metrics import Metrics
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.op_support import UnsupportedOp

@@ -9,7 +9,9 @@ import pytest
 import torch
 import yaml
 
-from opdiff_snap.suite import build_modules, load_suites, materialize, resolve_op
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.construct import build_modules, resolve_op
+from opdiff_snap.suite.materialize import materialize
 
 SUITES = Path(__file__).resolve().parent.parent / "suites"
 FILES = ("core_aten.yaml", "nn_modules.yaml", "models.yaml")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from opdiff_snap.suite import load_suites, materialize
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.materialize import materialize
 from opdiff_snap.suite.schema import DTYPES
 
 FULL = Path(__file__).parent / "suites" / "full"

@@ -22,8 +22,9 @@ from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError, SuiteError
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.prepare import prepare_call, restore_outputs
-from opdiff_snap.suite import load_suites, materialize
+from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.locate import Kind, NotFound, locate_dotted
+from opdiff_snap.suite.materialize import materialize
 
 transformers = pytest.importorskip("transformers")
 

@@ -11,7 +11,8 @@ import sys
 STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+")   # a runtime's own log time
 LOG_LINE = re.compile(r"^[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*$", re.M)
 
-DROP = {"run_id", "ts", "times_all", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "repro"}
+# timings, ids, and whether the result came from the artifact cache (a cached failure says so)
+DROP = {"run_id", "ts", "times_all", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "repro", "cache_hit"}
 
 
 def clean(value):

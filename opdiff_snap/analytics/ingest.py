@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any
 
-from ..compare.numerics import Metrics
+from ..compare.metrics import Metrics
 from ..compare.results import JSON_KEYS, RES_FIELDS, Result
 from ..core.verdicts import OPDIFF_OK
 

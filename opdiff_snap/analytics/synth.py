@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compare.numerics import Metrics
+from ..compare.metrics import Metrics
 from ..compare.results import Result
 from ..core.verdicts import Verdict
 from ..suite.model import Tolerance

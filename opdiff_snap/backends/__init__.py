@@ -1,19 +1,4 @@
-"""Backends: the preset registry and one module per family (see docs/backends.md)."""
+"""Backends: the preset registry and one module per family (see docs/backends.md).
 
-from .base import Artifact, Availability, Backend, Preset, Runnable
-from .registry import (
-           ENTRY_POINT_GROUP,
-           all_presets,
-           availability,
-           backend_for,
-           families,
-           get_preset,
-           load_overrides,
-           plugin_errors,
-           preset_names,
-           reload_plugins,
-)
-
-__all__ = ["Artifact", "Availability", "Backend", "Preset", "Runnable", "ENTRY_POINT_GROUP",
-           "all_presets", "availability", "backend_for", "families", "get_preset",
-           "load_overrides", "plugin_errors", "preset_names", "reload_plugins"]
+Import from the modules (`base`, `registry`): this package's own import loads no family,
+so code that only names presets or reads results never imports torch or a runtime."""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a backend runs, not where presets are named
+    import torch
 
-Runnable = Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]]
+Runnable = Callable[[Sequence["torch.Tensor"]], Sequence["torch.Tensor"]]
 
-PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+PRECISION_DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 # What a preset may need from the machine it runs on beyond a CPU (Backend.requires). A
 # Ray node advertises each as a custom resource of the same name (docs/distributed.md);
@@ -37,7 +38,9 @@ class Preset:
 
     @property
     def dtype(self) -> torch.dtype:
-        return PRECISION_DTYPES[self.precision]
+        import torch
+
+        return getattr(torch, PRECISION_DTYPE_NAMES[self.precision])
 
     def to_json(self) -> dict[str, Any]:
         return {"family": self.family, "device": self.device,

@@ -107,6 +107,11 @@ def plugin_errors() -> list[str]:
     return list(_plugins()[1].values())
 
 
+def is_builtin(backend: Backend) -> bool:
+    """Whether `backend` is one of ours (a plug-in's may crash or hang where ours do not)."""
+    return any(backend is b for b in _BUILTIN)
+
+
 def families() -> dict[str, Backend]:
     out = {b.family: b for b in _BUILTIN}
     out.update(_plugins()[0])

@@ -60,9 +60,9 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
     """Run `piece` alone on `preset` and compare it with what the baseline computed."""
     from ..compare.numerics import Rounding, compare
     from ..core.errors import error_text
-    from ..execution import Job, prepare_call, run_job
-    from ..execution.prepare import nest_residuals
+    from ..execution.prepare import nest_residuals, prepare_call
     from ..execution.references import REDUCED
+    from ..execution.runner import Job, run_job
 
     try:
         prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)

@@ -213,7 +213,7 @@ def export_scope(module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any
     decomposition, the ops as the model's code calls them) and record every node on these
     inputs."""
     from ..backends.common import export_program
-    from ..execution import prepare_call
+    from ..execution.prepare import prepare_call
 
     prepared = prepare_call({"a": module}, list(args), dict(kwargs), where)
     try:

@@ -119,6 +119,16 @@ class Survey:
 
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Survey:
+        return cls(str(data["preset"]), [UnsupportedOp.from_json(u) for u in data.get("ops") or []],
+                   int(data.get("calls") or 0), 0, 0.0, str(data.get("note") or ""))
+
+    @property
+    def lasting(self) -> bool:
+        """Whether the answer can be kept: no op's answer came from a crash or a timeout."""
+        return not any(u.stage in (Verdict.CRASH.value, Verdict.TIMEOUT.value) for u in self.ops)
+
 
 def answers_for(calls: Sequence[OpCall], preset: Preset, ask: Ask, cache: OpSupportCache | None,
                 backend: Backend | None = None) -> dict[tuple[str, str], OpVerdict]:
@@ -186,7 +196,7 @@ def survey_test(case: TestCase, invocation: Invocation, preset: Preset, cache_di
                 backend: Backend | None = None, threads: int = 0) -> Survey:
     """In a worker: every op of the test's graph that `preset` cannot lower, lowered here
     one after another (check runs it where the test's own job failed to lower)."""
-    from ..execution import flat_module
+    from ..execution.prepare import flat_module
 
     t0 = time.perf_counter()
     try:
@@ -243,7 +253,7 @@ class OpsTask:
 
     def run(self, context: WorkerContext = WorkerContext()) -> TestOps:
         from ..backends.registry import backend_for
-        from ..execution import flat_module
+        from ..execution.prepare import flat_module
         from ..suite.materialize import materialize
 
         out = TestOps(self.case.id)

@@ -9,7 +9,6 @@ import click
 
 from ..core import limits
 from ..core.limits import Number
-from ..suite.model import Tolerance
 from .app import (
     FORMAT_OPTION,
     JOBS,
@@ -66,6 +65,7 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     from .. import api
     from ..cause.localize import format_report
     from ..core.trees import json_safe
+    from ..suite.model import Tolerance
 
     given = (atol, rtol, baseline_factor)
     report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,

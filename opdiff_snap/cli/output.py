@@ -107,8 +107,11 @@ class ProgressDisplay:
 
 
 def label(r: Result) -> str:
-    """The verdict as the tables show it: a MISMATCH torch itself shares at the target's
-    precision says so."""
+    """The verdict as the tables show it: `(cached)` where a failure was answered from the
+    artifact cache, `(precision-limited)` where torch itself shares a MISMATCH at the target's
+    precision."""
+    if r.cache_hit and r.verdict in (Verdict.EXPORT_FAIL, Verdict.LOAD_FAIL):
+        return f"{r.verdict.value} (cached)"
     return f"{r.verdict.value} (precision-limited)" if r.precision_limited else r.verdict.value
 
 

@@ -12,7 +12,6 @@ from ..core.errors import OpdiffError
 from ..core.limits import FlagError, Number
 from ..core.safetext import printable
 from ..core.verdicts import NOT_FAILING, PRECEDENCE
-from ..suite.model import Tolerance
 from .app import (
     FORMAT_OPTION,
     JOBS,
@@ -215,7 +214,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--baseline-factor", type=NON_NEGATIVE,
               help="Times the baseline's own rounding error a result may differ by (default 4; 0: off).")
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
-@click.option("--no-cache", is_flag=True, help="Re-export even when a cached artifact exists.")
+@click.option("--no-cache", is_flag=True,
+              help="Re-export even when a cached artifact or a cached export/load failure exists.")
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")
@@ -256,6 +256,8 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
             raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
         options = {name: overrides for name in backends}
     seeds = _opdiff_seeds(seeds, num_sampled_inputs)
+    from ..suite.model import Tolerance
+
     given = (atol, rtol, baseline_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)

@@ -24,9 +24,10 @@ registration gives only positions. It comes back as that container, not as its t
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:  # flatten/unflatten import it; json_safe and the history need none
+    import torch
 
 Structure = Any  # JSON-compatible nested dict/list
 MAX_DEPTH = 100   # levels of nesting below a structure's root, for every nested value stored
@@ -85,6 +86,8 @@ def as_container(x: Any) -> dict | tuple | None:
 def flatten(obj: Any, where: str = "the value") -> tuple[Structure, list[torch.Tensor]]:
     """(structure, tensor leaves). Raises TypeError for a value a golden cannot hold and
     ValueError (TooDeep, or keys that collide) naming `where`."""
+    import torch
+
     leaves: list[torch.Tensor] = []
 
     def walk(x: Any, depth: int) -> Structure:
@@ -117,6 +120,7 @@ def unflatten(structure: Structure, leaves: list[Any],
               special: dict[str, Callable[[dict], Any]] | None = None) -> Any:
     """Inverse of flatten; `leaves` may be tensors or arrays. `special` builds node kinds
     of the caller's own (a node may carry a `type` key beside its kind)."""
+    import torch
 
     def build(s: Structure) -> Any:
         kind = next(k for k in s if k != "type")

@@ -20,10 +20,20 @@ the same as a local cache's, so a runner re-checking unchanged goldens downloads
 artifacts instead of exporting them, and never gets one exported for anything else.
 A remote that fails mid-way only costs the cache: the lookup misses, the upload is
 skipped, the artifact is used from the local folder.
+
+Deterministic failures are kept under the same key: an export or a load that raised
+(EXPORT_FAIL, LOAD_FAIL) writes `failures/<key[:2]>/<key>.json` in the local folder with
+its verdict and message, and the next job with that key is answered from it without
+exporting (its outcome has `cache_hit`). The key holds everything that decides the
+answer (spec hash, weights, inputs' shapes, preset options, library versions), so a new
+version or a changed test asks again; a timeout or a crash never gets here (the pool
+decides those), and neither does an error of the machine (out of memory, an OSError).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -35,8 +45,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Protocol
-
-import torch
 
 from .. import __version__
 from ..backends.base import Artifact, Preset
@@ -65,6 +73,7 @@ RUNTIME_PACKAGES = {
 }
 
 
+@functools.lru_cache(maxsize=None)   # a worker's packages do not change under it; asking costs ms
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
@@ -78,6 +87,8 @@ def _invocation(job: Subject) -> Any:
 
 
 def _states_digest(job: Subject) -> str:
+    import torch
+
     h = hashlib.sha256()
     states = _invocation(job).states
     for side in sorted(states):
@@ -98,6 +109,8 @@ def _inputs_signature(job: Subject) -> Any:
 
 def runtime_versions(preset: Preset) -> dict[str, str]:
     """The versions that can change what exporting for `preset` produces."""
+    import torch
+
     return {"torch": torch.__version__, "opdiff_snap": __version__,
             **{p: _version(p) for p in RUNTIME_PACKAGES.get(preset.family, ())}}
 
@@ -158,6 +171,31 @@ def cache_unusable(root: Path | str) -> str | None:
     return None
 
 
+@dataclass
+class FailureRecord:
+    """A deterministic failure of one cache key, as it happened the first time."""
+
+    verdict: str                      # EXPORT_FAIL or LOAD_FAIL
+    error_class: str | None
+    error_message: str | None
+    delegation: dict[str, Any] | None = None   # Delegation.to_json(), for a LOAD_FAIL
+    survey: dict[str, Any] | None = None       # what check's survey of the test's ops found
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FailureRecord:
+        return cls(str(data["verdict"]), data.get("error_class"), data.get("error_message"),
+                   data.get("delegation"), data.get("survey"))
+
+
+def deterministic(exc: BaseException) -> bool:
+    """Whether an export or load error says something lasting about the inputs: not when
+    the machine ran out of memory or a file or socket failed."""
+    return not isinstance(exc, (MemoryError, OSError))
+
+
 class ArtifactCache:
     def __init__(self, root: Path | str):
         self.tiers = open_tiers(root)   # a cache behind a URL: a local folder in front of it
@@ -179,6 +217,28 @@ class ArtifactCache:
             pass
         self.evict(key, shared=False)
         return None
+
+    def _failure_path(self, key: str) -> Path:
+        return self.root / "failures" / key[:2] / f"{key}.json"
+
+    def failure(self, key: str) -> FailureRecord | None:
+        """The failure remembered for `key`, or None (an unreadable record is ignored)."""
+        try:
+            return FailureRecord.from_json(json.loads(self._failure_path(key).read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def remember_failure(self, key: str, record: FailureRecord) -> None:
+        """Write (or replace) the record atomically; a cache that cannot be written costs
+        only the next run's time."""
+        path = self._failure_path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_text(json.dumps(record.to_json(), default=str))
+            os.replace(tmp, path)
+        except OSError:
+            pass
 
     def evict(self, key: str, shared: bool = True) -> None:
         """Remove an entry (one that does not load: from the shared cache too)."""
@@ -230,6 +290,22 @@ class ArtifactCache:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+def holds_artifacts_of(root: Path | str, preset: str) -> bool:
+    """Whether the cache's local folder holds an artifact exported for `preset` (a run whose
+    jobs will mostly load rather than export needs no warm-up export)."""
+    try:
+        folder = open_tiers(root).root
+        for entry in folder.glob("*/*/entry.json"):
+            try:
+                if json.loads(entry.read_text()).get("preset") == preset:
+                    return True
+            except (OSError, ValueError):
+                continue
+    except (OSError, StorageError):
+        pass
+    return False
 
 
 def _name(key: str) -> str:

@@ -25,13 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import torch
-
 from ..backends.base import Backend, Preset
 from ..core.errors import error_text, headline
 from ..core.verdicts import Verdict
 from .cache import runtime_versions
-from .prepare import prepare_call
 
 
 @dataclass
@@ -74,6 +71,10 @@ class UnsupportedOp:
 def lower_alone(backend: Backend, preset: Preset, op: str, fn: Callable[..., Any], args: list[Any],
                 kwargs: dict[str, Any], signature: str, threads: int = 0) -> OpVerdict:
     """Export (and load, where this machine runs the preset) `fn(*args, **kwargs)` alone."""
+    import torch
+
+    from .prepare import prepare_call
+
     t0 = time.perf_counter()
 
     def verdict(stage: Verdict | None, error: str = "") -> OpVerdict:

@@ -45,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Generator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Sequence
 
 from ..core.errors import error_text
 from ..core.verdicts import STAGE_FAILURES, Verdict
@@ -59,6 +59,9 @@ from .interpreter import (
     resolve,
 )
 from .job import Task, WorkerContext
+
+if TYPE_CHECKING:
+    from ..backends.base import Preset
 
 _STOP = b"stop"
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
@@ -80,7 +83,7 @@ def hello_message(threads: int) -> bytes:
 
 
 def serve(conn: Connection, threads: int, log_path: str | None = None,
-          cache_dir: str | None = None) -> None:
+          cache_dir: str | None = None, warm: Sequence[Preset] = ()) -> None:
     """Entry point of a worker process. Its stdout and stderr (exporter chatter, library
     warnings, a native crash's last words) go to `log_path`, never into the run's output;
     the parent quotes the tail of that log when the worker dies."""
@@ -88,7 +91,7 @@ def serve(conn: Connection, threads: int, log_path: str | None = None,
     _lead_group()
     signal.signal(signal.SIGTERM, _stop)           # ... and stops a busy one with SIGTERM first
     try:
-        _serve(conn, threads, log_path, cache_dir)
+        _serve(conn, threads, log_path, cache_dir, warm)
     except Stopped:
         pass   # a normal exit: what the job's libraries registered (semaphores) is released
 
@@ -104,7 +107,8 @@ def _stop(signum, frame) -> None:
     raise Stopped()
 
 
-def _serve(conn: Connection, threads: int, log_path: str | None, cache_dir: str | None) -> None:
+def _serve(conn: Connection, threads: int, log_path: str | None, cache_dir: str | None,
+           warm: Sequence[Preset] = ()) -> None:
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()
@@ -122,6 +126,10 @@ def _serve(conn: Connection, threads: int, log_path: str | None, cache_dir: str 
         from ..backends import registry  # noqa: F401  (import once, before the first job)
     except ImportError:
         pass
+    if warm:
+        from .warmup import warm_up
+
+        warm_up(warm, threads)
     context = WorkerContext(threads=threads, cache_dir=Path(cache_dir) if cache_dir else None)
     conn.send_bytes(hello_message(threads))
     while True:
@@ -270,8 +278,6 @@ class _Worker:
     hello: dict | None = None     # what it said when it became ready
 
 
-
-
 def log_since(path: Path, offset: int, lines: int = 8, chars: int = 1000) -> str:
     """What a worker printed since `offset`, minus Python warnings' noise: its last lines."""
     sys.stderr.flush()
@@ -339,6 +345,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._logs: tempfile.TemporaryDirectory | None = None
         self.started_workers = 0   # how many processes were spawned (replacements included)
+        self.warm: tuple[Preset, ...] = ()   # presets each new worker warms up before its hello
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "WorkerPool":
@@ -357,7 +364,8 @@ class WorkerPool:
             proc = launch(self.python, child, self.threads, log)
         else:
             proc = self._ctx.Process(target=serve,
-                                     args=(child, self.threads, str(log), str(self.cache_dir or "") or None),
+                                     args=(child, self.threads, str(log), str(self.cache_dir or "") or None,
+                                           self.warm),
                                      name="opdiff-worker", daemon=True)
             proc.start()
         child.close()  # so that the parent sees EOF when the worker dies
@@ -377,17 +385,19 @@ class WorkerPool:
         except OSError:
             pass
 
-    def prestart(self) -> None:
-        """Start the workers now, so they import torch before the first job comes."""
+    def prestart(self, warm: Sequence[Preset] = ()) -> None:
+        """Start the workers now, so they import torch and warm up the `warm` presets'
+        backends (warmup.py; replacements too) before the first job comes."""
+        self.warm = tuple(warm)
         if not self.in_process:
             while len(self._workers) < self.n:
                 self._spawn()
 
     def close(self) -> None:
-        """Stop every worker: ask an idle one to stop and give it 2 s; stop a busy one with
-        SIGTERM (it leaves its job and exits normally) and give it STOP_BUSY_S; then kill
-        whoever is still there, and every worker's process group (what its jobs started) in
-        any case."""
+        """Stop every worker: kill one still starting; ask an idle one to stop and give it
+        2 s; stop a busy one with SIGTERM (it leaves its job and exits normally) and give it
+        STOP_BUSY_S; then kill whoever is still there, and every worker's process group
+        (what its jobs started) in any case."""
         workers, self._workers = list(self._workers), []
         for w in workers:
             try:
@@ -398,8 +408,8 @@ class WorkerPool:
             except (OSError, ProcessLookupError):
                 pass
         now = time.monotonic()
-        for w in workers:
-            end = now + (2.0 if w.job is None else STOP_BUSY_S)
+        for w in workers:   # one still starting holds nothing: it goes at once
+            end = now + (0.0 if not w.ready else 2.0 if w.job is None else STOP_BUSY_S)
             wait_exit(w.proc, max(0.0, end - time.monotonic()))
             self._discard(w, kill=True)
         if self._logs is not None:

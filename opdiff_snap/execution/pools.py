@@ -13,7 +13,7 @@ the same way before anything runs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Protocol, Sequence
 
 from ..core.config import Settings, parse_executor
 from ..core.errors import OpdiffError
@@ -41,6 +41,9 @@ class Pool(Protocol):
 
     def run(self, tasks: Iterable[Task]) -> Generator[Any, None, None]:
         """Each task's result, in completion order (see job.Task)."""
+
+    def prestart(self, warm: Sequence[Preset] = ()) -> None:
+        """Start the workers now and warm up the backends of `warm`, while the caller plans."""
 
     def environment(self) -> dict:
         """The environment the jobs run in, for a run's meta line."""

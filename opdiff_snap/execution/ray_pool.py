@@ -35,12 +35,15 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Sequence
 
 from ..core.errors import OpdiffError
 from ..core.verdicts import Verdict
 from .job import Task
 from .pool import STARTUP_TIMEOUT_S, WorkerPool
+
+if TYPE_CHECKING:
+    from ..backends.base import Preset
 
 SLIVER = 0.001            # of each required resource an actor asks Ray for
 ACTOR_GRACE_S = STARTUP_TIMEOUT_S + 60.0   # beyond the job timeout, before the parent gives up on an actor
@@ -90,10 +93,10 @@ def node_cache(cache: str | None) -> Path | None:
 class NodeWorker:
     """A Ray actor that runs tasks, one at a time, in one isolated worker subprocess."""
 
-    def __init__(self, timeout_s: float, slots: int, cache: str | None, threads: int = 1):
+    def __init__(self, timeout_s: float, slots: int, cache: str | None, warm: tuple = (), threads: int = 1):
         self.pool = WorkerPool(jobs=1, timeout_s=timeout_s, threads=threads, cache_dir=node_cache(cache),
                                raw=True)
-        self.pool.prestart()
+        self.pool.prestart(warm)
 
     def run(self, key: str, data: bytes) -> tuple:
         """("ok", the worker's pickled result) or ("failed", status, error class, message, pid)."""
@@ -199,6 +202,7 @@ class RayPool:
         self.python = None                # the nodes' own interpreters (describe() names them)
         self.threads = threads            # intra-op threads of every job, on every node
         self.started_workers = 0          # actors created (replacements included)
+        self.warm: tuple = ()             # the run's presets, warmed up by the actors of their family
         self._ray, self._owned = _connect(address, self.n)
         self._actor_class = self._ray.remote(NodeWorker)
         self._nodes: dict[str, _Node] = {}
@@ -310,11 +314,18 @@ class RayPool:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
             num_cpus=0, resources={node.resource_for(n): SLIVER for n in item.needs},
             max_restarts=0, max_task_retries=0,
-        ).remote(self.timeout_s, node.slots, _cache_arg(item.task), self.threads)
+        ).remote(self.timeout_s, node.slots, _cache_arg(item.task), self.warm_for(item), self.threads)
         self.started_workers += 1
         actor = _Actor(handle, node, kind)
         self._actors.append(actor)
         return actor
+
+    def prestart(self, warm: Sequence[Preset] = ()) -> None:
+        """Actors start with their first job's kind; each warms up the run's presets of its family."""
+        self.warm = tuple(warm)
+
+    def warm_for(self, item: _Item) -> tuple:
+        return tuple(p for p in self.warm if p.family == item.family)
 
     def _retire(self, actor: _Actor) -> None:
         if actor in self._actors:

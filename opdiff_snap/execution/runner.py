@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from ..backends.base import Artifact, Availability, Backend, Preset, Runnable
+from ..backends.base import Artifact, Availability, Backend, Delegation, Preset, Runnable
 from ..core.errors import error_text
 from ..core.verdicts import Verdict
 from ..suite.materialize import materialize
 from ..suite.model import Invocation, TestCase
-from .cache import ArtifactCache, cache_key
+from .cache import ArtifactCache, FailureRecord, cache_key, deterministic
 from .job import Outcome, WorkerContext
 from .prepare import Prepared, count_outputs, flat_module, restore_outputs
 from .references import elementwise_reference, float64_reference, precision_control
@@ -172,6 +172,11 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
     use_cache = job.cache_dir is not None and backend.serializes
     cache = ArtifactCache(job.cache_dir) if job.cache_dir is not None and use_cache else None
     key = cache_key(job) if cache is not None else ""
+    if cache is not None:
+        t0 = time.perf_counter()
+        known = cache.failure(key)
+        if known is not None:
+            return _remembered(job, known, (time.perf_counter() - t0) * 1e3)
     for attempt in (0, 1):  # a cached artifact that fails to load is evicted and rebuilt once
         cache_hit = False
         try:
@@ -193,7 +198,7 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
                 artifact = _export(backend, prepared, job, workdir)
                 export_ms = (time.perf_counter() - t0) * 1e3
         except Exception as exc:
-            return _fail(job, Verdict.EXPORT_FAIL, exc)
+            return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, exc), exc)
         timings = {"export_ms": export_ms, "cache_hit": cache_hit}
         delegation = _delegation(backend, artifact, job.preset)
         if not avail.can_run:
@@ -208,11 +213,32 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
                     cache.evict(key)
                     continue
                 out = _fail(job, Verdict.LOAD_FAIL, exc, **timings)
+                out.delegation = delegation
+                return _remember(cache, key, out, exc)
             else:
                 out = _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
         out.delegation = delegation
         return out
     raise AssertionError("unreachable")
+
+
+def _remember(cache: ArtifactCache | None, key: str, out: Outcome, exc: Exception) -> Outcome:
+    """Keep a deterministic EXPORT_FAIL / LOAD_FAIL under the job's cache key."""
+    if cache is not None and deterministic(exc):
+        delegation = out.delegation.to_json() if out.delegation is not None else None
+        cache.remember_failure(key, FailureRecord(out.status.value if out.status else "", out.error_class,
+                                                  out.error_message, delegation))
+    return out
+
+
+def _remembered(job: Job, known: FailureRecord, lookup_ms: float) -> Outcome:
+    """The outcome of a failure the cache remembers: the same verdict and message, marked
+    `cache_hit`; a survey remembered with it rides along as JSON (run/check.py reads it)."""
+    out = Outcome(job.key, Verdict(known.verdict), error_class=known.error_class,
+                  error_message=known.error_message, export_ms=lookup_ms, cache_hit=True)
+    out.delegation = Delegation.from_json(known.delegation) if known.delegation else None
+    out.survey = known.survey
+    return out
 
 
 def _delegation(backend: Backend, artifact: Artifact, preset: Preset) -> Any:

@@ -9,14 +9,15 @@ the packed array, shape, dtypes, sha256) sit in the golden array's attributes.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..core import trees
 from ..suite.model import Invocation
 from .model import Golden, GoldenInfo
 from .packed import PackError, TensorRecord
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = 1
 MARK = "opdiff_snap_golden"   # attribute that marks a group as a golden, value: the format version
@@ -25,6 +26,8 @@ INFO_FIELDS = ("test_id", "seed", "spec_hash", "suite", "test_type", "created")
 
 def encode(golden: Golden) -> tuple[dict[str, Any], list[tuple[str, torch.Tensor]]]:
     """(attributes without the `tensors` table, [(tensor name, tensor)])."""
+    import torch
+
     named: list[tuple[str, torch.Tensor]] = []
 
     def section(name: str, value: Any) -> Any:

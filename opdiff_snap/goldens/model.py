@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
+from ..core.verdicts import GoldenState
 from ..suite.model import Invocation
 
 
@@ -81,3 +82,16 @@ class CorruptGolden(OpdiffError):
         super().__init__(f"the golden of test '{shown}' seed {seed} is corrupt{at}: {self.reason}. "
                          "It will not be compared. Re-record it with "
                          f"`opdiff record --test-ids '{shown}' --force`.")
+
+
+def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> GoldenState:
+    """What the suites say of one golden: CORRUPT (unreadable metadata), ORPHAN (its test
+    no longer exists), STALE (its test or file: module changed), OK, or UNKNOWN when there
+    are no suites to tell. `current`: test id -> spec hash of the project's tests."""
+    if info.problem:
+        return GoldenState.CORRUPT
+    if current is None:
+        return GoldenState.UNKNOWN
+    if info.test_id not in current:
+        return GoldenState.ORPHAN
+    return GoldenState.STALE if info.spec_hash != current[info.test_id] else GoldenState.OK

@@ -19,24 +19,30 @@ import json
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import google_crc32c
-import torch
 
 from ..storage import ObjectTooLarge
+
+if TYPE_CHECKING:
+    import torch
 
 META = "zarr.json"
 CHUNK_BYTES = 64 * 2**20
 
-_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-           "float16", "float32", "float64", "complex64", "complex128")
-STORED_AS: dict[str, str] = {name: name for name in _NATIVE}   # torch dtype -> NumPy dtype of its bytes
-for _name, _as in (("bfloat16", "uint16"), ("complex32", "uint32"), ("float8_e4m3fn", "uint8"),
-                   ("float8_e5m2", "uint8"), ("float8_e4m3fnuz", "uint8"), ("float8_e5m2fnuz", "uint8")):
-    if hasattr(torch, _name):
-        STORED_AS[_name] = _as
-TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in STORED_AS}
+# torch dtype -> (NumPy dtype of its little-endian bytes, bytes per element); a table, so that
+# reading metadata (goldens ls, validation) needs no torch
+_LAYOUT: dict[str, tuple[str, int]] = {
+    "bool": ("bool", 1), "int8": ("int8", 1), "int16": ("int16", 2), "int32": ("int32", 4),
+    "int64": ("int64", 8), "uint8": ("uint8", 1), "uint16": ("uint16", 2), "uint32": ("uint32", 4),
+    "uint64": ("uint64", 8), "float16": ("float16", 2), "float32": ("float32", 4), "float64": ("float64", 8),
+    "complex64": ("complex64", 8), "complex128": ("complex128", 16), "bfloat16": ("uint16", 2),
+    "complex32": ("uint32", 4), "float8_e4m3fn": ("uint8", 1), "float8_e5m2": ("uint8", 1),
+    "float8_e4m3fnuz": ("uint8", 1), "float8_e5m2fnuz": ("uint8", 1),
+}
+STORED_AS: dict[str, str] = {name: stored for name, (stored, _) in _LAYOUT.items()}
+ITEMSIZE: dict[str, int] = {name: size for name, (_, size) in _LAYOUT.items()}
 
 
 class PackError(Exception):
@@ -64,7 +70,7 @@ class TensorRecord:
                       str(d["torch_dtype"]), str(d["sha256"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise PackError(f"its record is malformed ({exc!r})") from None
-        if rec.torch_dtype not in TORCH_DTYPES:
+        if rec.torch_dtype not in STORED_AS:
             raise PackError(f"unknown torch dtype {rec.torch_dtype!r}")
         if d.get("dtype") != STORED_AS[rec.torch_dtype]:
             raise PackError(f"dtype {d.get('dtype')!r} is not the NumPy dtype {rec.torch_dtype} is stored as")
@@ -73,13 +79,15 @@ class TensorRecord:
         numel = 1
         for n in rec.shape:
             numel *= n
-        if rec.offset < 0 or numel * TORCH_DTYPES[rec.torch_dtype].itemsize != rec.nbytes:
+        if rec.offset < 0 or numel * ITEMSIZE[rec.torch_dtype] != rec.nbytes:
             raise PackError(f"offset {rec.offset} / nbytes {rec.nbytes} do not fit shape {list(rec.shape)}")
         return rec
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
     """The tensor's elements in C order, little endian, as raw bytes."""
+    import torch
+
     if sys.byteorder != "little":  # pragma: no cover - every supported platform is little endian
         raise RuntimeError("the golden store writes little-endian data only")
     name = str(t.dtype).removeprefix("torch.")
@@ -179,6 +187,8 @@ def read_data(get: Callable[[str, int], bytes], meta: dict[str, Any], zarr_open:
 
 def unpack(data: bytes, records: dict[str, TensorRecord]) -> dict[str, torch.Tensor]:
     """Raises PackError naming the tensor whose bytes are out of range or fail sha256."""
+    import torch
+
     tensors = {}
     for name, rec in records.items():
         piece = data[rec.offset:rec.offset + rec.nbytes]
@@ -186,7 +196,7 @@ def unpack(data: bytes, records: dict[str, TensorRecord]) -> dict[str, torch.Ten
             raise PackError(f"tensor '{name}' lies outside the packed data")
         if hashlib.sha256(piece).hexdigest() != rec.sha256:
             raise PackError(f"sha256 of tensor '{name}' does not match the one recorded")
-        dtype = TORCH_DTYPES[rec.torch_dtype]
+        dtype = getattr(torch, rec.torch_dtype)
         tensors[name] = (torch.frombuffer(bytearray(piece), dtype=dtype).reshape(rec.shape) if piece
                          else torch.empty(rec.shape, dtype=dtype))
     return tensors

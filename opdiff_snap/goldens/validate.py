@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..core.limits import MAX_SEED
 from ..core.safetext import printable, unsafe_char
 from ..core.trees import MAX_DEPTH
 from .encode import FORMAT, MARK
-from .packed import STORED_AS, TORCH_DTYPES
+from .packed import ITEMSIZE, STORED_AS
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 TEST_TYPES = ("op", "module", "pair")
@@ -68,7 +66,7 @@ def record_problems(name: str, rec: Any, data_nbytes: int | None = None) -> list
         out.append(f"tensor '{name}': shape {shape!r} is not a list of non-negative integers")
         shape = None
     torch_dtype = rec.get("torch_dtype")
-    if torch_dtype not in TORCH_DTYPES:
+    if torch_dtype not in STORED_AS:
         out.append(f"tensor '{name}': torch_dtype {torch_dtype!r} is not a dtype a golden can hold")
         torch_dtype = None
     elif rec.get("dtype") != STORED_AS[torch_dtype]:
@@ -82,7 +80,7 @@ def record_problems(name: str, rec: Any, data_nbytes: int | None = None) -> list
     numel = 1
     for n in shape:
         numel *= n
-    need = numel * TORCH_DTYPES[torch_dtype].itemsize
+    need = numel * ITEMSIZE[torch_dtype]
     if need != rec["nbytes"]:
         out.append(f"tensor '{name}': shape {shape} of {torch_dtype} takes {need} bytes, but nbytes "
                    f"says {rec['nbytes']}")
@@ -134,7 +132,7 @@ def structure_problems(structure: Any, section: str) -> tuple[list[str], list[in
             if v not in ("nan", "inf", "-inf"):
                 out.append(f"{where}: a float node must hold 'nan', 'inf' or '-inf', not {v!r}")
         elif kind == "dtype":
-            if not isinstance(v, str) or not isinstance(getattr(torch, v, None), torch.dtype):
+            if not isinstance(v, str) or not _is_torch_dtype(v):
                 out.append(f"{where}: {v!r} is not a torch dtype")
         else:
             out.append(f"{where}: unknown structure node {kind!r}")
@@ -309,3 +307,9 @@ def definition_findings(test_id: str, definition: Any, suite: str, spec_hash: st
                                f"module(s) as they are now ({case.spec_hash[:12]}; {modules}): a module "
                                "changed since record (check: STALE) or the definition was edited")
     return found
+
+
+def _is_torch_dtype(name: str) -> bool:
+    import torch  # only a golden whose arguments hold a dtype gets here
+
+    return isinstance(getattr(torch, name, None), torch.dtype)

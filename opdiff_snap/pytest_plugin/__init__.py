@@ -110,6 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
         plugin.run().validate()
     except OpdiffError as exc:
         pytest.exit(f"opdiff: error: {exc}", returncode=2)
+    plugin.run().start_workers()
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -47,7 +47,7 @@ from ..core import trees
 from ..core.errors import OpdiffError
 from ..core.safetext import printable, unsafe_char
 from ..core.verdicts import Verdict
-from ..execution import Outcome
+from ..execution.job import Outcome
 from ..execution.user_call import NotShippable, UserCallJob, ship
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden
 from ..run.check import Pending, Planned, judge

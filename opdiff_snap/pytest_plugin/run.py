@@ -2,7 +2,8 @@
 
 Made when a session is active (`--opdiff`) or the opdiff_golden fixture is first used,
 and finished at session end. Everything that runs user code or a backend goes through
-one Dispatcher over one WorkerPool, made at the first job and closed at session end.
+one Dispatcher over one WorkerPool, started when the session is configured (its workers
+warm up while pytest collects) and closed at session end.
 
 Suite items are queued all at once at the first item that runs (xdist: the item and
 the next one it was handed), so the pool's workers stay busy while pytest walks the
@@ -31,6 +32,7 @@ from ..compare.results import Result, RunReport
 from ..core.config import Settings, load_settings
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
+from ..execution.cache import holds_artifacts_of
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
@@ -198,6 +200,15 @@ class SessionRun:
         if self._dispatcher is None:
             self._dispatcher = Dispatcher(make_pool(self.settings, in_process=False))
         return self._dispatcher
+
+    def start_workers(self) -> None:
+        """Start the pool's workers now, warming up the presets' backends while pytest
+        collects (not on an xdist controller, which runs no items)."""
+        controller = self.worker_id is None and bool(getattr(self.config.option, "numprocesses", None))
+        if self.options.backends and not controller:
+            cached = self.use_cache and Path(str(self.settings.cache)).exists()
+            self.dispatcher.pool.prestart([p for p in self.presets
+                                           if not (cached and holds_artifacts_of(self.settings.cache, p.name))])
 
     def submit(self, key: str, make: Callable[[], Task | Ready]) -> None:
         self.dispatcher.submit(key, make)

@@ -41,14 +41,15 @@ from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.verdicts import LOWERING_FAILURES, GoldenState, Verdict
-from ..execution import Job, Outcome, restore_outputs
-from ..execution.cache import cache_unusable
+from ..execution.cache import ArtifactCache, cache_key, cache_unusable, holds_artifacts_of
 from ..execution.gradients import can_differentiate
-from ..execution.job import WorkerContext
-from ..execution.prepare import nest_residuals
+from ..execution.job import Outcome, WorkerContext
+from ..execution.prepare import nest_residuals, restore_outputs
 from ..execution.references import REDUCED
+from ..execution.runner import Job
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from ..goldens.cases import GoldenCases, UntrustedGolden
+from ..goldens.model import golden_state
 from ..goldens.store import BaselineFailure
 from ..goldens.validate import definition_findings
 from ..history import runs as history
@@ -115,19 +116,6 @@ def _failed_message(failed: BaselineFailure) -> str:
     reason = failed.reason.removeprefix(f"baseline {failed.baseline}: ").rstrip(". ")
     return (f"no golden: the baseline {failed.baseline} failed on this test when it was recorded "
             f"({failed.at[:19]}): {reason}. Fix the test (or give it a `skip:`), then run `opdiff record`")
-
-
-def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> GoldenState:
-    """What the suites say of one golden: CORRUPT (unreadable metadata), ORPHAN (its test
-    no longer exists), STALE (its test or file: module changed), OK, or UNKNOWN when there
-    are no suites to tell. `current`: test id -> spec hash of the project's tests."""
-    if info.problem:
-        return GoldenState.CORRUPT
-    if current is None:
-        return GoldenState.UNKNOWN
-    if info.test_id not in current:
-        return GoldenState.ORPHAN
-    return GoldenState.STALE if info.spec_hash != current[info.test_id] else GoldenState.OK
 
 
 def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | None = None,
@@ -407,23 +395,12 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
-    suite_paths = find_suites(sel.suites, settings.suites)
-    golden_cases = GoldenCases(trust=request.trust_goldens)   # used only when no suite is given
-    if suite_paths:
-        plan = plan_from_suites(load_suites(suite_paths), store, seeds=sel.seeds, seed_list=sel.seed_list,
-                                test_ids=sel.test_ids, tags=sel.tags, report_orphans=not sel.suites)
-    else:
-        plan = plan_from_goldens(store, seeds=sel.seeds, seed_list=sel.seed_list, test_ids=sel.test_ids,
-                                 tags=sel.tags, cases=golden_cases)
-        if golden_cases.imported:
-            notice(listener, "--trust-goldens: the workers of this check import "
-                   + ", ".join(golden_cases.imported) + ", as the goldens' definitions name them")
-    if not plan.items and sel.narrowed:
-        raise OpdiffError(f"no test matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}; "
-                          "`opdiff list-tests` shows the ids. Nothing was checked.")
-
+    # the workers start, and warm up the backends of presets that will export, while the run is planned
     pool = make_pool(settings, running.in_process, listener, running.python)
-    try:   # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
+    try:
+        pool.prestart([p for p in presets if not (use_cache and holds_artifacts_of(settings.cache, p.name))])
+        suite_paths, plan, golden_cases = _plan(request, store, settings, listener)
+        # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
         env = pool.environment()
         if pool.python is not None:
             notice(listener, f"workers run under {pool.python} (torch {env.get('torch')}, "
@@ -461,6 +438,26 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         writer.end(RunReport(writer.run_id, writer.path, "check", sinks.results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
 
+
+def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listener: Listener | None
+          ) -> tuple[list[Path], CheckPlan, GoldenCases]:
+    """The check's plan: from the suites, or from the goldens alone when there are none."""
+    sel = request.selection
+    suite_paths = find_suites(sel.suites, settings.suites)
+    golden_cases = GoldenCases(trust=request.trust_goldens)   # used only when no suite is given
+    if suite_paths:
+        plan = plan_from_suites(load_suites(suite_paths), store, seeds=sel.seeds, seed_list=sel.seed_list,
+                                test_ids=sel.test_ids, tags=sel.tags, report_orphans=not sel.suites)
+    else:
+        plan = plan_from_goldens(store, seeds=sel.seeds, seed_list=sel.seed_list, test_ids=sel.test_ids,
+                                 tags=sel.tags, cases=golden_cases)
+        if golden_cases.imported:
+            notice(listener, "--trust-goldens: the workers of this check import "
+                   + ", ".join(golden_cases.imported) + ", as the goldens' definitions name them")
+    if not plan.items and sel.narrowed:
+        raise OpdiffError(f"no test matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}; "
+                          "`opdiff list-tests` shows the ids. Nothing was checked.")
+    return suite_paths, plan, golden_cases
 
 
 def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset], identity: dict[str, Any],
@@ -504,12 +501,30 @@ class CheckJob(Job):
 
     def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
         outcome = super().run(context)
-        if self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None:
-            from ..cause.lowering import survey_test
+        if not (self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None):
+            outcome.survey = None
+            return outcome
+        from ..cause.lowering import Survey, survey_test
 
-            outcome.survey = survey_test(self.case, self.invocation, self.preset, self.cache_in(context),
-                                         threads=context.threads)
+        if isinstance(outcome.survey, dict):   # remembered with a cached failure
+            outcome.survey = Survey.from_json(outcome.survey)
+            return outcome
+        cache_dir = self.cache_in(context)
+        outcome.survey = survey = survey_test(self.case, self.invocation, self.preset, cache_dir,
+                                              threads=context.threads)
+        if cache_dir is not None and survey.lasting:
+            remember_survey(self, cache_dir, survey.to_json())
         return outcome
+
+
+def remember_survey(job: Job, cache_dir: Path | str, survey: dict[str, Any]) -> None:
+    """Add a survey to the failure the artifact cache remembers for `job` (if it does)."""
+    cache = ArtifactCache(cache_dir)
+    key = cache_key(job)
+    record = cache.failure(key)
+    if record is not None:
+        record.survey = survey
+        cache.remember_failure(key, record)
 
 
 def job_key(test_id: str, seed: int, preset: str) -> str:

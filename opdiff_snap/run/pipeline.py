@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 from ..compare.results import Listener, Result
-from ..execution import Job, Outcome
+from ..execution.job import Outcome
 from ..execution.pools import Pool
+from ..execution.runner import Job
 from ..history import runs as history
 
 C = TypeVar("C")

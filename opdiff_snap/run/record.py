@@ -38,8 +38,9 @@ from ..core.config import Settings, apply_endpoint, parse_executor
 from ..core.environment import environment
 from ..core.errors import OpdiffError
 from ..core.verdicts import Verdict
-from ..execution import Job, Outcome, restore_outputs
-from ..execution.prepare import nest_residuals
+from ..execution.job import Outcome
+from ..execution.prepare import nest_residuals, restore_outputs
+from ..execution.runner import Job
 from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
 from ..goldens.store import BaselineFailure

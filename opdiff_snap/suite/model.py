@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 Node = Mapping[str, Any]  # a validated node with refs, dims and vars resolved (plain JSON)
 

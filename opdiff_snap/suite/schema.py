@@ -693,9 +693,10 @@ def parse_extension(key: str, raw: Any, where: Where, problems: Problems,
 
 
 def path_checker(problems: Problems, suite_dir: Path, cache: dict,
-                 roots: "SearchRoots") -> Callable[[Any, Where, bool], Any]:
+                 roots: "SearchRoots", locate: bool = True) -> Callable[[Any, Where, bool], Any]:
     """A `check_path` for NodeResolver: finds `file:` modules (see files.py) and what each
-    path names without importing user code (see locate.py); returns the canonical path."""
+    path names without importing user code (see locate.py); returns the canonical path.
+    With `locate=False` a dotted path is taken as written (torch's are not imported)."""
     from .files import display_path, find_file, split_file_path
     from .locate import NotFound, locate_dotted, locate_in_file, problem
 
@@ -710,10 +711,11 @@ def path_checker(problems: Problems, suite_dir: Path, cache: dict,
                     rel, name = split_file_path(path)
                     found = find_file(rel, suite_dir, roots)
                     canon = f"file:{Path(os.path.relpath(found, os.path.abspath(suite_dir))).as_posix()}::{name}"
-                    located = locate_in_file(found, name, display_path(found))
+                    cache[key] = (problem(locate_in_file(found, name, display_path(found)), path, module), canon)
+                elif not locate:
+                    cache[key] = (None, path)
                 else:
-                    canon, located = path, locate_dotted(path)
-                cache[key] = (problem(located, path, module), canon)
+                    cache[key] = (problem(locate_dotted(path), path, module), path)
             except (OpdiffError, NotFound) as exc:
                 cache[key] = (str(exc), path)
         error, canon = cache[key]

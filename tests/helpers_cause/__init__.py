@@ -19,7 +19,8 @@ _BLOCKED_RUNNER = ("import runpy, sys; sys.modules['opdiff_snap'] = None; "
 
 
 def load_case(test_id: str, seed: int = 0):
-    from opdiff_snap.suite import load_suites, materialize
+    from opdiff_snap.suite import load_suites
+    from opdiff_snap.suite.materialize import materialize
     case = next(c for c in load_suites([SUITE]) if c.id == test_id)
     return case, materialize(case, seed)
 

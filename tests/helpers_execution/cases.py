@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from opdiff_snap.execution import Job
+from opdiff_snap.execution.runner import Job
 from opdiff_snap.suite.construct import construct_module
 from opdiff_snap.suite.model import Call, Invocation, TestCase
 

@@ -1,0 +1,54 @@
+"""A worker's warm-up: before it says hello, it exports, loads and runs a tiny module
+through the backend of each preset the run needs, so that the exporter's and the
+runtime's first-use costs (imports, op registries, kernel tables; seconds for ONNX and
+ExecuTorch) are paid while the parent plans, not by the run's first job. Nothing it does
+reaches a result: a warm-up that fails costs only its time, and the first job then meets
+the same problem and reports it. Only the built-in families warm up: it runs before the
+worker is ready, where a plug-in that crashes or hangs would be taken for a worker that
+cannot start."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from ..backends.base import Preset
+
+
+def warm_up(presets: Sequence[Preset], threads: int = 0) -> dict[str, float]:
+    """Seconds each preset's warm-up took, by preset name (failures included)."""
+    import torch
+
+    from ..backends.registry import backend_for, is_builtin
+
+    class Tiny(torch.nn.Module):   # a flat module, as jobs hand backends (execution/prepare.py)
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (torch.relu(self.linear(x)),)
+
+    with torch.random.fork_rng(devices=[]):   # the jobs' random streams stay as they were
+        module = Tiny().eval()
+    inputs = (torch.linspace(-1.0, 1.0, 8).reshape(2, 4),)
+    spent: dict[str, float] = {}
+    for preset in presets:
+        t0 = time.perf_counter()
+        try:
+            backend = backend_for(preset)
+            if not is_builtin(backend):
+                continue
+            avail = backend.availability(preset)
+            if avail.can_export:
+                with tempfile.TemporaryDirectory(prefix="opdiff-warmup-") as tmp, torch.no_grad():
+                    artifact = backend.export(module, inputs, preset, Path(tmp))
+                    if avail.can_run:
+                        backend.load(artifact, preset, threads=threads)(list(inputs))
+        except Exception:
+            pass   # the first job that needs this backend says what is wrong
+        spent[preset.name] = time.perf_counter() - t0
+    return spent

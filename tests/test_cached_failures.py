@@ -1,0 +1,104 @@
+"""A deterministic EXPORT_FAIL or LOAD_FAIL is kept in the artifact cache and served from
+it, with its original message, on the next check with the same inputs, marked cached in
+the history and the table; --no-cache asks the backend again; a timeout is never kept.
+Real ONNX export and ONNX Runtime: `i0` has no ONNX translation (EXPORT_FAIL), `mm_bf16`
+exports but ONNX Runtime has no bfloat16 MatMul kernel (LOAD_FAIL)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from opdiff_snap import api
+from opdiff_snap.cli import main
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
+
+REPO = Path(__file__).resolve().parents[1]
+SUITE = REPO / "suites" / "core_aten.yaml"
+FAILING = {"i0": Verdict.EXPORT_FAIL, "mm_bf16": Verdict.LOAD_FAIL}
+PRESET = "onnx_cpu_fp32"
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+def _project(root: Path) -> Settings:
+    """The shipped goldens of the failing tests, copied (no record needed)."""
+    goldens = root / "goldens"
+    goldens.mkdir(parents=True)
+    shutil.copy(REPO / "goldens" / "zarr.json", goldens)
+    for test_id in FAILING:
+        (golden,) = (REPO / "goldens").glob(f"{test_id}-*-s0")
+        shutil.copytree(golden, goldens / golden.name)
+    return Settings(suites=SUITE.parent, goldens=goldens, store=root / "store", cache=root / "cache",
+                    jobs=1, repeats=1)
+
+
+def _check(settings: Settings, **options):
+    report = api.check([SUITE], backends=[PRESET], test_ids=list(FAILING), settings=settings, in_process=True,
+                       **options)
+    return {r.test_id: r for r in report.results}
+
+
+def _items(path: Path) -> dict[str, dict]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return {d["id"]: d for d in lines if d.get("type") == "item"}
+
+
+def _failure_records(settings: Settings) -> list[Path]:
+    return sorted((Path(settings.cache) / "failures").glob("*/*.json"))
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    settings = _project(tmp_path_factory.mktemp("cached-failures"))
+    return settings, _check(settings)
+
+
+def test_the_first_run_asks_the_backend_and_keeps_each_failure(cold):
+    settings, results = cold
+    for test_id, verdict in FAILING.items():
+        assert results[test_id].verdict is verdict, results[test_id].message
+        assert not results[test_id].cache_hit
+    assert len(_failure_records(settings)) == len(FAILING)
+
+
+def test_a_re_check_serves_them_from_the_cache_with_the_original_message(cold):
+    settings, first = cold
+    cli = CliRunner().invoke(main, ["--goldens", str(settings.goldens), "--store", str(settings.store),
+                                    "--cache", str(settings.cache), "check", str(SUITE), "-b", PRESET,
+                                    "--in-process", "-j", "1", "--repeats", "1",
+                                    "--test-ids", ";".join(FAILING)])
+    assert cli.exit_code == 1, cli.output
+    assert "EXPORT_FAIL (cached)" in cli.output and "LOAD_FAIL (cached)" in cli.output
+    runs = sorted((Path(settings.store) / "runs").glob("*.jsonl"))
+    before, after = _items(runs[0]), _items(runs[-1])
+    for test_id in FAILING:
+        a, b = before[test_id], after[test_id]
+        assert b["cache_hit"] is True and a["cache_hit"] is False
+        for key in ("status", "error_class", "error_message", "unsupported_ops"):
+            assert b[key] == a[key], key
+        assert b["unsupported_ops"], "the survey of the test's ops is kept with the failure"
+    assert first["i0"].message == api.query(
+        "SELECT error_message FROM results WHERE test_id = 'i0' AND cache_hit", settings).rows[0][0]
+
+
+def test_no_cache_asks_the_backend_again(cold):
+    settings, first = cold
+    again = _check(settings, use_cache=False)
+    for test_id, verdict in FAILING.items():
+        assert again[test_id].verdict is verdict and not again[test_id].cache_hit
+        assert again[test_id].message == first[test_id].message
+
+
+def test_a_timeout_is_never_kept(tmp_path):
+    settings = _project(tmp_path)
+    cli = CliRunner().invoke(main, ["--goldens", str(settings.goldens), "--store", str(settings.store),
+                                    "--cache", str(settings.cache), "check", str(SUITE), "-b", PRESET,
+                                    "-j", "1", "--timeout-s", "0.1", "--test-ids", "i0"])
+    assert "TIMEOUT" in cli.output, cli.output
+    assert _failure_records(settings) == []
