@@ -371,9 +371,8 @@ def leaf_rules(expected: Any, tol: Tolerance, rounding: Rounding | None) -> list
 def _apply_rule(out: _Leaf, rule: LeafRule, af: np.ndarray) -> np.ndarray:
     """The excess of every element over `rule`; records on `out` what the message and the
     metrics say of it."""
-    excess = excess_over(rule, af)
+    excess, first = excess_over(rule, af)
     out.precision = rule.precision
-    first = np.abs(af - rule.bands[0].centre) - rule.bands[0].width
     if rule.kind == "elementwise":
         exact_answer = rule.bands[0].centre
         in_ulps = np.abs(af - exact_answer) / ulps(exact_answer, rule.u or 0.0, rule.tiny)

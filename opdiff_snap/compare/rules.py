@@ -159,9 +159,14 @@ def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: To
     return rule
 
 
-def excess_over(rule: LeafRule, af: np.ndarray) -> np.ndarray:
-    """How far each element lies outside the nearest band of `rule` (<= 0: it passes)."""
-    best = np.abs(af - rule.bands[0].centre) - rule.bands[0].width
+def excess_over(rule: LeafRule, af: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How far each element lies outside the nearest band of `rule` (<= 0: it passes), and
+    outside the first band alone."""
+    first = np.abs(af - rule.bands[0].centre)
+    first -= rule.bands[0].width
+    best = first
     for band in rule.bands[1:]:
-        best = np.minimum(best, np.abs(af - band.centre) - band.width)
-    return best
+        other = np.abs(af - band.centre)
+        other -= band.width
+        best = np.minimum(best, other)
+    return best, first
