@@ -42,7 +42,9 @@ ALL = {"exp", "gelu", "sigmoid", "silu", "add", "softmax", "sum_dim", "mean_dim"
 # what each bug reaches: a bug inside the test's atol (`tiny`, whose outputs are ~1e-30) is
 # one the suite accepts
 REACHED = {
-    "bugoffset_cpu_fp16": ALL,
+    # an offset of M/1000 on 16 sums of 8 values, each off by as much from fp16 rounding alone:
+    # too few elements to tell (the bench counts it below reach)
+    "bugoffset_cpu_fp16": ALL - {"sum_dim"},
     "bugsmall_cpu_fp16": ALL,
     "bugapprox_cpu_fp16": {"gelu"},
     # one ulp on 16 sums or means of 8 values each: too few, and too noisy near zero, to tell

@@ -70,10 +70,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "within_rounding": "elements outside atol/rtol that passed within rounding",
         "bias": "mean of (actual - reference) over the output whose bias is the largest share of its bound",
         "bias_bound": "what that mean may be: 0.4 x the target's unit roundoff x max|expected| (x 8 on fp32), "
-                      "or 6 standard errors of it",
+                      "or a t quantile of standard errors of it by the means of its rows",
         "drift": "mean error in target ulps there (each element's clipped to +-4; the larger of toward +inf and "
                  "away from zero)",
-        "drift_bound": "what that mean may be: 0.75 ulps (x 8 on fp32), or 6 standard errors of it when larger",
+        "drift_bound": "what that mean may be: 0.75 ulps (x 8 on fp32), or more where its rows' means vary",
         "elementwise_ulps": "a single elementwise op on fp16/bf16: the largest error in target ulps against the "
                             "float64 result on target-rounded inputs",
         "failed_bound": "the bound a MISMATCH broke: nonfinite, exact, elementwise, normwise or bias",

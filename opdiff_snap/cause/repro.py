@@ -29,7 +29,7 @@ import torch
 
 from ..backends.base import Preset
 from ..backends.registry import backend_for
-from ..compare.bounds import BIAS_MIN_ELEMENTS, BIAS_SHIFT, DRIFT_BOUND, DRIFT_CLIP, DRIFT_SIGMAS
+from ..compare.bounds import BIAS_MIN_ELEMENTS, BIAS_SHIFT, DRIFT_BOUND, DRIFT_CLIP, T_QUANTILE
 from ..compare.numerics import Rounding, leaf_rules
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
@@ -44,7 +44,7 @@ SCRIPT_VERDICTS = "".join(f"{v.value} = {v.value!r}\n" for v in (   # the verdic
 
 # the bias bound's parameters, written into every script (compare/bounds.py)
 BIAS_CONSTANTS = {"BIAS_MIN_ELEMENTS": BIAS_MIN_ELEMENTS, "BIAS_SHIFT": BIAS_SHIFT, "DRIFT_CLIP": DRIFT_CLIP,
-                  "DRIFT_BOUND": DRIFT_BOUND, "DRIFT_SIGMAS": DRIFT_SIGMAS}
+                  "DRIFT_BOUND": DRIFT_BOUND, "T_QUANTILE": T_QUANTILE}
 
 EMBED_LIMIT = 256 * 1024  # bytes of torch.save data embedded in the script; larger goes beside it
 
@@ -102,16 +102,25 @@ def bands(rule, e):
     return out
 
 
-def mean_and_bound(z, floor):
-    """mean(z) and its bound: the floor, or DRIFT_SIGMAS standard errors of the mean by the
-    means of contiguous blocks, when larger."""
-    blocks = max(4, min(32, z.numel() // 16))
-    means = torch.stack([chunk.mean() for chunk in torch.tensor_split(z, blocks)])
-    spread = means.std(correction=1).item() / math.sqrt(blocks)
-    return z.mean().item(), max(floor, DRIFT_SIGMAS * spread)
+def blocks_of(n, row):
+    """Index blocks for batch means: the rows of the last dimension (4 to 32 of them, consecutive
+    rows merged), or 4 contiguous chunks when there are fewer than 4 rows."""
+    rows = n // row if row > 0 else 0
+    if rows < 4 or rows * row != n:
+        return list(torch.tensor_split(torch.arange(n), 4))
+    return [g.reshape(-1) for g in torch.tensor_split(torch.arange(n).reshape(rows, row), min(rows, 32))]
 
 
-def biased(rule, e, a):
+def mean_and_bound(x, floor, blocks):
+    """The mean over the blocks' elements, and what it may be: the floor, or T_QUANTILE standard
+    errors of it by the block means when larger."""
+    blocks = [b for b in blocks if b.numel()]
+    means = torch.stack([x[b].mean() for b in blocks])
+    spread = means.std(correction=1).item() / math.sqrt(len(blocks))
+    return x[torch.cat(blocks)].mean().item(), max(floor, T_QUANTILE[len(blocks) - 4] * spread)
+
+
+def biased(rule, e, a, row):
     """Whether the errors point one way (the bias bound): the mean error, and the mean error in
     ulps toward +inf and away from zero, each within its bound."""
     centre = {"expected": e, "reference": rule["reference"], "own": rule["bias_centre"]}.get(rule["bias_on"])
@@ -119,23 +128,27 @@ def biased(rule, e, a):
         return False
     usable = torch.isfinite(a) & torch.isfinite(centre)
     a, centre = a[usable], centre[usable]
-    if a.numel() < BIAS_MIN_ELEMENTS:
+    n = a.numel()
+    if n < BIAS_MIN_ELEMENTS:
         return False
     magnitude = centre.abs().max().item()
     if magnitude == 0.0 or not math.isfinite(magnitude):
         return False
     diff, k = a - centre, rule["kernel_ulps"]
     shrunk = torch.sign(diff) * (diff.abs() - rule["atol"]).clamp_min(0.0)
-    shift, shift_bound = mean_and_bound(shrunk, BIAS_SHIFT * k * rule["u"] * magnitude)
+    shift, shift_bound = mean_and_bound(shrunk, BIAS_SHIFT * k * rule["u"] * magnitude, blocks_of(n, row))
     if abs(shift) > shift_bound:
         return True
     unit = ulps(centre, rule["u"], rule["tiny"])
     seen = unit > rule["atol"]          # the mean error in ulps, where the tolerance resolves an ulp
     if int(seen.sum()) < BIAS_MIN_ELEMENTS:
         return False
-    z = (diff[seen] / unit[seen]).clamp(-DRIFT_CLIP, DRIFT_CLIP)
-    up, up_bound = mean_and_bound(z, DRIFT_BOUND * k)
-    out, out_bound = mean_and_bound(z * torch.sign(centre[seen]), DRIFT_BOUND * k)
+    z = (diff / unit).clamp(-DRIFT_CLIP, DRIFT_CLIP)
+    blocks = [b[seen[b]] for b in blocks_of(n, row)]
+    if sum(1 for b in blocks if b.numel()) < 4:
+        return False
+    up, up_bound = mean_and_bound(z, DRIFT_BOUND * k, blocks)
+    out, out_bound = mean_and_bound(z * torch.sign(centre), DRIFT_BOUND * k, blocks)
     return max(abs(up) / up_bound, abs(out) / out_bound) > 1.0
 
 
@@ -170,7 +183,8 @@ def compare(expected, actual, rules):
             nonfinite = (en != an) | (~finite & ~en & ~an & (ef != af))
             bad = nonfinite | (finite & (excess > 0))
             failed = "nonfinite" if bool(nonfinite.any()) else rule["kind"]
-            if not bool(bad.any()) and rule["bias_on"] is not None and biased(rule, ef, af):
+            if not bool(bad.any()) and rule["bias_on"] is not None and \
+                    biased(rule, ef, af, e.shape[-1] if e.dim() else 1):
                 failed = "bias"
         if e.dim() and e.shape[-1] == 2 and rule is not None and rule.get("complex"):
             bad = bad.reshape(-1, 2).any(dim=1)

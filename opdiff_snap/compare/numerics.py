@@ -368,7 +368,7 @@ def leaf_rules(expected: Any, tol: Tolerance, rounding: Rounding | None) -> list
     return rules
 
 
-def _apply_rule(out: _Leaf, rule: LeafRule, af: np.ndarray) -> np.ndarray:
+def _apply_rule(out: _Leaf, rule: LeafRule, af: np.ndarray, row: int) -> np.ndarray:
     """The excess of every element over `rule`; records on `out` what the message and the
     metrics say of it."""
     excess, first = excess_over(rule, af)
@@ -384,7 +384,8 @@ def _apply_rule(out: _Leaf, rule: LeafRule, af: np.ndarray) -> np.ndarray:
         out.within_rounding = int(np.count_nonzero((first > 0) & (excess <= 0)))
     if rule.u is not None and rule.bias_centre is not None:
         usable = np.isfinite(af) & np.isfinite(rule.bias_centre)
-        out.bias = bias(af[usable], rule.bias_centre[usable], rule.u, rule.tiny, rule.atol, rule.kernel_ulps)
+        out.bias = bias(af[usable], rule.bias_centre[usable], rule.u, rule.tiny, rule.atol, rule.kernel_ulps,
+                        row)
         out.kernel_ulps = rule.kernel_ulps
     return excess
 
@@ -402,7 +403,7 @@ def _leaf_values(out: _Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, a
         r = rtol * abs_e
         finite = None if np.isfinite(d).all() else (np.isfinite(ef) & np.isfinite(af))
         assert rule is not None, "a floating leaf has its rule"
-        excess = _apply_rule(out, rule, af)
+        excess = _apply_rule(out, rule, af, shape[-1] if shape else 1)
         bad = excess > 0
         nonfinite_bad = None
         if finite is not None:  # slow path: NaN/Inf present somewhere
