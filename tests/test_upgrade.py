@@ -211,8 +211,9 @@ def test_worker_environment_without_opdiff_snap(project, tmp_path):
     assert f"{bare} -m pip install -e" in proc.stderr and "nothing was run" in proc.stderr
     assert run_files(project) == before and proc.stdout == ""
 
-    # opdiff-snap found there (a .pth to this checkout) but not torch: the import error and
-    # the install command with the extras
+    # opdiff-snap found there (a .pth to this checkout) but not its dependencies: the import
+    # error (the first missing package, whichever the worker imports first) and the install
+    # command with the extras
     import opdiff_snap
 
     subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(tmp_path / "notorch")], check=True)
@@ -221,7 +222,7 @@ def test_worker_environment_without_opdiff_snap(project, tmp_path):
     proc = opdiff(project, "check", "-b", "onnx_cpu_fp32", "--python", str(tmp_path / "notorch"))
     no_traceback(proc)
     assert proc.returncode == 2
-    assert "cannot start a worker: ModuleNotFoundError: No module named 'torch'" in proc.stderr
+    assert "cannot start a worker: ModuleNotFoundError" in proc.stderr
     assert "[onnx]'` (the extras of the presets you check)" in proc.stderr
     assert run_files(project) == before
 
