@@ -68,7 +68,7 @@ MEANINGS: dict[str, dict[str, str]] = {
         "baseline_error": "largest |golden - float64 reference|: the baseline's own rounding error",
         "error_bound": "rounding allowance used (baseline_factor x that error, capped)",
         "within_rounding": "elements outside atol/rtol that passed within rounding",
-        "bias": "mean of (actual - reference) over the output whose bias is the largest share of its bound",
+        "bias": "mean of (actual - expected) over the output whose bias is the largest share of its bound",
         "bias_bound": "what that mean may be: 0.4 x the target's unit roundoff x max|expected| (x 8 on fp32), "
                       "or a t quantile of standard errors of it by the means of its rows",
         "drift": "mean error in target ulps there (each element's clipped to +-4; the larger of toward +inf and "

@@ -21,11 +21,12 @@ class Metrics:
     allowance used, and `within_rounding` how many elements failed the configured
     tolerance but passed by that allowance or against the reference itself.
 
-    `bias` is the mean of (actual - reference) over the output whose bias is the largest
-    share of its bound `bias_bound`; `drift` the mean error in target ulps there, with
-    `drift_bound`. `elementwise_ulps` is the largest error in target ulps against the
-    float64 result on target-rounded inputs (a single elementwise op on fp16/bf16).
-    `failed_bound` names the bound a MISMATCH broke first: nonfinite, elementwise,
+    `bias` is the mean of (actual - expected), against the exact answer where the
+    elementwise bound holds, over the output whose bias is the largest share of its bound
+    `bias_bound`; `drift` the mean error in target ulps there, with `drift_bound`.
+    `elementwise_ulps` is the largest error in target ulps against the float64 result on
+    target-rounded inputs (a single elementwise op on fp16/bf16). `failed_bound` names the
+    bound a MISMATCH broke first: nonfinite, exact, elementwise,
     normwise or bias; `allowance` is what the worst element was allowed."""
 
     max_abs: float = 0.0

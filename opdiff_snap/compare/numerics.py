@@ -304,7 +304,6 @@ class _Leaf:
     within_rounding: int = 0
     worst_allowance: float | None = None
     elementwise_ulps: float | None = None  # with an elementwise reference: the largest error in ulps
-    elementwise_bad: int = 0
     bias: Bias | None = None
     precision: str = "fp32"                # the precision the target computes this leaf in
     max_expected: float = 0.0

@@ -45,7 +45,7 @@ from ..execution.cache import ArtifactCache, cache_key, cache_unusable, holds_ar
 from ..execution.gradients import can_differentiate
 from ..execution.job import Outcome, WorkerContext
 from ..execution.prepare import nest_residuals, restore_outputs
-from ..execution.references import REDUCED
+from ..execution.references import REDUCED, needs_control
 from ..execution.runner import Job
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden, key_of_unknown, store_key
 from ..goldens.cases import GoldenCases, UntrustedGolden
@@ -224,7 +224,7 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
     result.verdict, result.message = cmp.verdict, cmp.message
     result.metrics = cmp.metrics.to_json() if cmp.metrics is not None else None
     if cmp.verdict is Verdict.MISMATCH:
-        _control(result, golden, outcome, tol, rounding, cmp)
+        _control(result, golden, outcome, tol, rounding, cmp, preset)
     if case is not None and case.pair is not None:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
@@ -245,14 +245,16 @@ def rounding_for(golden: Golden, preset: Preset, structure: Any = None,
 
 
 def _control(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance, rounding: Rounding,
-             cmp: Comparison) -> None:
+             cmp: Comparison, preset: Preset) -> None:
     """A MISMATCH on fp16/bf16: judge torch eager at the same precision the same way. When
     it fails too, by at least half as much, the result is precision-limited: the loss is the
-    precision's, and the backend is not where to look first."""
-    if outcome.control is None:
+    precision's, and the backend is not where to look first. On torch eager on the CPU the
+    target's own outputs are that control."""
+    outputs = outcome.control if needs_control(preset) else \
+        outcome.outputs if preset.precision in REDUCED else None
+    if outputs is None:
         return
-    control = compare(golden.outputs, restore_outputs(outcome.output_structure, outcome.control), tol,
-                      rounding=rounding)
+    control = compare(golden.outputs, restore_outputs(outcome.output_structure, outputs), tol, rounding=rounding)
     target_abs = cmp.metrics.max_abs if cmp.metrics is not None else 0.0
     control_abs = control.metrics.max_abs if control.metrics is not None else 0.0
     result.precision_limited = control.verdict is Verdict.MISMATCH and control_abs >= 0.5 * target_abs
@@ -573,7 +575,7 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
                   cache_dir=settings.cache if use_cache else None,
                   key=job_key(item.test_id, item.seed, preset.name),
                   grads=_grad_request(item.case, golden, preset),
-                  elementwise=preset.precision in REDUCED, control=preset.precision in REDUCED)
+                  elementwise=preset.precision in REDUCED, control=needs_control(preset))
         runs.append((job, Pending(item, golden, preset, tol, require_delegated)))
     return decided, runs
 
