@@ -10,7 +10,10 @@ repository's, with the artifact cache `--cache` (default ./.opdiff-cache) shared
 filled by one unmeasured check first, so both measured runs are warm; their histories go
 to the scratch project's store/. Runs alternate (check, pytest, check, pytest, ...) and
 the median of each is reported, with the 1-minute load average before each run.
-`--xdist` adds `pytest -n 2` (one worker process per xdist worker). `--suite FILE` makes the
+`--xdist` adds `pytest -n 2` (one worker process per xdist worker). `--only-this-plugin` adds
+`pytest --opdiff` with every other installed pytest plugin left out
+(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 -p opdiff_snap.pytest_plugin): what the plugin costs, apart
+from what the environment's other plugins cost every pytest session. `--suite FILE` makes the
 scratch project of that one shipped suite file (and the folders beside it) and the goldens
 of its tests only, for a run whose fixed costs weigh as they do on a small project.
 
@@ -116,6 +119,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2, help="measured runs of each")
     ap.add_argument("--cache", type=Path, default=ROOT / ".opdiff-cache")
     ap.add_argument("--xdist", action="store_true", help="also pytest -n 2")
+    ap.add_argument("--only-this-plugin", action="store_true",
+                    help="also pytest --opdiff with plugin autoloading off and only this plugin loaded")
     ap.add_argument("--dormant-only", action="store_true")
     ap.add_argument("--skip-dormant", action="store_true")
     ap.add_argument("--suite", help="one file of suites/ (say models.yaml): only its tests and goldens")
@@ -140,24 +145,28 @@ def main() -> None:
                  "--format", "json"]
         pytest_cmd = [sys.executable, "-m", "pytest", "--opdiff", "-b", args.backend, "--opdiff-jobs",
                       str(args.jobs), "-q", "-p", "no:cacheprovider"]
-        variants = {"opdiff check": check, "pytest --opdiff": pytest_cmd}
+        variants = {"opdiff check": (check, env), "pytest --opdiff": (pytest_cmd, env)}
         if args.xdist:
-            variants["pytest --opdiff -n 2"] = [sys.executable, "-m", "pytest", "--opdiff", "-b", args.backend,
-                                                "-n", "2", "-q", "-p", "no:cacheprovider"]
+            variants["pytest --opdiff -n 2"] = ([sys.executable, "-m", "pytest", "--opdiff", "-b", args.backend,
+                                                 "-n", "2", "-q", "-p", "no:cacheprovider"], env)
+        if args.only_this_plugin:
+            variants["pytest --opdiff, no other plugin"] = (
+                pytest_cmd + ["-p", "opdiff_snap.pytest_plugin"], dict(env, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
         wall, _, _ = timed(check, project, env, work / "warmup.log")
         print(f"warm-up check (fills the cache where needed): {wall:.1f} s")
         walls: dict[str, list[tuple[float, float, str]]] = {k: [] for k in variants}
         for rep in range(args.reps):
-            for name, cmd in variants.items():
+            for name, (cmd, run_env) in variants.items():
                 slug = re.sub(r"\W+", "_", name)
-                walls[name].append(timed(cmd, project, env, work / f"{slug}-{rep}.log"))
+                walls[name].append(timed(cmd, project, run_env, work / f"{slug}-{rep}.log"))
         for name, runs in walls.items():
             shown = ", ".join(f"{w:.1f} s (load {ld:.2f})" for w, ld, _ in runs)
             print(f"{name:<22} median {statistics.median(w for w, _, _ in runs):7.1f} s   runs: {shown}")
             print(f"{'':<22} last line: {runs[-1][2][:150]}")
-        ratio = statistics.median(w for w, _, _ in walls["pytest --opdiff"]) / \
-            statistics.median(w for w, _, _ in walls["opdiff check"])
-        print(f"pytest / opdiff check: {ratio:.3f} (goal <= 1.2)")
+        check_median = statistics.median(w for w, _, _ in walls["opdiff check"])
+        for name in [n for n in walls if n.startswith("pytest")]:
+            ratio = statistics.median(w for w, _, _ in walls[name]) / check_median
+            print(f"{name} / opdiff check: {ratio:.3f} (goal <= 1.1)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

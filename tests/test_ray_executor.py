@@ -204,6 +204,25 @@ def test_routing_and_isolation_on_the_cluster(cluster):
 
 
 @pytest.mark.slow
+def test_jobs_queued_behind_a_hang_on_a_one_slot_node_still_run(cluster):
+    """The one-slot `special` node's actor gets its next job while it runs the current one;
+    when the current one hangs past the timeout, the jobs queued behind it still run and
+    pass, and each job yields exactly one result."""
+    from opdiff_snap.execution.ray_pool import RayPool
+
+    special = get_preset("special_cpu_fp32")
+    jobs = [job(module_case("file:crashy.py::Hang", id="hang"), [x(3)], preset=special, key="hang")]
+    jobs += [job(op_case("aten::relu", id=f"s{i}"), [x(4, seed=i)], preset=special, key=f"s{i}") for i in range(2)]
+    with RayPool(cluster.address, timeout_s=8) as pool:
+        outcomes = list(pool.run(jobs))
+    assert sorted(o.key for o in outcomes) == ["hang", "s0", "s1"]
+    by_key = {o.key: o for o in outcomes}
+    assert by_key["hang"].status is Verdict.TIMEOUT
+    for i in range(2):
+        relu_outcome_ok(by_key[f"s{i}"], i)
+
+
+@pytest.mark.slow
 def test_a_job_whose_worker_dies_is_retried_elsewhere(cluster):
     """An actor killed while it runs a job (its process gone, as when a node fails): the job
     runs again on another worker, and the run yields its one result."""

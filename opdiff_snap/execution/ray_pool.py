@@ -18,7 +18,10 @@ sent to a node that has the hardware its preset needs.
   UNAVAILABLE with the reason, before anything is submitted.
 - Concurrency: a node runs at most as many jobs at once as it advertises CPUs (`ray
   start --num-cpus N`), and keeps at most that many actors warm; an idle actor of
-  another family makes room when needed.
+  another family makes room when needed. Each actor is handed its next job while it
+  runs the current one (`DEPTH` calls in flight), so the hand-off through Ray and the
+  parent's judging overlap the work instead of adding to it. A queued job's timeout
+  starts when the job before it on that actor ends.
 - A node (or actor) that dies: its in-flight jobs are retried once elsewhere; a job that
   dies twice, or that no other node can take, is CRASH naming the node.
 
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 SLIVER = 0.001            # of each required resource an actor asks Ray for
 ACTOR_GRACE_S = STARTUP_TIMEOUT_S + 60.0   # beyond the job timeout, before the parent gives up on an actor
 REFRESH_S = 1.0           # how often the parent re-reads which nodes are alive
+DEPTH = 2                 # calls in flight per actor: the running job and the next one
 _GPU = "GPU"              # Ray's own resource for NVIDIA GPUs: it satisfies "cuda"
 
 
@@ -151,8 +155,12 @@ class _Actor:
     handle: Any
     node: _Node
     kind: tuple[str, frozenset[str]]   # (preset family, needs)
-    busy: bool = False
+    inflight: int = 0                  # calls sent and not yet landed
     last_used: float = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.inflight > 0
 
 
 @dataclass
@@ -169,7 +177,7 @@ class _Item:
 class _Flight:
     item: _Item
     actor: _Actor
-    deadline: float
+    deadline: float | None   # None: queued behind the actor's running call
 
 
 def _needs(task: Task) -> tuple[frozenset[str], str]:
@@ -353,7 +361,7 @@ class RayPool:
                 done: list = []
                 self._dispatch(queue, flights, done)
                 while not exhausted and len(queue) < max(1, 2 * self._capacity()) \
-                        and (self._free_slot() or not self._capacity()):
+                        and (self._room() or not self._capacity()):
                     try:
                         task = next(source)
                     except StopIteration:
@@ -372,16 +380,23 @@ class RayPool:
                     self._refresh(force=True)
                     continue
                 now = time.monotonic()
-                wait_s = max(0.0, min(min(f.deadline for f in flights.values()) - now, REFRESH_S))
+                running = [f.deadline for f in flights.values() if f.deadline is not None]
+                wait_s = max(0.0, min(min(running, default=now + REFRESH_S) - now, REFRESH_S))
                 ready, _ = ray.wait(list(flights), num_returns=1, timeout=wait_s)
                 for ref in ready:
-                    result = self._landed(flights.pop(ref), ref, queue)
+                    flight = flights.pop(ref)
+                    result = self._landed(flight, ref, queue)
+                    if flight.actor in self._actors:
+                        self._start_next(flight.actor, flights)
+                    else:   # lost with its node or process: what queued behind never ran
+                        self._requeue_behind(flight.actor, flights, queue)
                     if result is not None:
                         yield result
                 now = time.monotonic()
                 for ref, flight in list(flights.items()):
-                    if now >= flight.deadline:
+                    if flight.deadline is not None and now >= flight.deadline:
                         del flights[ref]
+                        self._requeue_behind(flight.actor, flights, queue)
                         yield self._overdue(flight)
         except GeneratorExit:
             for flight in flights.values():   # the consumer stopped early: abandon what runs
@@ -399,6 +414,33 @@ class RayPool:
     def _free_slot(self) -> bool:
         return any(self._busy(n) < n.slots for n in self._nodes.values() if n.alive)
 
+    def _room(self) -> bool:
+        """A free slot, or a running actor that can take its next call now."""
+        return self._free_slot() or any(0 < a.inflight < DEPTH for a in self._actors if a.node.alive)
+
+    def _behind(self, item: _Item, nodes: list[_Node]) -> _Actor | None:
+        """A running actor of the item's kind on one of `nodes` with room for a next call."""
+        kind = (item.family, item.needs)
+        ready = [a for a in self._actors if a.kind == kind and a.node in nodes and 0 < a.inflight < DEPTH]
+        return min(ready, key=lambda a: a.inflight) if ready else None
+
+    def _start_next(self, actor: _Actor, flights: dict) -> None:
+        """The actor's call has landed: the call queued behind it starts its clock now."""
+        deadline = time.monotonic() + self.timeout_s + ACTOR_GRACE_S
+        for flight in flights.values():
+            if flight.actor is actor and flight.deadline is None:
+                flight.deadline = deadline
+                return
+
+    def _requeue_behind(self, actor: _Actor, flights: dict, queue: deque[_Item]) -> None:
+        """The actor is being replaced: calls queued behind its running one never started,
+        so their items go back to the queue as they were."""
+        for ref, flight in list(flights.items()):
+            if flight.actor is actor and flight.deadline is None:
+                del flights[ref]
+                actor.inflight -= 1
+                queue.appendleft(flight.item)
+
     def _dispatch(self, queue: deque[_Item], flights: dict, done: list) -> None:
         """Start every queued item that a free slot can take, in queue order; items no live
         node can run leave the queue as results."""
@@ -410,12 +452,15 @@ class RayPool:
                 continue
             elsewhere = [n for n in nodes if n.id not in item.avoid]
             pick = [n for n in (elsewhere or nodes) if self._busy(n) < n.slots]
-            if not pick:
-                continue
-            kind = (item.family, item.needs)
-            warm = [n for n in pick if any(a.node is n and a.kind == kind and not a.busy for a in self._actors)]
-            node = (warm or sorted(pick, key=self._busy))[0]
-            actor = self._actor(node, item)
+            if pick:
+                kind = (item.family, item.needs)
+                warm = [n for n in pick if any(a.node is n and a.kind == kind and not a.busy for a in self._actors)]
+                actor = self._actor((warm or sorted(pick, key=self._busy))[0], item)
+            else:
+                behind = self._behind(item, elsewhere or nodes)
+                if behind is None:
+                    continue
+                actor = behind
             try:
                 data = pickle.dumps(item.task, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:   # e.g. an unpicklable value in a test's inputs
@@ -424,16 +469,17 @@ class RayPool:
                                              f"the job could not be sent to a worker: {exc}"))
                 continue
             queue.remove(item)
-            actor.busy = True
+            deadline = None if actor.busy else time.monotonic() + self.timeout_s + ACTOR_GRACE_S
+            actor.inflight += 1
             ref = actor.handle.run.remote(item.task.key, data)
-            flights[ref] = _Flight(item, actor, time.monotonic() + self.timeout_s + ACTOR_GRACE_S)
+            flights[ref] = _Flight(item, actor, deadline)
 
     def _landed(self, flight: _Flight, ref: Any, queue: deque[_Item]):
         """The result of a finished flight; None when the item went back to the queue."""
         from ray import exceptions as rx
 
         actor, item = flight.actor, flight.item
-        actor.busy, actor.last_used = False, time.monotonic()
+        actor.inflight, actor.last_used = max(0, actor.inflight - 1), time.monotonic()
         try:
             reply = self._ray.get(ref)
         except rx.RayTaskError as exc:   # our actor code raised: a bug, not the job's doing
@@ -453,6 +499,9 @@ class RayPool:
             self._actors.remove(actor)
         self._kill(actor)
         self._refresh(force=True)
+        if flight.deadline is None:   # it was queued behind the call that was running: never started
+            queue.appendleft(item)
+            return None
         if "node has died" in str(exc) or "node was terminated" in str(exc):
             node.alive = False   # Ray said so before its node table did
         what = "died" if not node.alive else "lost its Ray worker"
