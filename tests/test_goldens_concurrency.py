@@ -30,12 +30,23 @@ WRITER = textwrap.dedent("""
         while not os.path.exists(barrier):
             time.sleep(0.001)
     store = GoldenStore(root)
+    later = os.environ.get("WRITER_LATER") == "1"   # as record does: list the store, write from threads
+    if later:
+        store.units.listed()
+    pending = []
     for i in range(first, first + count):
         x = torch.full((32, 32), tag)
-        store.write(Golden(test_id=f"w{i}", seed=0, spec_hash=str(tag), suite="s.yaml", definition={},
-                           test_type="op", baseline={"name": "torch_cpu_fp32"}, env={}, created="now",
-                           invocation=Invocation(args=[x, x + 1], kwargs={}, states={"a": {"w": x * 2}}),
-                           outputs=(x * 3, [x * 4])))
+        golden = Golden(test_id=f"w{i}", seed=0, spec_hash=str(tag), suite="s.yaml", definition={},
+                        test_type="op", baseline={"name": "torch_cpu_fp32"}, env={}, created="now",
+                        invocation=Invocation(args=[x, x + 1], kwargs={}, states={"a": {"w": x * 2}}),
+                        outputs=(x * 3, [x * 4]))
+        if later:
+            pending.append(store.write_later(golden))
+        else:
+            store.write(golden)
+    for write in pending:
+        write.result()
+    store.stop_writes()
 """)
 
 

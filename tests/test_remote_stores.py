@@ -182,13 +182,15 @@ def test_record_check_shared_cache_query_verify_prune_through_s3(server, tmp_pat
 
 
 @pytest.mark.slow
-def test_two_writers_into_one_bucket_lose_nothing(server, tmp_path, monkeypatch):
+@pytest.mark.parametrize("later", [False, True], ids=["write", "write_later"])
+def test_two_writers_into_one_bucket_lose_nothing(server, tmp_path, monkeypatch, later):
     """Two processes write 60 goldens each into one new remote store at once, ten of them
     the same (test, seed) with different contents: every golden is there, whole, and
-    each one wholly one writer's."""
-    bucket = server.bucket("twowriters")
+    each one wholly one writer's. `write_later`: each writer lists the empty store first
+    (so it takes every golden for new) and writes from its threads, as record does."""
+    bucket = server.bucket(f"twowriters{int(later)}")
     url = f"s3://{bucket}/goldens"
-    env = server.env(tmp_path)
+    env = server.env(tmp_path, WRITER_LATER=str(int(later)))
     env["PYTHONPATH"] = str(ROOT)
     procs = [subprocess.Popen([PY, "-c", WRITER, url, tag, first, "60", "-"], env=env, stderr=subprocess.PIPE)
              for tag, first in (("1", "0"), ("2", "50"))]
@@ -199,6 +201,64 @@ def test_two_writers_into_one_bucket_lose_nothing(server, tmp_path, monkeypatch)
 
     use_server(monkeypatch, server, tmp_path)
     assert sorted(_check_whole(GoldenStore(url))) == sorted(f"w{i}" for i in range(110))
+
+
+def test_a_unit_taken_for_new_replaces_what_another_writer_put_there(server, tmp_path, monkeypatch):
+    """A unit published as new (`fresh`) where another writer has meanwhile published one, or
+    left data without its marker, ends up wholly the new one."""
+    from opdiff_snap.storage.s3 import S3Place
+
+    use_server(monkeypatch, server, tmp_path)
+    bucket = server.bucket("fresh")
+    place = S3Place(f"s3://{bucket}/p")
+    place.publish("u", {"0": b"theirs", "1": b"theirs", "m": b"1"}, "m")
+    place.publish("u", {"0": b"mine", "1": b"mine", "m": b"2"}, "m", fresh=True)
+    place.put("v/1", b"debris")
+    place.publish("v", {"0": b"mine", "1": b"mine", "m": b"3"}, "m", fresh=True)
+    place.publish("w", {"0": b"mine", "m": b"4"}, "m", fresh=True)
+    assert server.keys(bucket, "p/") == {"p/u/0": b"mine", "p/u/1": b"mine", "p/u/m": b"2", "p/v/0": b"mine",
+                                         "p/v/1": b"mine", "p/v/m": b"3", "p/w/0": b"mine", "p/w/m": b"4"}
+
+
+def _history_items(server: S3Server, bucket: str, command: str) -> list[dict]:
+    """The item lines of the `command` runs in the bucket's history, as uploaded so far."""
+    out = []
+    for data in server.keys(bucket, "store/runs/").values():
+        lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        if lines and lines[0].get("command") == command:
+            out += [x for x in lines if x.get("type") == "item"]
+    return out
+
+
+def test_a_golden_refused_mid_record_stops_the_run_and_loses_nothing(server, tmp_path, monkeypatch):
+    """Goldens travel to the service from several threads while record goes on: the service
+    refusing one in the middle of the run (a policy denies writing the third test's) stops
+    it with our message naming that test, exit 2; the items before it are reported with
+    their goldens in the store, every visible golden is whole, and a rerun with the
+    permission records only what is missing."""
+    bucket = server.bucket("refused")
+    urls = ["--goldens", f"s3://{bucket}/goldens", "--store", f"s3://{bucket}/store"]
+    proj = project(tmp_path / "p")
+    key, secret = server.user("noexp", [{"Action": "s3:PutObject", "Resource": f"arn:aws:s3:::{bucket}/goldens/exp-*"}])
+    refused = Cli(server, tmp_path / "home", AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret,
+                  OPDIFF_UPLOAD_EVERY_S="0")
+    p = refused(proj, *urls, "record", *FAST)
+    assert p.returncode == 2, p.stderr
+    assert "cannot write the golden of test 'exp' seed 0" in p.stderr and "denied writing" in p.stderr, p.stderr
+    assert "run `opdiff record` again" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    from opdiff_snap.goldens import GoldenStore
+
+    use_server(monkeypatch, server, tmp_path / "inspect")
+    store = GoldenStore(f"s3://{bucket}/goldens")
+    visible = {i.test_id for i in store.index()}
+    assert store.verify() == [] and {"add", "relu"} <= visible <= {"add", "relu", "lin"}
+    reported = _history_items(server, bucket, "record")
+    assert [(x["id"], x["status"]) for x in reported] == [("add", "RECORDED"), ("relu", "RECORDED")]
+
+    p = Cli(server, tmp_path / "home")(proj, *urls, "record", *FAST, "--format", "json")
+    clean(p)
+    assert report(p)["counts"] == {"KEPT": len(visible), "RECORDED": 4 - len(visible)}
+    assert store.verify() == [] and len(GoldenStore(f"s3://{bucket}/goldens").index()) == 4
 
 
 def use_server(monkeypatch, server: S3Server, home: Path) -> None:

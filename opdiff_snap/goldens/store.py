@@ -9,12 +9,18 @@ ignore a golden whose `zarr.json` is missing. A write that fails (disk full, rea
 store, an unreachable service) raises GoldenWriteError; goldens already in place are never
 touched by a failed write (on an object store, one being replaced is invisible until its
 new version is complete).
+
+`write_later` hands a golden's publishing to a few threads when the store is remote, so a
+run's goldens travel to the service together instead of one round trip after another; a
+local write is done before it returns (a rename costs less than a thread hand-off).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +40,8 @@ from .validate import problems as metadata_problems
 ROOT_ATTRS = {"opdiff_snap_goldens": {"format": FORMAT, "layout": "docs/goldens-layout.md"}}
 FAILURES = "baseline_failures"   # root attribute: store key -> BaselineFailure
 DEBRIS_MAX_AGE_S = 3600.0
+WRITE_THREADS = 16                  # goldens written into a remote store at once
+WRITES_OUTSTANDING = 2 * WRITE_THREADS   # handed over and not yet written, at most (bounds the memory held)
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ class GoldenStore:
         self.root: Path | str = self.place.location
         # the goldens and their zarr.json, read as the place suits (a remote store: in one batch)
         self.units = open_units(self.place, META, keep=(META,))
+        self._writer: ThreadPoolExecutor | None = None
+        self._slots = threading.BoundedSemaphore(WRITES_OUTSTANDING)
 
     # ------------------------------------------------------------------ queries
 
@@ -296,6 +306,39 @@ class GoldenStore:
         """Store `golden` atomically, replacing any golden of the same (test id, seed).
         Returns its key. An id holding a control character is refused: reading such a
         golden back calls it CORRUPT (validate.py), as no suite can give a test that id."""
+        return self._publish(golden, *self._prepare(golden))
+
+    def write_later(self, golden: Golden) -> "Future[str]":
+        """`write`, with the publishing done by one of WRITE_THREADS threads on a remote
+        store: the future gives the key, or raises GoldenWriteError. What `write` refuses
+        before touching the store (an id, a value it cannot hold) raises here; on a local
+        disk the golden is written before this returns. Blocks while WRITES_OUTSTANDING
+        goldens are on their way. `stop_writes` ends the threads."""
+        if not self.place.remote:
+            done: Future[str] = Future()
+            done.set_result(self.write(golden))
+            return done
+        prepared = self._prepare(golden)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="golden-write")
+        self._slots.acquire()
+        try:
+            future = self._writer.submit(self._publish, golden, *prepared)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+    def stop_writes(self) -> None:
+        """Drop the writes handed to `write_later` that have not started, wait for those
+        under way (each is whole or invisible), and end the threads."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True, cancel_futures=True)
+
+    def _prepare(self, golden: Golden) -> tuple[str, dict[str, bytes], bool]:
+        """(key, objects, whether no golden of that key was seen) of a golden to publish."""
         control = unsafe_char(golden.test_id)
         if control:
             raise OpdiffError(f"cannot store a golden of test '{printable(golden.test_id)}': its id holds {control}, "
@@ -312,8 +355,11 @@ class GoldenStore:
         records, data = pack(named)
         attrs["tensors"] = {name: rec.to_json() for name, rec in records.items()}
         objects = packed_objects(attrs, data)
+        return key, objects, self.units.seen_absent(key)
+
+    def _publish(self, golden: Golden, key: str, objects: dict[str, bytes], fresh: bool) -> str:
         try:
-            self.place.publish(key, objects, META)
+            self.place.publish(key, objects, META, fresh=fresh)
         except OSError as exc:
             raise self._write_error(golden, exc) from None
         except StorageError as exc:

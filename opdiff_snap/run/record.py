@@ -19,15 +19,24 @@ the golden is written (atomically; see goldens/store.py). Any failure on the way
 that died) makes the item BASELINE_FAIL with the reason, writes no golden and never stops
 the run. Every item goes to the run's history file
 (meta line, one item per (test, seed), end line).
+
+Into a remote store the goldens are written by a few threads while the run goes on
+(GoldenStore.write_later); an item reaches the history file and the listener, in the
+order the run met them, only once its golden is in the store, and the end line only once
+all are. A golden that cannot be written stops the run with its GoldenWriteError (the
+items after it are not reported; their goldens that were written stay, and are kept by
+the next record).
 """
 
 from __future__ import annotations
 
 import datetime
 import time
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..backends.base import Preset
 from ..backends.registry import availability, get_preset
@@ -168,7 +177,12 @@ def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Seq
                                  {preset.name: preset.to_json()}, settings_json(settings, in_process, False, pool),
                                  baseline_preset=preset.name, env=recorder.env) as writer:
         sinks = Sinks(listener, writer)
-        Pipeline(recorder.judge, sinks).drive(pool, work())
+        written = _Written(sinks, recorder)
+        try:
+            Pipeline(recorder.judge, written).drive(pool, work())
+            written.finish()
+        finally:
+            store.stop_writes()
         wall = time.perf_counter() - started
         report = RunReport(writer.run_id, writer.path, "record", sinks.results, wall)
         writer.end(report.counts(), wall)
@@ -180,6 +194,7 @@ class _Recorder:
 
     def __init__(self, store: GoldenStore, preset: Preset, env: dict[str, Any], listener: Listener | None = None):
         self.store, self.preset, self.env, self.listener = store, preset, env, listener
+        self.writes: dict[tuple[str, int], Future[str]] = {}   # (test id, seed) -> its golden on its way
 
     def judge(self, item: Planned, outcome: Outcome) -> Result:
         result = Result.of(item.case, item.case.id, item.seed, self.preset.name, Verdict.RECORDED,
@@ -196,12 +211,11 @@ class _Recorder:
             return self._failed(item, result)
         golden = golden_of(item.case, item.seed, self.preset, self.env, outcome.invocation, outcome)
         try:
-            self.store.write(golden)
+            self.writes[(item.case.id, item.seed)] = self.store.write_later(golden)
         except (TypeError, ValueError) as exc:  # a value the store cannot hold (OSError stops the run)
             result.verdict, result.error_class = Verdict.BASELINE_FAIL, type(exc).__name__
             result.message = f"the golden cannot be stored: {exc}"
             return self._failed(item, result)
-        self.store.note_baseline(item.case.id, item.seed, None)
         result.vacuous = vacuous_reason(golden.outputs)
         if result.vacuous:
             warn(self.listener, f"test '{item.case.id}' seed {item.seed}: the golden proves nothing: {result.vacuous}")
@@ -217,6 +231,35 @@ class _Recorder:
             item.case.id, item.seed, item.case.spec_hash, self.preset.name, result.message,
             datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")))
         return result
+
+
+class _Written:
+    """The sink of a record run: hands each result on in the order it came, once the
+    golden it recorded (if any) is in the store, and then forgets a baseline failure noted
+    for it. A golden that could not be written raises its GoldenWriteError there."""
+
+    def __init__(self, sink: Callable[[Result], None], recorder: _Recorder):
+        self.sink, self.recorder = sink, recorder
+        self.waiting: deque[tuple[Result, Future[str] | None]] = deque()
+
+    def __call__(self, result: Result) -> None:
+        self.waiting.append((result, self.recorder.writes.pop((result.test_id, result.seed), None)))
+        self._hand_on(wait=False)
+
+    def finish(self) -> None:
+        """Wait for every golden still on its way and hand the last results on."""
+        self._hand_on(wait=True)
+
+    def _hand_on(self, wait: bool) -> None:
+        while self.waiting:
+            result, write = self.waiting[0]
+            if write is not None:
+                if not (wait or write.done()):
+                    return
+                write.result()
+                self.recorder.store.note_baseline(result.test_id, result.seed, None)
+            self.waiting.popleft()
+            self.sink(result)
 
 
 def golden_of(case: TestCase, seed: int, baseline: Preset, env: dict[str, Any], invocation: Invocation,

@@ -138,9 +138,11 @@ class Place(ABC):
         `keep` are neither."""
 
     @abstractmethod
-    def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:
+    def publish(self, name: str, objects: Mapping[str, bytes], marker: str, *, fresh: bool = False) -> None:
         """Make unit `name` hold exactly `objects` (`marker` among them), replacing any unit
-        of that name; readers see the old unit, none, or the new one, never a mix."""
+        of that name; readers see the old unit, none, or the new one, never a mix. `fresh`:
+        the caller saw no unit of that name, which may save the place some work (it must
+        still be right when one appeared meanwhile)."""
 
     @abstractmethod
     def remove(self, name: str, marker: str) -> None:

@@ -153,7 +153,7 @@ class LocalPlace(Place):
                 strays.append(Stray(e.name, "neither a file nor a folder (a pipe, socket or device)"))
         return units, strays
 
-    def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:
+    def publish(self, name: str, objects: Mapping[str, bytes], marker: str, *, fresh: bool = False) -> None:
         stage = self.root / STAGING / unique(name)
         stage.parent.mkdir(parents=True, exist_ok=True)
         stage.mkdir()

@@ -22,7 +22,14 @@ RETRY_WINDOW_S plus one read timeout.
 Units (see base.Place) are written data objects first and the marker last, then the data
 objects are read back: if another writer replaced them in between, the unit is written
 again, so the marker never stays beside another writer's data. Replacing or removing a
-unit deletes its marker first, so readers skip it meanwhile.
+unit deletes its marker first, so readers skip it meanwhile. A unit the caller saw no
+trace of (`fresh`) skips that delete: its data objects are written create-only (a
+conditional put, If-None-Match), so they land only where no object was, never under a
+marker readers trust (a marker is written after its data and deleted before it, so one
+without its data exists only while a writer that will read back and rewrite is at work);
+should any already exist, it is replaced as above. That is three round trips instead of
+four. A service that ignores the condition overwrites instead, and the read-back still
+catches another writer.
 """
 
 from __future__ import annotations
@@ -334,6 +341,13 @@ class S3Place(Place):
             return
         _in_threads(lambda kv: self.put(*kv), items)
 
+    def _create_many(self, objects: Mapping[str, bytes]) -> bool:
+        """Write each object only where there is none; False when any was there already."""
+        items = list(objects.items())
+        if len(items) == 1:
+            return self.put(*items[0], create=True)
+        return all(_in_threads(lambda kv: self.put(*kv, create=True), items))
+
     def delete(self, key: str) -> None:
         import obstore
 
@@ -389,8 +403,13 @@ class S3Place(Place):
                 units.add(top)
         return sorted(units), strays
 
-    def publish(self, name: str, objects: Mapping[str, bytes], marker: str) -> None:
+    def publish(self, name: str, objects: Mapping[str, bytes], marker: str, *, fresh: bool = False) -> None:
         data = {f"{name}/{k}": v for k, v in objects.items() if k != marker}
+        if fresh and data and self._create_many(data):
+            self.put(f"{name}/{marker}", objects[marker])
+            back = self.get_many(data)
+            if all(back[k] == v for k, v in data.items()):
+                return
         for attempt in range(5):
             self.delete(f"{name}/{marker}")
             self.put_many(data)

@@ -43,6 +43,11 @@ class Units:
             raise UnitMissing(self.place.where(name))
         return self.place.get(f"{name}/{self.marker}")
 
+    def seen_absent(self, name: str) -> bool:
+        """Whether a listing kept from earlier had no unit `name` (asks the place nothing;
+        another writer may have made one since)."""
+        return False
+
     def forget(self, name: str) -> bool:
         """Drop what is kept of unit `name`; True when something was (a read of it may have
         used a stale marker, and is worth one more try)."""
@@ -87,6 +92,9 @@ class ListedUnits(Units):
             return self.place.get(f"{name}/{self.marker}")
         except FileNotFoundError as exc:   # not (or not yet) a whole unit: none
             raise UnitMissing(*exc.args) from None
+
+    def seen_absent(self, name: str) -> bool:
+        return self._listed is not None and name not in self._listed
 
     def forget(self, name: str) -> bool:
         return self._markers.pop(name, None) is not None

@@ -76,6 +76,21 @@ class S3Server:
         key = iam.create_access_key(UserName="opdiff")["AccessKey"]
         return cls(proc, port, key["AccessKeyId"], key["SecretAccessKey"])
 
+    def user(self, name: str, denied: list[dict]) -> tuple[str, str]:
+        """(access key, secret) of a new user allowed everything but the `denied` statements
+        (IAM policy statements without their "Effect")."""
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint, region_name="us-east-1",
+                           aws_access_key_id=self.key, aws_secret_access_key=self.secret)
+        iam.create_user(UserName=name)
+        statements = [{"Effect": "Allow", "Action": "*", "Resource": "*"},
+                      *({"Effect": "Deny", **d} for d in denied)]
+        iam.put_user_policy(UserName=name, PolicyName="some", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": statements}))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
     def client(self, endpoint: str | None = None):
         import boto3
 
