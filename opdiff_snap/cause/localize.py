@@ -326,15 +326,19 @@ class _Search:
         return results, culprit
 
     def diverges(self, graph: NodeGraph, ranges: list[tuple[int, int]],
-                 cache: dict[tuple[int, int], PieceResult]) -> None:
+                 cache: dict[tuple[int, int], PieceResult], first_only: bool = False) -> None:
+        """Run the ranges not in `cache` yet into it; `first_only`: past the first, in the
+        order given, that does not pass, the ranges may be left out."""
         todo = [r for r in dict.fromkeys(ranges) if r not in cache]
         for a, b in todo:
             if all(n.constant for n in graph.nodes[a:b + 1]):
                 cache[(a, b)] = PieceResult(f"{a}-{b}", Verdict.SKIPPED, message=CONSTANT_NODE)
         todo = [r for r in todo if r not in cache]
-        done = self.all(self.fragment_task(f"{a}-{b}", graph.scope, graph.fragment(a, b)) for a, b in todo)
+        done = self.all((self.fragment_task(f"{a}-{b}", graph.scope, graph.fragment(a, b)) for a, b in todo),
+                        first_only)
         for a, b in todo:
-            cache[(a, b)] = done[f"{a}-{b}"]
+            if f"{a}-{b}" in done:
+                cache[(a, b)] = done[f"{a}-{b}"]
 
     def shortest_range(self, graph: NodeGraph, cache: dict[tuple[int, int], PieceResult]) -> tuple[int, int]:
         """Bisect for the shortest contiguous range that diverges: first the shortest
@@ -346,9 +350,11 @@ class _Search:
         def bad(a: int, b: int) -> bool:
             return cache[(a, b)].status not in self.fine
 
+        # only the shortest diverging prefix of a round matters: the longer ones are not rerun
+        # alone to confirm that they diverge too (left out, they count as diverging)
         stop = _first_true(0, last, width,
-                           lambda pts: self.diverges(graph, [(0, j) for j in pts], cache),
-                           lambda j: bad(0, j))
+                           lambda pts: self.diverges(graph, [(0, j) for j in pts], cache, first_only=True),
+                           lambda j: (0, j) not in cache or bad(0, j))
         # g(i) = "i..stop passes"; g(stop) holds (every node passes alone), g(0) does not
         start = _first_true(1, stop, width,
                             lambda pts: self.diverges(graph, [(i, stop) for i in pts], cache),
