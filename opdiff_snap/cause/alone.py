@@ -58,10 +58,8 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
               baseline_precision: str = "fp32", backend: Backend | None = None,
               threads: int = 0) -> PieceResult:
     """Run `piece` alone on `preset` and compare it with what the baseline computed."""
-    from ..compare.numerics import Rounding, compare
     from ..core.errors import error_text
-    from ..execution.prepare import nest_residuals, prepare_call
-    from ..execution.references import REDUCED
+    from ..execution.prepare import prepare_call
     from ..execution.runner import Job, run_job
 
     try:
@@ -70,16 +68,29 @@ def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Toler
         return PieceResult(key, Verdict.EXPORT_FAIL,
                            error_message=f"the piece does not run eagerly: {error_text(exc)}")
     job = Job(case=case, seed=0, invocation=None, preset=preset, repeats=1, warmup=0, key=key,
-              reference=True, elementwise=preset.precision in REDUCED, prepared=prepared)
+              prepared=prepared)
     outcome = run_job(job, backend, threads)
     if outcome.status is not None:
         return PieceResult(key, outcome.status, error_message=outcome.error_message or "")
+    return judge(key, preset, piece, prepared, list(outcome.outputs or []), tol, baseline_precision)
+
+
+def judge(key: str, preset: Preset, piece: Piece, prepared: Any, outputs: list[torch.Tensor],
+          tol: Tolerance, baseline_precision: str) -> PieceResult:
+    """Compare what the target computed for `piece` (run as the flat module `prepared`) with
+    the baseline, allowing for rounding as measured by the piece's own float64 reference
+    (and, on fp16/bf16, its elementwise one)."""
+    from ..compare.numerics import Rounding, compare
+    from ..execution.prepare import nest_residuals
+    from ..execution.references import REDUCED, elementwise_reference, float64_reference
+
     flat = {"list": [{"tensor": i} for i in range(len(piece.expected))]}   # a piece compares flat outputs
-    residuals = None if outcome.reference is None else nest_residuals(flat, outcome.reference, list(piece.expected))
-    elementwise = None if outcome.elementwise is None else \
-        nest_residuals(flat, outcome.elementwise, list(piece.expected))
+    reference = float64_reference(prepared)[0]
+    residuals = None if reference is None else nest_residuals(flat, reference, list(piece.expected))
+    ew = elementwise_reference(prepared, preset.precision)[0] if preset.precision in REDUCED else None
+    elementwise = None if ew is None else nest_residuals(flat, ew, list(piece.expected))
     rounding = Rounding(residuals, baseline_precision, preset.precision, elementwise)
-    result = compare(list(piece.expected), list(outcome.outputs or []), tol, rounding=rounding)
+    result = compare(list(piece.expected), outputs, tol, rounding=rounding)
     return PieceResult(key, result.verdict, result.metrics.to_json() if result.metrics else {},
                        result.message or "")
 
@@ -98,6 +109,17 @@ class PieceTask:
 
     def cut(self) -> Piece:
         raise NotImplementedError
+
+    @classmethod
+    def cut_together(cls, tasks: list[PieceTask]) -> list[Piece | Exception]:
+        """Each task's piece, or why it could not be cut (subclasses share the work)."""
+        pieces: list[Piece | Exception] = []
+        for t in tasks:
+            try:
+                pieces.append(t.cut())
+            except Exception as exc:
+                pieces.append(exc)
+        return pieces
 
     def run(self, context: WorkerContext = WorkerContext()) -> PieceResult:
         from ..core.errors import error_text

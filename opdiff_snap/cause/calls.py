@@ -76,10 +76,13 @@ def _module_of(case: TestCase, invocation: Invocation) -> tuple[torch.nn.Module,
     return target.module, target
 
 
-def trace_calls(module: torch.nn.Module, run, want: tuple[str, int] | None = None) -> list[CapturedCall]:
+def trace_calls(module: torch.nn.Module, run,
+                want: tuple[str, int] | set[tuple[str, int]] | None = None) -> list[CapturedCall]:
     """Call `run()` with hooks on every submodule of `module` (itself included) and return
     each call, in the order calls started, with detached copies of its inputs and output.
-    `want=(name, occurrence)`: keep the values of that call only."""
+    `want=(name, occurrence)` (or a set of them): keep the values of those calls only."""
+    if isinstance(want, tuple):
+        want = {want}
     calls: list[CapturedCall] = []
     stack: list[int] = []
     seen: dict[str, int] = {}
@@ -90,7 +93,7 @@ def trace_calls(module: torch.nn.Module, run, want: tuple[str, int] | None = Non
             occurrence = seen.get(name, 0)
             seen[name] = occurrence + 1
             info = CallInfo(len(calls), name, type(mod).__name__, leaf, occurrence, stack[-1] if stack else None)
-            keep = want is None or want == (name, occurrence)
+            keep = want is None or (name, occurrence) in want
             calls.append(CapturedCall(info, _detach(args) if keep else (), _detach(kwargs) if keep else {}))
             stack.append(info.order)
         return hook
@@ -99,7 +102,7 @@ def trace_calls(module: torch.nn.Module, run, want: tuple[str, int] | None = Non
         def hook(mod, args, kwargs, output):
             order = stack.pop()
             call = calls[order]
-            if want is None or want == (call.info.name, call.info.occurrence):
+            if want is None or (call.info.name, call.info.occurrence) in want:
                 call.output = _detach(output)
         return hook
 
@@ -124,21 +127,41 @@ def capture_calls(case: TestCase, invocation: Invocation) -> list[CapturedCall]:
 def capture_call(case: TestCase, invocation: Invocation, scope: str) -> tuple[torch.nn.Module, CapturedCall]:
     """The submodule named by `scope` ("name" or "name#k", the k-th call of it, "" for the
     module itself) and its call on the baseline."""
-    name, occurrence = parse_scope(scope)
+    found = capture_scopes(case, invocation, [scope])[0]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def capture_scopes(case: TestCase, invocation: Invocation,
+                   scopes: list[str]) -> list[tuple[torch.nn.Module, CapturedCall] | OpdiffError]:
+    """capture_call for each scope, from one forward; a scope that names no call gets the
+    error that says so."""
+    wanted = [parse_scope(s) for s in scopes]
     module, target = _module_of(case, invocation)
-    try:
-        sub = module.get_submodule(name)
-    except AttributeError:
-        names = [n for n, _ in module.named_modules() if n]
-        raise OpdiffError(f"test '{case.id}': --scope '{scope}': the module has no submodule '{name}'"
-                          + (f"; its submodules: {', '.join(names[:30])}" if names else "; it has none")
-                          + ".") from None
-    calls = [c for c in trace_calls(module, target, (name, occurrence))
-             if (c.info.name, c.info.occurrence) == (name, occurrence)]
-    if not calls:
-        raise OpdiffError(f"test '{case.id}': --scope '{scope}': submodule '{name}' is called fewer than "
-                          f"{occurrence + 1} times on the stored inputs.")
-    return sub, calls[0]
+    names = [n for n, _ in module.named_modules() if n]
+    subs: dict[str, torch.nn.Module | OpdiffError] = {}
+    for scope, (name, _) in zip(scopes, wanted):
+        try:
+            subs[scope] = module.get_submodule(name)
+        except AttributeError:
+            subs[scope] = OpdiffError(
+                f"test '{case.id}': --scope '{scope}': the module has no submodule '{name}'"
+                + (f"; its submodules: {', '.join(names[:30])}" if names else "; it has none") + ".")
+    if all(isinstance(s, OpdiffError) for s in subs.values()):
+        return [subs[s] for s in scopes]   # type: ignore[misc]
+    calls = {(c.info.name, c.info.occurrence): c for c in trace_calls(module, target, set(wanted))}
+    found: list[tuple[torch.nn.Module, CapturedCall] | OpdiffError] = []
+    for scope, (name, occurrence) in zip(scopes, wanted):
+        sub, call = subs[scope], calls.get((name, occurrence))
+        if isinstance(sub, OpdiffError):
+            found.append(sub)
+        elif call is None:
+            found.append(OpdiffError(f"test '{case.id}': --scope '{scope}': submodule '{name}' is called fewer "
+                                     f"than {occurrence + 1} times on the stored inputs."))
+        else:
+            found.append((sub, call))
+    return found
 
 
 def parse_scope(scope: str) -> tuple[str, int]:
@@ -187,7 +210,21 @@ class SubmoduleTask(PieceTask):
 
     def cut(self) -> Piece:
         assert self.invocation is not None
-        sub, call = capture_call(self.case, self.invocation, self.scope)
+        return self._piece(*capture_call(self.case, self.invocation, self.scope))
+
+    def _piece(self, sub: torch.nn.Module, call: CapturedCall) -> Piece:
         # a private copy: backends may cast or mutate the module they are given
         return Piece(copy.deepcopy(sub).eval(), list(call.args), dict(call.kwargs), flat_values(call.output),
                      f"test '{self.case.id}' submodule '{call.info.label}'")
+
+    @classmethod
+    def cut_together(cls, tasks: list[PieceTask]) -> list[Piece | Exception]:
+        """The pieces of calls of one test, captured from one forward."""
+        subs = [t for t in tasks if isinstance(t, SubmoduleTask)]
+        if len(subs) != len(tasks) or subs[0].invocation is None:
+            return super().cut_together(tasks)
+        try:
+            found = capture_scopes(subs[0].case, subs[0].invocation, [t.scope for t in subs])
+        except Exception as exc:
+            return [exc for _ in tasks]
+        return [f if isinstance(f, Exception) else t._piece(*f) for t, f in zip(subs, found)]

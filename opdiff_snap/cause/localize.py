@@ -20,6 +20,9 @@ The parent sees names, op names and tensors, never the suite's code.
 4. Ranges. When every node passes alone but the whole graph does not (the backend fuses
    or rewrites ops), bisect contiguous node ranges for the shortest one that diverges.
 
+The pieces of each step run in batches, one program per batch (cause.together); a piece
+that does not pass in its batch is run again alone, and that run is its verdict.
+
 Only the backend protocol is used, so it works on any backend.
 """
 
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from ..backends.base import Backend, Preset
 from ..core.config import Settings
@@ -39,6 +42,7 @@ from .alone import PieceResult, PieceTask
 from .atengraph import Fragment, FragmentTask, GraphNode, NodeGraph, ScopeGraphTask, signature
 from .calls import CallInfo, CallTree, CallTreeTask, SubmoduleTask
 from .lowering import Survey, survey_graph
+from .together import run_pieces
 
 
 @dataclass
@@ -282,8 +286,10 @@ class _Search:
     def one(self, task) -> Any:
         return next(iter(self.pool.run([task])))
 
-    def all(self, tasks: Iterable[PieceTask]) -> dict[str, PieceResult]:
-        return {r.key: r for r in self.pool.run(tasks)}
+    def all(self, tasks: Iterable[PieceTask], first_only: bool = False) -> dict[str, PieceResult]:
+        """Each piece's result, the pieces run in batches (cause.together); `first_only`:
+        stop at the first, in the order given, that does not pass."""
+        return run_pieces(self.pool.run, list(tasks), self.fine, max(1, self.pool.n), first_only)
 
     # -------------------------------------------------------- submodules
     def submodules(self, calls: list[CallInfo], tree: list[CallInfo]) -> list[SubmoduleRow]:
@@ -306,37 +312,33 @@ class _Search:
     def scan(self, graph: NodeGraph) -> tuple[dict[int, PieceResult], int | None]:
         """Run the nodes alone in order until the first that is not PASS (the nodes already
         handed to workers finish too)."""
-        first: list[int | None] = [None]
-
         results: dict[int, PieceResult] = {}
-
-        def tasks() -> Iterator[FragmentTask]:
-            for n in graph.nodes:
-                if first[0] is not None and n.index > first[0]:
-                    return
-                if n.constant:
-                    results[n.index] = PieceResult(str(n.index), Verdict.SKIPPED, message=CONSTANT_NODE)
-                    continue
-                yield self.fragment_task(str(n.index), graph.scope, graph.fragment(n.index, n.index))
-
-        for r in self.pool.run(tasks()):
-            i = int(r.key)
-            results[i] = r
-            if r.status not in self.fine and (first[0] is None or i < first[0]):
-                first[0] = i
+        tasks = []
+        for n in graph.nodes:
+            if n.constant:
+                results[n.index] = PieceResult(str(n.index), Verdict.SKIPPED, message=CONSTANT_NODE)
+            else:
+                tasks.append(self.fragment_task(str(n.index), graph.scope, graph.fragment(n.index, n.index)))
+        results.update({int(k): r for k, r in self.all(tasks, first_only=True).items()})
         culprit = min((i for i, r in results.items() if r.status not in self.fine), default=None)
+        if culprit is not None:   # past it, only what ran is reported
+            results = {i: r for i, r in results.items() if i <= culprit or r.status is not Verdict.SKIPPED}
         return results, culprit
 
     def diverges(self, graph: NodeGraph, ranges: list[tuple[int, int]],
-                 cache: dict[tuple[int, int], PieceResult]) -> None:
+                 cache: dict[tuple[int, int], PieceResult], first_only: bool = False) -> None:
+        """Run the ranges not in `cache` yet into it; `first_only`: past the first, in the
+        order given, that does not pass, the ranges may be left out."""
         todo = [r for r in dict.fromkeys(ranges) if r not in cache]
         for a, b in todo:
             if all(n.constant for n in graph.nodes[a:b + 1]):
                 cache[(a, b)] = PieceResult(f"{a}-{b}", Verdict.SKIPPED, message=CONSTANT_NODE)
         todo = [r for r in todo if r not in cache]
-        done = self.all(self.fragment_task(f"{a}-{b}", graph.scope, graph.fragment(a, b)) for a, b in todo)
+        done = self.all((self.fragment_task(f"{a}-{b}", graph.scope, graph.fragment(a, b)) for a, b in todo),
+                        first_only)
         for a, b in todo:
-            cache[(a, b)] = done[f"{a}-{b}"]
+            if f"{a}-{b}" in done:
+                cache[(a, b)] = done[f"{a}-{b}"]
 
     def shortest_range(self, graph: NodeGraph, cache: dict[tuple[int, int], PieceResult]) -> tuple[int, int]:
         """Bisect for the shortest contiguous range that diverges: first the shortest
@@ -348,9 +350,11 @@ class _Search:
         def bad(a: int, b: int) -> bool:
             return cache[(a, b)].status not in self.fine
 
+        # only the shortest diverging prefix of a round matters: the longer ones are not rerun
+        # alone to confirm that they diverge too (left out, they count as diverging)
         stop = _first_true(0, last, width,
-                           lambda pts: self.diverges(graph, [(0, j) for j in pts], cache),
-                           lambda j: bad(0, j))
+                           lambda pts: self.diverges(graph, [(0, j) for j in pts], cache, first_only=True),
+                           lambda j: (0, j) not in cache or bad(0, j))
         # g(i) = "i..stop passes"; g(stop) holds (every node passes alone), g(0) does not
         start = _first_true(1, stop, width,
                             lambda pts: self.diverges(graph, [(i, stop) for i in pts], cache),
