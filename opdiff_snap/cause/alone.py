@@ -54,22 +54,42 @@ class Piece:
     where: str
 
 
+def cut_failed(key: str, exc: BaseException) -> PieceResult:
+    from ..core.errors import error_text
+
+    return PieceResult(key, Verdict.EXPORT_FAIL, error_message=f"cutting the piece out failed: {error_text(exc)}")
+
+
+def prepare_piece(key: str, piece: Piece) -> Any:
+    """`piece` as a flat module (execution.prepare.Prepared), or the PieceResult that says
+    it does not run eagerly."""
+    from ..core.errors import error_text
+    from ..execution.prepare import prepare_call
+
+    try:
+        return prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)
+    except Exception as exc:
+        return PieceResult(key, Verdict.EXPORT_FAIL,
+                           error_message=f"the piece does not run eagerly: {error_text(exc)}")
+
+
+def run_prepared(key: str, case: TestCase, preset: Preset, prepared: Any, backend: Backend | None,
+                 threads: int) -> Any:
+    """Export, load and run the flat module `prepared` once on `preset` (an Outcome)."""
+    from ..execution.runner import Job, run_job
+
+    job = Job(case=case, seed=0, invocation=None, preset=preset, repeats=1, warmup=0, key=key, prepared=prepared)
+    return run_job(job, backend, threads)
+
+
 def run_piece(key: str, case: TestCase, preset: Preset, piece: Piece, tol: Tolerance,
               baseline_precision: str = "fp32", backend: Backend | None = None,
               threads: int = 0) -> PieceResult:
     """Run `piece` alone on `preset` and compare it with what the baseline computed."""
-    from ..core.errors import error_text
-    from ..execution.prepare import prepare_call
-    from ..execution.runner import Job, run_job
-
-    try:
-        prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)
-    except Exception as exc:
-        return PieceResult(key, Verdict.EXPORT_FAIL,
-                           error_message=f"the piece does not run eagerly: {error_text(exc)}")
-    job = Job(case=case, seed=0, invocation=None, preset=preset, repeats=1, warmup=0, key=key,
-              prepared=prepared)
-    outcome = run_job(job, backend, threads)
+    prepared = prepare_piece(key, piece)
+    if isinstance(prepared, PieceResult):
+        return prepared
+    outcome = run_prepared(key, case, preset, prepared, backend, threads)
     if outcome.status is not None:
         return PieceResult(key, outcome.status, error_message=outcome.error_message or "")
     return judge(key, preset, piece, prepared, list(outcome.outputs or []), tol, baseline_precision)
@@ -82,12 +102,12 @@ def judge(key: str, preset: Preset, piece: Piece, prepared: Any, outputs: list[t
     (and, on fp16/bf16, its elementwise one)."""
     from ..compare.numerics import Rounding, compare
     from ..execution.prepare import nest_residuals
-    from ..execution.references import REDUCED, elementwise_reference, float64_reference
+    from ..execution.references import elementwise_reference, float64_reference
 
     flat = {"list": [{"tensor": i} for i in range(len(piece.expected))]}   # a piece compares flat outputs
     reference = float64_reference(prepared)[0]
     residuals = None if reference is None else nest_residuals(flat, reference, list(piece.expected))
-    ew = elementwise_reference(prepared, preset.precision)[0] if preset.precision in REDUCED else None
+    ew = elementwise_reference(prepared, preset.precision)[0]   # None off fp16/bf16
     elementwise = None if ew is None else nest_residuals(flat, ew, list(piece.expected))
     rounding = Rounding(residuals, baseline_precision, preset.precision, elementwise)
     result = compare(list(piece.expected), outputs, tol, rounding=rounding)
@@ -122,16 +142,12 @@ class PieceTask:
         return pieces
 
     def run(self, context: WorkerContext = WorkerContext()) -> PieceResult:
-        from ..core.errors import error_text
-
-        threads = context.threads
         try:
             piece = self.cut()
         except Exception as exc:
-            return PieceResult(self.key, Verdict.EXPORT_FAIL,
-                               error_message=f"cutting the piece out failed: {error_text(exc)}")
+            return cut_failed(self.key, exc)
         return run_piece(self.key, self.case, self.preset, piece, self.tolerance, self.baseline_precision,
-                         self.backend, threads)
+                         self.backend, context.threads)
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> PieceResult:
         return PieceResult(self.key, status, error_message=message)

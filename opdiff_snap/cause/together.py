@@ -24,7 +24,7 @@ import torch
 
 from ..core.verdicts import Verdict
 from ..execution.job import WorkerContext
-from .alone import Piece, PieceResult, PieceTask, judge
+from .alone import Piece, PieceResult, PieceTask, cut_failed, judge, prepare_piece, run_prepared
 
 MOST = 48   # pieces in one batch at most: a failing batch is halved, so this bounds the retries
 
@@ -72,21 +72,17 @@ class BatchTask:
     def run(self, context: WorkerContext = WorkerContext()) -> BatchResult:
         from ..core.errors import error_text
         from ..execution.prepare import prepare_call
-        from ..execution.runner import Job, run_job
 
         head = self.tasks[0]
         done: dict[int, PieceResult] = {}
         kept: list[tuple[int, Piece, Any]] = []
         for i, (task, piece) in enumerate(zip(self.tasks, type(head).cut_together(self.tasks))):
             if isinstance(piece, Exception):
-                done[i] = PieceResult(task.key, Verdict.EXPORT_FAIL,
-                                      error_message=f"cutting the piece out failed: {error_text(piece)}")
+                done[i] = cut_failed(task.key, piece)
                 continue
-            try:
-                prepared = prepare_call({"a": piece.fn}, list(piece.args), dict(piece.kwargs), piece.where)
-            except Exception as exc:
-                done[i] = PieceResult(task.key, Verdict.EXPORT_FAIL,
-                                      error_message=f"the piece does not run eagerly: {error_text(exc)}")
+            prepared = prepare_piece(task.key, piece)
+            if isinstance(prepared, PieceResult):
+                done[i] = prepared
                 continue
             if not prepared.out_dtypes:   # nothing to compare: alone, it says so
                 done[i] = PieceResult(task.key, Verdict.STRUCTURE_MISMATCH, error_message="no tensor output")
@@ -100,9 +96,7 @@ class BatchTask:
                                      inputs, {}, f"test '{head.case.id}' {len(kept)} pieces together")
             except Exception as exc:
                 return BatchResult(self.key, Verdict.EXPORT_FAIL, error_message=error_text(exc))
-            job = Job(case=head.case, seed=0, invocation=None, preset=head.preset, repeats=1, warmup=0,
-                      key=self.key, prepared=whole)
-            outcome = run_job(job, head.backend, context.threads)
+            outcome = run_prepared(self.key, head.case, head.preset, whole, head.backend, context.threads)
             if outcome.status is not None:
                 return BatchResult(self.key, outcome.status, error_message=outcome.error_message)
             outputs = list(outcome.outputs or [])

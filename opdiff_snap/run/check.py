@@ -250,11 +250,15 @@ def _control(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance, r
     it fails too, by at least half as much, the result is precision-limited: the loss is the
     precision's, and the backend is not where to look first. On torch eager on the CPU the
     target's own outputs are that control."""
-    outputs = outcome.control if needs_control(preset) else \
-        outcome.outputs if preset.precision in REDUCED else None
-    if outputs is None:
+    if needs_control(preset):
+        if outcome.control is None:
+            return
+        control = compare(golden.outputs, restore_outputs(outcome.output_structure, outcome.control), tol,
+                          rounding=rounding)
+    elif preset.precision in REDUCED:
+        control = cmp   # torch eager on the CPU: the comparison just made is the control's
+    else:
         return
-    control = compare(golden.outputs, restore_outputs(outcome.output_structure, outputs), tol, rounding=rounding)
     target_abs = cmp.metrics.max_abs if cmp.metrics is not None else 0.0
     control_abs = control.metrics.max_abs if control.metrics is not None else 0.0
     result.precision_limited = control.verdict is Verdict.MISMATCH and control_abs >= 0.5 * target_abs
