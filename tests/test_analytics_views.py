@@ -189,3 +189,25 @@ def test_missing_store(tmp_path):
 def test_empty_store_answers(tmp_path):
     with connect(tmp_path) as an:
         assert an.query("SELECT count(*) FROM results").rows == [(0,)]
+
+
+
+def test_ctrl_c_while_the_history_loads_is_a_stopped_query(tmp_path, monkeypatch):
+    """Ctrl-C while DuckDB loads the history on the calling thread reaches us as DuckDB's
+    RuntimeError, not as a KeyboardInterrupt: it still says the query was stopped, so the
+    command exits 130 with our message."""
+    import signal
+    import threading
+
+    from opdiff_snap.analytics import views
+
+    _run(tmp_path, "a", 1)
+
+    def slow(con, *args, **kwargs):   # loading that takes long enough for the user to give up
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        con.execute("SELECT count(*) FROM range(10000000) a, range(100000) b, range(1000) c").fetchall()
+
+    monkeypatch.setattr(views, "_update", slow)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        connect(tmp_path)
+    assert str(caught.value) == "the query was stopped; nothing was written."

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -222,7 +223,7 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,
             done.wait(min(left, 0.2))
     except KeyboardInterrupt:
         _stop(con, done)
-        raise KeyboardInterrupt("the query was stopped; nothing was written.") from None
+        raise KeyboardInterrupt(STOPPED) from None
     error = box.get("error")
     if isinstance(error, duckdb.OutOfMemoryException):
         limit = memory_text(limits.memory_bytes())
@@ -235,6 +236,30 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,
     if error is not None:
         raise error
     return box["result"]
+
+
+STOPPED = "the query was stopped; nothing was written."
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` is a Ctrl-C in any of the forms it reaches us: a KeyboardInterrupt,
+    DuckDB's InterruptException, or the RuntimeError("Query interrupted") its Python client
+    raises in place of the KeyboardInterrupt when the signal lands while it works on the
+    calling thread (loading the history, parsing a statement)."""
+    if isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)):
+        return True
+    return isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()
+
+
+@contextmanager
+def stopped_on_interrupt() -> Iterator[None]:
+    """Turn every form of Ctrl-C inside the block into KeyboardInterrupt(STOPPED)."""
+    try:
+        yield
+    except BaseException as exc:
+        if is_interrupt(exc) and not (isinstance(exc, KeyboardInterrupt) and str(exc) == STOPPED):
+            raise KeyboardInterrupt(STOPPED) from None
+        raise
 
 
 def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:

@@ -27,7 +27,7 @@ from ..core.errors import OpdiffError
 from ..core.verdicts import TABLE, TABLE_COLUMNS
 from ..history.runs import check_store_dir, readable_dir
 from . import ingest
-from .sandbox import Limits, check_query, execute, lock, refusal
+from .sandbox import Limits, check_query, execute, lock, refusal, stopped_on_interrupt
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
@@ -67,9 +67,10 @@ class Analytics:
 
     def query(self, sql: str) -> Table:
         """Run the user's read-only SQL against the `runs` and `results` views."""
-        check_read_only(sql)
         try:
-            return self.sql(sql)
+            with stopped_on_interrupt():
+                check_read_only(sql)
+                return self.sql(sql)
         except duckdb.Error as e:
             refused = refusal(e)
             if refused is not None:
@@ -196,8 +197,14 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True,
     then runs under `limits` (default: Limits()).
 
     Warnings about unreadable lines are kept in `.warnings` ("file:line: message")
-    and, with `warn`, also issued as `HistoryWarning`s.
+    and, with `warn`, also issued as `HistoryWarning`s. Ctrl-C while the history loads is
+    KeyboardInterrupt(sandbox.STOPPED), whatever form DuckDB gave it.
     """
+    with stopped_on_interrupt():
+        return _connect(store_dir, cache, warn, limits)
+
+
+def _connect(store_dir: str | os.PathLike, cache: bool, warn: bool, limits: Limits | None) -> Analytics:
     check_store_dir(str(store_dir))
     store = readable_dir(str(store_dir))   # a remote store: its local mirror, synced incrementally
     if not store.is_dir():
@@ -232,5 +239,5 @@ def connect(store_dir: str | os.PathLike, cache: bool = True, warn: bool = True,
     msgs = [f"{f}:{ln}: {m}" for f, ln, m in rows]
     if warn:
         for m in msgs:
-            warnings.warn(m, HistoryWarning, stacklevel=2)
+            warnings.warn(m, HistoryWarning, stacklevel=3)
     return Analytics(store, con, cached, msgs, n, limits)

@@ -26,7 +26,7 @@ def import_() -> None:
 @click.option("--max-elements", type=click.IntRange(min=1), default=256, show_default=True,
               help="Skip samples with more input elements than this (inputs are written out as values).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("suites/opinfo"), show_default=True,
-              help="Folder of the suites; its *.yaml files are replaced.")
+              help="Folder of the suites; the suites an earlier import wrote there are replaced, no others.")
 @click.option("--all-ops", is_flag=True, help="List every op in the table, not only those skipped whole.")
 @guarded
 def opinfo(ops, dtypes, max_samples, max_elements, out, all_ops) -> None:
