@@ -103,3 +103,35 @@ def test_a_series_missing_from_a_run_keeps_one_environment_together(tmp_path):
     # a's two runs are one environment (the run between them did not hold a): nothing to attribute
     assert [f for f in found if f.test_id == "a"] == []
     assert all(f.changes for f in found)
+
+
+def test_absurd_measurements_are_left_out_with_a_warning(tmp_path):
+    """Latencies of 1e30 or 1e-320 ms, a negative one, and an infinite max_abs cannot be real:
+    each result holding one is named in a warning, its values are left out, and no finding
+    is made of them (no "2e+31x slower", no "infx faster", no "error grew 1einfx")."""
+    from opdiff_snap.analytics.synth import Res, Run, write_run
+
+    absurd = {3: dict(infer_ms=1e30, infer_ms_all=[1e30] * 3), 4: dict(infer_ms=1e-320, infer_ms_all=[1e-320] * 3),
+              5: dict(infer_ms=-2.0, infer_ms_all=[-2.0] * 3), 8: dict(max_abs=float("inf")),
+              9: dict(infer_ms=1e30, infer_ms_all=[1e30] * 3), 10: dict(infer_ms=1e-320, infer_ms_all=[1e-320] * 3)}
+    for r in range(12):
+        env = {"onnxruntime": "1.30.0" if r < 6 else "1.31.0"}
+        res = [Res(t, "onnx_cpu_fp32", infer_ms=1.0 + 0.01 * (r % 3), infer_ms_all=[1.0 + 0.01 * (r % 3)] * 3,
+                   max_abs=1e-7) for t in ("add", "mul")]
+        for k, v in absurd.get(r, {}).items():
+            setattr(res[0], k, v)
+        write_run(tmp_path, Run(f"2026010{r // 10}T0000{r % 10}0Z-{r:06x}", f"2026-01-01T00:{r:02d}:00Z", res,
+                                env=env))
+    with pytest.warns(UserWarning) as caught:
+        connect(tmp_path).close()
+    said = [str(w.message) for w in caught if "implausible measurement" in str(w.message)]
+    assert len(said) == len(absurd), said
+    assert all("of test add seed 0 on onnx_cpu_fp32 in run " in m for m in said)
+    (tmp_path / "cache.duckdb").unlink()
+    res = CliRunner().invoke(main, ["--store", str(tmp_path), "regressions", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == []
+    with connect(tmp_path, warn=False) as a:
+        rows = a.query("SELECT max(infer_ms), min(infer_ms), max(max_abs), max(list_max(infer_ms_all)) "
+                       "FROM results").rows
+    assert rows == [(pytest.approx(1.02), pytest.approx(1.0), pytest.approx(1e-7), pytest.approx(1.02))]

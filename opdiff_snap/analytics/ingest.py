@@ -261,6 +261,50 @@ INSERT INTO _warnings
 """
 
 
+# What a measurement may be and still mean something: a time between a nanosecond and a day
+# (a timer's zero, 1e-320 or 1e30 ms would turn every ratio into nonsense), an error finite
+# and not negative. Anything else is left out of the statistics, with a warning.
+PLAUSIBLE_MS = (1e-6, 86_400_000.0)
+TIMED = ("export_ms", "load_ms", "infer_ms")
+ERRORS = ("max_abs", "mean_abs", "mse", "max_rel")
+
+
+def _implausible(col: str) -> str:
+    if col in TIMED:
+        lo, hi = PLAUSIBLE_MS
+        return f"({col} IS NOT NULL AND NOT (isfinite({col}) AND {col} >= {lo!r} AND {col} <= {hi!r}))"
+    return f"({col} IS NOT NULL AND NOT (isfinite({col}) AND {col} >= 0))"
+
+
+def implausible_sql() -> str:
+    """Measurements of the rows just read that cannot be real (non-finite, negative, beyond
+    PLAUSIBLE_MS): one warning per result naming its run and test, and the values set to
+    NULL, so that no latency or error statistic, and no finding, is made of them."""
+    cols = TIMED + ERRORS
+    bad = " OR ".join(_implausible(c) for c in cols) + (
+        " OR len(list_filter(infer_ms_all, lambda x: x IS NULL OR NOT (isfinite(x) AND "
+        f"x >= {PLAUSIBLE_MS[0]!r} AND x <= {PLAUSIBLE_MS[1]!r}))) > 0")
+    which = " || ".join(f"CASE WHEN {_implausible(c)} THEN ' {c}=' || CAST({c} AS VARCHAR) ELSE '' END"
+                        for c in cols)
+    fresh = "file IN (SELECT DISTINCT file FROM _staged)"
+    sets = ", ".join(f"{c} = CASE WHEN {_implausible(c)} THEN NULL ELSE {c} END" for c in cols)
+    return f"""
+INSERT INTO _warnings
+  SELECT file, line, 'implausible measurement of test ' || coalesce(test_id, '?') || ' seed '
+         || coalesce(CAST(seed AS VARCHAR), '?') || ' on ' || coalesce(preset, '?') || ' in run '
+         || coalesce(run_id, '?') || ':' || {which}
+         || CASE WHEN len(list_filter(infer_ms_all, lambda x: x IS NULL OR NOT (isfinite(x) AND
+                 x >= {PLAUSIBLE_MS[0]!r} AND x <= {PLAUSIBLE_MS[1]!r}))) > 0
+                 THEN ' infer_ms_all holds such values' ELSE '' END
+         || '; left out of latency and error statistics'
+  FROM _results WHERE {fresh} AND ({bad});
+UPDATE _results SET {sets},
+    infer_ms_all = list_filter(infer_ms_all, lambda x: x IS NOT NULL AND isfinite(x)
+                               AND x >= {PLAUSIBLE_MS[0]!r} AND x <= {PLAUSIBLE_MS[1]!r})
+  WHERE {fresh} AND ({bad});
+"""
+
+
 def fix_orphans_sql() -> str:
     """Items read before any meta line: run id from the item, else the file name."""
     return f"""

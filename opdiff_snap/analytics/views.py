@@ -33,7 +33,7 @@ from .table import Table
 CACHE_NAME = "cache.duckdb"
 # The cache's layout follows the structure of a result (ingest.READ_COLUMNS): a field added
 # to results.Result changes it, and the next connect rebuilds the cache from the JSONL.
-CACHE_VERSION = "3-" + hashlib.sha256(json.dumps(ingest.READ_COLUMNS, sort_keys=True).encode()).hexdigest()[:16]
+CACHE_VERSION = "4-" + hashlib.sha256(json.dumps(ingest.READ_COLUMNS, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class HistoryWarning(UserWarning):
@@ -148,6 +148,7 @@ def _update(con: duckdb.DuckDBPyConnection, files: dict[str, tuple[int, int]]) -
                 con.execute(ingest.runs_insert_sql())
                 con.execute(ingest.results_insert_sql())
                 con.execute(ingest.fix_orphans_sql())
+                con.execute(ingest.implausible_sql())
                 con.execute(ingest.warnings_insert_sql())
             con.execute("INSERT INTO _files SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[]), "
                         "unnest($3::BIGINT[])", [changed, [files[f][0] for f in changed],
