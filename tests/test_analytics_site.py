@@ -15,6 +15,7 @@ from opdiff_snap.analytics.findings import REGRESSION
 from opdiff_snap.analytics.planted import generate
 from opdiff_snap.analytics.site import page_name
 from opdiff_snap.core.config import Settings
+from opdiff_snap.core.errors import OpdiffError
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -50,3 +51,36 @@ def test_site_pages_link_up_and_render_in_chromium(tmp_path):
     # points, the detected slowdown as a red line
     assert pixels[(0x3A, 0x9D, 0x4A)] > 60, "no passing runs were drawn"
     assert pixels[(0xD0, 0x3A, 0x30)] > 60, "the detected step was not drawn"
+
+
+def test_site_replaces_its_folder_whole_and_never_writes_through_a_link(tmp_path):
+    store = tmp_path / "store"
+    generate(store, runs=6, tests=2, envs=2, plant_frac=0.0, seed=1, presets=("onnx_cpu_fp32",))
+    settings = Settings(store=store)
+    site = tmp_path / "site"
+    api.site(site, settings=settings)
+    (site / "tests" / "gone-00000000.html").write_text("a test that no longer exists")
+    api.site(site, settings=settings)                       # an earlier site: replaced whole
+    assert not (site / "tests" / "gone-00000000.html").exists()
+    assert len(list((site / "tests").glob("*.html"))) == 2 and (site / "index.html").is_file()
+
+    outside = tmp_path / "outside.html"
+    outside.write_text("not the site's")
+    (site / "index.html").unlink()
+    (site / "index.html").symlink_to(outside)                # a link planted in the site: not followed
+    api.site(site, settings=settings)
+    assert outside.read_text() == "not the site's"
+    assert not (site / "index.html").is_symlink() and "<html" in (site / "index.html").read_text()
+    linked = tmp_path / "linked"
+    linked.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(OpdiffError, match="is a symbolic link"):
+        api.site(linked, settings=settings)
+    assert not (tmp_path / "elsewhere").exists()
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(OpdiffError, match="holds files that are not a site"):
+        api.site(mine, settings=settings)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "debris beside the site"

@@ -6,17 +6,26 @@
     <out>/tests/<name>.png    environments, environment changes and the detected steps marked
 
 Relative links only; nothing is fetched when a page opens, and no server is needed.
+
+The site is written into a fresh folder beside `<out>` and swapped in whole, so no page of
+an earlier site survives and nothing is written through a link. An existing `<out>` is
+replaced only when it is empty or holds a site (its `.opdiff-site` mark, or only the
+files a site has), never when it is a link.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import re
+import shutil
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.errors import OpdiffError
 from . import plots
 from .findings import REGRESSION, Finding, findings_table, group_by_change, groups_table
 from .html import CSS, html_table, text
@@ -58,11 +67,63 @@ def _env_sql() -> str:
     return "concat_ws(chr(10), " + ", ".join(f"'{lib} ' || coalesce(runs.{lib}, '-')" for lib in LIBS) + ")"
 
 
+MARK = ".opdiff-site"
+
+
+def _replaceable(out: Path) -> None:
+    """Refuse an `out` that is a link, a file, or a folder holding anything but a site."""
+    if out.is_symlink():
+        raise OpdiffError(f"report site: '{out}' is a symbolic link; the site is never written through a link. "
+                          "Give -o a real folder (it is created when missing).")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise OpdiffError(f"report site: '{out}' is a file; give -o a folder (it is created when missing).")
+    entries = list(out.iterdir())
+    if not entries or (out / MARK).is_file():
+        return
+    pages = out / "tests"
+    ours = all(e.name in ("index.html", "tests") and not e.is_symlink() for e in entries) and (
+        not pages.exists() or (pages.is_dir() and all(
+            f.is_file() and not f.is_symlink() and f.suffix in (".html", ".png") for f in pages.iterdir())))
+    if not ours:
+        raise OpdiffError(f"report site: '{out}' holds files that are not a site written by `opdiff report "
+                          "site`; the site replaces its folder whole, so nothing was written. Give -o a new or "
+                          "empty folder, or one an earlier `opdiff report site` wrote.")
+
+
+def _swap_in(fresh: Path, out: Path) -> None:
+    """Put the folder `fresh` where `out` is, the old one removed only once the new one is there."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / "site")
+    os.replace(fresh, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def render_site(store, out_dir: str | Path, flt: HistoryFilter = HistoryFilter(),
                 params: StepParams = StepParams()) -> Path:
-    """Write the site into `out_dir` and return its index.html."""
-    out = Path(out_dir)
-    (out / "tests").mkdir(parents=True, exist_ok=True)
+    """Write the site into `out_dir` (see the module docstring) and return its index.html."""
+    target = Path(out_dir).absolute()
+    _replaceable(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    try:
+        _render(store, fresh, flt, params)
+        (fresh / MARK).write_text("written by `opdiff report site`; replaced whole by the next one\n")
+        fresh.chmod(0o755)
+        _replaceable(target)   # still true now that the work is done
+        _swap_in(fresh, target)
+    finally:
+        if fresh.exists():
+            shutil.rmtree(fresh, ignore_errors=True)
+    return target / "index.html"
+
+
+def _render(store, out: Path, flt: HistoryFilter, params: StepParams) -> None:
+    (out / "tests").mkdir()
     sql = filter_sql(flt)
     where = f"coalesce(runs.command, 'check') = 'check' AND r.test_id IS NOT NULL AND r.preset IS NOT NULL " \
             f"AND {sql.on_runs} AND {sql.on_results}"
@@ -92,9 +153,7 @@ def render_site(store, out_dir: str | Path, flt: HistoryFilter = HistoryFilter()
         by_test[f.test_id].append(f)
     for h in tests.values():
         _test_page(out / "tests", h, by_test.get(h.test_id, []))
-    index = out / "index.html"
-    index.write_text(_index(cells, findings, tests, by_test), encoding="utf-8")
-    return index
+    (out / "index.html").write_text(_index(cells, findings, tests, by_test), encoding="utf-8")
 
 
 def _head(title: str) -> str:
