@@ -102,3 +102,32 @@ def test_one_round_is_no_interval(tmp_path):
     res = CliRunner().invoke(main, ["--store", str(tmp_path), "compare-envs", "--python", sys.executable,
                                     "-b", "torch_cpu_fp32", "--min-ratio", "0.9"])
     assert res.exit_code == 2 and "--min-ratio must be at least 1" in res.stderr
+
+
+def test_an_interpreter_that_cannot_run_workers_is_refused_before_any_run(tmp_path):
+    """Neither side runs unless both interpreters can run workers: no run file is written,
+    and the message (exit 2) is true."""
+    from opdiff_snap.execution.interpreter import WorkerEnvironmentError, probe
+
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
+    with contextlib.chdir(tmp_path):
+        assert api.record(settings=Settings(repeats=1, warmup=0), in_process=True).counts() == {"RECORDED": 2}
+    runs = sorted((tmp_path / "store" / "runs").glob("*.jsonl"))
+    echo = tmp_path / "echo.sh"
+    echo.write_text("#!/bin/sh\necho hello there\n")
+    echo.chmod(0o755)
+    for python in ("/bin/true", "/bin/false", str(echo)):
+        with contextlib.chdir(tmp_path):
+            res = CliRunner().invoke(main, ["compare-envs", "--python", python, "-b", "torch_cpu_fp32",
+                                            "--rounds", "2", "-j", "1"])
+        assert res.exit_code == 2, res.output
+        assert f"the worker under {python} " in res.stderr and "nothing was run" in res.stderr
+        assert "Traceback" not in res.output
+        assert sorted((tmp_path / "store" / "runs").glob("*.jsonl")) == runs, python
+    hangs = tmp_path / "hangs.sh"
+    hangs.write_text("#!/bin/sh\nsleep 30\n")
+    hangs.chmod(0o755)
+    with pytest.raises(WorkerEnvironmentError, match="did not say whether it can run opdiff-snap workers within 1 s"):
+        probe(hangs, timeout_s=1)
+    probe(Path(sys.executable))   # this interpreter can

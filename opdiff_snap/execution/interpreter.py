@@ -195,3 +195,64 @@ def hello_refusal(python: Path | None, hello: dict) -> WorkerEnvironmentError:
         f"the worker under {python} said something that is not an opdiff-snap hello "
         f"({hello.get('message', '')}); give an interpreter with opdiff-snap installed "
         f"(`{install_command(python)}`); nothing was run.")
+
+
+PROBE = r"""
+import json, sys
+def say(**said):
+    said.update(executable=sys.executable, python=sys.version.split()[0])
+    sys.stdout.write("hello " + json.dumps(said) + "\n")
+    sys.stdout.flush()
+    sys.exit(0)
+try:
+    from importlib import metadata
+    version = metadata.version("opdiff-snap")
+except Exception:
+    version = None
+import importlib.util
+if importlib.util.find_spec("opdiff_snap") is None:
+    say(error="missing", opdiff_snap=version)
+try:
+    from opdiff_snap.execution import interpreter, pool
+except BaseException as exc:
+    say(error="import", opdiff_snap=version, message="%s: %s" % (type(exc).__name__, exc))
+if not hasattr(pool, "serve"):
+    say(protocol=0, opdiff_snap=version)
+say(ready=True, protocol=getattr(interpreter, "WORKER_PROTOCOL", 0), opdiff_snap=version)
+"""
+
+
+def probe(python: Path, timeout_s: float = 60.0) -> None:
+    """Ask `python` whether it can run this opdiff-snap's workers, the way a worker starts
+    (`-I`, the same imports), without running a job: for commands that must know both sides
+    can run before either writes anything. WorkerEnvironmentError when it cannot."""
+    import json
+
+    try:
+        done = subprocess.run([str(python), "-I", "-c", PROBE], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=timeout_s, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise WorkerEnvironmentError(
+            f"--python {python} did not say whether it can run opdiff-snap workers within {timeout_s:g} s (it "
+            "hangs, or takes that long to import opdiff-snap); give an interpreter with opdiff-snap installed "
+            f"(`{install_command(python)}`); nothing was run.") from None
+    except OSError as exc:
+        raise WorkerEnvironmentError(
+            f"--python {python}: cannot run it ({exc.strerror or exc}). Give the path of a Python "
+            "executable, e.g. /path/to/venv/bin/python; nothing was run.") from None
+    out = done.stdout.decode("utf-8", "replace")
+    line = next((ln for ln in out.splitlines() if ln.startswith(HELLO.decode())), None)
+    if line is None:
+        said = (out + done.stderr.decode("utf-8", "replace")).strip()[-2000:]
+        raise died_before_hello(python, done.returncode, said)
+    try:
+        hello = json.loads(line[len(HELLO):])
+    except ValueError:
+        hello = {"message": line[:200]}
+    if not isinstance(hello, dict):
+        hello = {"message": line[:200]}
+    if hello.get("ready") and hello.get("protocol") == WORKER_PROTOCOL:
+        return
+    if hello.get("ready"):
+        hello.pop("ready")
+    raise hello_refusal(python, hello)

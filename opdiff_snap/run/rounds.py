@@ -19,7 +19,7 @@ from ..analytics.reports import RunDiff, diff_runs
 from ..compare.results import Listener, RunReport
 from ..core.config import Settings
 from ..core.errors import OpdiffError
-from ..execution.interpreter import resolve
+from ..execution.interpreter import probe, resolve
 from .check import CheckRequest, check
 
 
@@ -47,6 +47,9 @@ def interleaved_checks(make_request: Callable[[Path | None], CheckRequest], pyth
     """`rounds` x (check under python_a, then under python_b)."""
     if rounds < 1:
         raise OpdiffError(f"--rounds must be at least 1; got {rounds}.")
+    for python in (python_a, python_b):   # both sides must be able to run before either writes a run
+        if python is not None:
+            probe(python)
     ui = ui or _Silent()
     pairs = []
     for i in range(rounds):
