@@ -135,3 +135,46 @@ def test_absurd_measurements_are_left_out_with_a_warning(tmp_path):
         rows = a.query("SELECT max(infer_ms), min(infer_ms), max(max_abs), max(list_max(infer_ms_all)) "
                        "FROM results").rows
     assert rows == [(pytest.approx(1.02), pytest.approx(1.0), pytest.approx(1e-7), pytest.approx(1.02))]
+
+
+PLUGIN = "[opdiff_snap.backends]\nversioned = helpers_check.opdiff_versioned:VersionedBackend\n"
+OPS = """\
+defaults: {seeds: 1}
+presets:
+  x: {type: tensor, shape: [4, 16], dtype: float32, init: normal}
+tests:
+  - {id: exp, op: aten::exp.default, in: [{ref: x}]}
+  - {id: tanh, op: aten::tanh.default, in: [{ref: x}]}
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_upgrade_that_slows_one_op_is_found_and_attributed(tmp_path):
+    """A backend plugin's distribution is part of the run's environment: going from 1.0 to
+    1.1 (which sleeps 2 ms in every exp) is a step that `regressions` finds on exp alone
+    and attributes to the plugin's version."""
+    import contextlib
+
+    from helpers_check import make_site, plugin_installed
+
+    from opdiff_snap import api
+    from opdiff_snap.core.config import Settings
+    from opdiff_snap.core.environment import environment
+
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "ops.yaml").write_text(OPS)
+    settings = Settings(repeats=7, warmup=1)
+    with contextlib.chdir(tmp_path):
+        assert api.record(settings=settings, in_process=True).counts() == {"RECORDED": 2}
+        for version in ("1.0", "1.1"):
+            site = make_site(tmp_path / f"site-{version}", PLUGIN, name="opdiff-versioned-test", version=version)
+            with plugin_installed(site):
+                assert environment()["plugins"] == f"opdiff-versioned-test {version}"
+                for _ in range(4):
+                    report = api.check(backends=["versioned_cpu_fp32"], settings=settings, in_process=True)
+                    assert report.counts() == {"PASS": 2}
+    res = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "regressions", "--format", "json"])
+    assert res.exit_code == 1, res.output
+    rows = json.loads(res.stdout)
+    assert [(r["test_id"], r["kind"], r["direction"]) for r in rows] == [("exp", "latency", REGRESSION)], rows
+    assert rows[0]["change"] == "plugins opdiff-versioned-test 1.0 -> opdiff-versioned-test 1.1"

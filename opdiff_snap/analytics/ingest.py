@@ -60,7 +60,7 @@ RESULT_FIELDS = {"preset": "VARCHAR", **{JSON_KEYS.get(n, n): _RESULT[JSON_KEYS.
 ITEM = {"type": "VARCHAR", "run_id": "VARCHAR", "ts": "VARCHAR", "backends": "JSON", **_RESULT,
         "baseline": "JSON"}          # a preset name in ours, an object in opdiff's files
 LIBS = ("python", "torch", "executorch", "onnxruntime", "onnx", "coremltools", "numpy",
-        "opdiff_snap")
+        "opdiff_snap", "onnxscript", "torchao", "transformers", "torchvision", "plugins")
 MACHINE = {"os_version": "VARCHAR", "executable": "VARCHAR",
            "cpu": {"model": "VARCHAR", "isa": ["VARCHAR"], "torch_capability": "VARCHAR"},
            "torch_build": {"blas": "VARCHAR", "onednn": "VARCHAR"},

@@ -29,7 +29,14 @@ DISTRIBUTIONS = {
     "zarr": ("zarr",),
     "duckdb": ("duckdb",),
     "opdiff_snap": ("opdiff-snap",),
+    # what changes results without being a runtime: ONNX export's translator, quantization,
+    # the model zoo's model code
+    "onnxscript": ("onnxscript",),
+    "torchao": ("torchao",),
+    "transformers": ("transformers",),
+    "torchvision": ("torchvision",),
 }
+PLUGIN_GROUP = "opdiff_snap.backends"   # backends/registry.py loads plugins from it
 
 # CPU features that change which kernels run (x86 /proc/cpuinfo flags, Arm features).
 _ISA = re.compile(r"^(sse4_2|avx|avx2|fma|f16c|avx512\w*|amx\w*|asimd\w*|neon|sve\w*|i8mm|bf16|fphp|"
@@ -46,10 +53,29 @@ def package_version(names: tuple[str, ...]) -> str | None:
 
 
 def versions() -> dict[str, str | None]:
-    """Python and every library we report, None for those not installed."""
+    """Python and every library we report, None for those not installed; `plugins` names
+    the distributions that provide backend plugins, with their versions."""
     out: dict[str, str | None] = {"python": platform.python_version()}
     out.update({key: package_version(names) for key, names in DISTRIBUTIONS.items()})
+    out["plugins"] = plugin_versions()
     return out
+
+
+def plugin_versions() -> str | None:
+    """"name version, name version" of every distribution with an entry point in the backend
+    plugin group, sorted (None: none): a plugin's upgrade is an environment change like a
+    runtime's. Read from package metadata; no plugin code is imported."""
+    found: set[str] = set()
+    try:
+        points = metadata.entry_points(group=PLUGIN_GROUP)
+    except Exception:   # malformed metadata somewhere on sys.path: the registry says so
+        return None
+    for ep in points:
+        dist = ep.dist
+        if dist is None or dist.name == "opdiff-snap":
+            continue
+        found.add(f"{dist.name} {dist.version}")
+    return ", ".join(sorted(found)) or None
 
 
 def _sysctl(name: str) -> str:

@@ -16,12 +16,13 @@ PYTHON = sys.executable
 ENTRY_POINTS = "[opdiff_snap.backends]\nperturb = helpers_check.opdiff_perturb:PerturbBackend\n"
 
 
-def make_site(root: Path, entry_points: str = ENTRY_POINTS, name: str = "opdiff-perturb-test") -> Path:
+def make_site(root: Path, entry_points: str = ENTRY_POINTS, name: str = "opdiff-perturb-test",
+              version: str = "1.0") -> Path:
     """A directory holding only a *.dist-info that registers test backends (by default
     the perturbing one) through the entry point group `opdiff_snap.backends`."""
-    info = root / f"{name.replace('-', '_')}-1.0.dist-info"
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(entry_points)
     return root
 
