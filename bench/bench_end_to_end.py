@@ -38,7 +38,8 @@ from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.execution.prepare import restore_outputs
 from opdiff_snap.execution.runner import Job, run_job
-from opdiff_snap.compare.numerics import compare, tolerance_for
+from opdiff_snap.compare.numerics import compare
+from opdiff_snap.compare.tolerance import tolerance_for
 from opdiff_snap.suite import load_suites
 suite, test_id, seed, preset_name, goldens = sys.argv[1:6]
 case = next(c for c in load_suites([Path(suite)]) if c.id == test_id)

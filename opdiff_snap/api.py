@@ -412,7 +412,7 @@ def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
     under `python` when given."""
     from .backends.registry import get_preset
     from .cause.localize import localize as find
-    from .compare.numerics import tolerance_for
+    from .compare.tolerance import tolerance_for
     from .core.config import Settings
     from .core.errors import OpdiffError
     from .run.session import make_pool
@@ -442,7 +442,7 @@ def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_option
     intermediate values the baseline computes for them; they are recorded in a worker."""
     from .backends.registry import get_preset
     from .cause.repro import parse_node_range, write_node_repro, write_repro
-    from .compare.numerics import tolerance_for
+    from .compare.tolerance import tolerance_for
     from .core.errors import OpdiffError
 
     case, golden = golden_case(test_id, seed, goldens, trust_goldens, suites)

@@ -11,13 +11,13 @@ import sys
 from collections import Counter
 
 import pytest
+from helpers_history.synth import Res, Run, write_run
 from test_analytics_reports import build_history
 
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.html import render_html
 from opdiff_snap.analytics.plots import family, latency_cdf, latency_trend_plot, support_heatmap
 from opdiff_snap.analytics.reports import latency_report, support_matrix
-from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.analytics.table import Table
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers_history.planted import generate
 
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.findings import REGRESSION, group_by_change
-from opdiff_snap.analytics.planted import generate
 from opdiff_snap.analytics.steps import HistoryFilter, StepParams, detect, fit_steps
 from opdiff_snap.cli import main
 
@@ -92,7 +92,7 @@ def test_a_step_smaller_than_the_noise_is_not_reported(planted):
 
 
 def test_a_series_missing_from_a_run_keeps_one_environment_together(tmp_path):
-    from opdiff_snap.analytics.synth import Res, Run, write_run
+    from helpers_history.synth import Res, Run, write_run
 
     P = "onnx_cpu_fp32"
     for i, (ort, tests) in enumerate([("1.31.1", ["a", "b"]), ("1.32.0", ["b"]), ("1.31.1", ["a", "b"])]):

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers_history.planted import generate
 from test_analytics_html import dump_dom, painted, require_chromium
 
 from opdiff_snap import api
 from opdiff_snap.analytics.findings import REGRESSION
-from opdiff_snap.analytics.planted import generate
 from opdiff_snap.analytics.site import page_name
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError

@@ -6,9 +6,9 @@ import json
 import os
 
 import pytest
+from helpers_history.synth import Res, Run, write_run
 
 from opdiff_snap.analytics import check_read_only, connect
-from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import FAILING, NOT_RUN, PASSING, PRECEDENCE, TABLE, Verdict
 

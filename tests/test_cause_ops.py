@@ -21,7 +21,7 @@ from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.cause.atengraph import ScopeGraphTask
 from opdiff_snap.cause.localize import format_report, localize
 from opdiff_snap.cause.repro import write_node_repro
-from opdiff_snap.compare.numerics import tolerance_for
+from opdiff_snap.compare.tolerance import tolerance_for
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.pool import WorkerPool
 

@@ -9,7 +9,7 @@ from helpers_cause.wrong_backend import PerturbingBackend
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.cause.calls import CallTreeTask, SubmoduleTask
 from opdiff_snap.cause.together import BatchTask, run_pieces
-from opdiff_snap.compare.numerics import tolerance_for
+from opdiff_snap.compare.tolerance import tolerance_for
 from opdiff_snap.core.verdicts import NOT_DIVERGED, Verdict
 
 

@@ -12,7 +12,7 @@ import pytest
 from helpers_check import copy_project, flip_byte, make_site, new_project, plugin_installed
 
 from opdiff_snap import api
-from opdiff_snap.compare.numerics import BASELINE_FACTOR
+from opdiff_snap.compare.rules import BASELINE_FACTOR
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict

@@ -11,8 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from opdiff_snap.analytics.synth import Res, Run, write_run
+from helpers_history.synth import Res, Run, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "executorch", "onnxruntime", "onnx", "onnxscript", "coremltools", "ray", "torchao")

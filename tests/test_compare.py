@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from opdiff_snap.backends.base import Preset
-from opdiff_snap.compare.numerics import BASELINE_FACTOR, DEFAULT_TOLERANCES, Rounding, compare, tolerance_for
-from opdiff_snap.compare.rules import ALLOWANCE_CAP
+from opdiff_snap.compare.numerics import compare
+from opdiff_snap.compare.rules import ALLOWANCE_CAP, BASELINE_FACTOR, Rounding
+from opdiff_snap.compare.tolerance import DEFAULT_TOLERANCES, tolerance_for
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite.model import Tolerance
 

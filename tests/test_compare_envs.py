@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers_history.synth import Res, Run, write_run
 
 from opdiff_snap import api
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.interleaved import compare_rounds
-from opdiff_snap.analytics.synth import Res, Run, write_run
 from opdiff_snap.cli import main
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError

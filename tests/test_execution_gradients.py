@@ -7,7 +7,8 @@ import pytest
 import torch
 from helpers_cause import load_case
 
-from opdiff_snap.compare.numerics import compare_grads, tolerance_for
+from opdiff_snap.compare.gradients import compare_grads
+from opdiff_snap.compare.tolerance import tolerance_for
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.gradients import (

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.fields import DTYPES
 from opdiff_snap.suite.materialize import materialize
-from opdiff_snap.suite.schema import DTYPES
 
 FULL = Path(__file__).parent / "suites" / "full"
 

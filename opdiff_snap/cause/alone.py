@@ -100,7 +100,8 @@ def judge(key: str, preset: Preset, piece: Piece, prepared: Any, outputs: list[t
     """Compare what the target computed for `piece` (run as the flat module `prepared`) with
     the baseline, allowing for rounding as measured by the piece's own float64 reference
     (and, on fp16/bf16, its elementwise one)."""
-    from ..compare.numerics import Rounding, compare
+    from ..compare.numerics import compare
+    from ..compare.rules import Rounding
     from ..execution.prepare import nest_residuals
     from ..execution.references import elementwise_reference, float64_reference
 

@@ -480,7 +480,7 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
     registry's backend for the preset (tests pass their own; it travels with each task).
     `ops`: descend to ATen nodes even when a leaf submodule diverges. `cache_dir`: the
     artifact cache, whose op-support answers a lowering failure's survey reuses."""
-    from ..compare.numerics import tolerance_for
+    from ..compare.tolerance import tolerance_for
 
     if case.call.kind != "module" or case.pair is not None:
         raise OpdiffError(f"test '{case.id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "

@@ -30,7 +30,8 @@ import torch
 from ..backends.base import Preset
 from ..backends.registry import backend_for
 from ..compare.bounds import BIAS_MIN_ELEMENTS, BIAS_SHIFT, DRIFT_BOUND, DRIFT_CLIP, T_QUANTILE
-from ..compare.numerics import Rounding, leaf_rules
+from ..compare.leaves import leaf_rules
+from ..compare.rules import Rounding
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.trees import flatten

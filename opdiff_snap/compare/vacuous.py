@@ -16,7 +16,7 @@ import torch
 
 from ..core.trees import flatten
 from ..suite.model import Tolerance
-from .numerics import DEFAULT_TOLERANCES
+from .tolerance import DEFAULT_TOLERANCES
 
 
 def _values(outputs: Any) -> list[np.ndarray]:

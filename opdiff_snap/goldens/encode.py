@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 MARK = "opdiff_snap_golden"   # attribute that marks a group as a golden, value: the format version
-INFO_FIELDS = ("test_id", "seed", "spec_hash", "suite", "test_type", "created")
 
 
 def encode(golden: Golden) -> tuple[dict[str, Any], list[tuple[str, torch.Tensor]]]:

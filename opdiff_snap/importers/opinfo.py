@@ -31,7 +31,7 @@ import torch
 
 from ..core.errors import OpdiffError
 from ..core.trees import flatten
-from ..suite.schema import DTYPES as GOLDEN_DTYPES
+from ..suite.fields import DTYPES as GOLDEN_DTYPES
 from ..suite.torch_call import Unencodable, decode, encode, resolve_fn
 from .yamlwrite import dump_suite
 

@@ -41,8 +41,8 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from ..compare.numerics import tolerance_for
 from ..compare.results import Result
+from ..compare.tolerance import tolerance_for
 from ..core import trees
 from ..core.errors import OpdiffError
 from ..core.safetext import printable, unsafe_char

@@ -34,8 +34,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..backends.base import Delegation, Preset
 from ..backends.registry import get_preset
-from ..compare.numerics import Comparison, Rounding, compare, compare_grads, tolerance_for
+from ..compare.gradients import compare_grads
+from ..compare.numerics import Comparison, compare
 from ..compare.results import Listener, Result, RunReport
+from ..compare.rules import Rounding
+from ..compare.tolerance import tolerance_for
 from ..compare.vacuous import vacuous_reason
 from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError

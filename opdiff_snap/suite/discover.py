@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ..core.errors import OpdiffError
 from .document import read_suite_file
-from .schema import Problems
+from .problems import Problems
 
 
 def discover_suites(root: Path) -> list[Path]:

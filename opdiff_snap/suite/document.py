@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .extensions import parse_extension
+from .fields import EXTENSION_KEYS, TOP_KEYS
 from .files import display_path
-from .schema import BAD, EXTENSION_KEYS, TOP_KEYS, NodeResolver, Problems, Where, check_keys, parse_extension
+from .problems import BAD, Problems, Where, check_keys
+from .resolve import NodeResolver
 from .yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
 
 EXT_DEFAULTS: dict[str, Any] = {"tolerance": {}, "seeds": [0], "tags": [], "skip": {}, "grad": False}

@@ -18,24 +18,12 @@ from typing import Any
 from ..core.errors import OpdiffError, SuiteError
 from ..core.safetext import printable, unsafe_char
 from .document import EXT_DEFAULTS, Document, RawTest, chain_text, load_document, plain_number
+from .extensions import parse_extension
+from .fields import DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, dtype_family
 from .files import SearchRoots, display_path
 from .model import Call, TestCase, Tolerance
-from .schema import (
-    BAD,
-    DEVICES,
-    EXTENSION_KEYS,
-    NODE_FIELDS,
-    SIDE_FIELDS,
-    TEST_KEYS,
-    NodeResolver,
-    Problems,
-    Where,
-    check_keys,
-    dtype_family,
-    parse_extension,
-    path_checker,
-    plain,
-)
+from .problems import BAD, Problems, Where, check_keys, plain
+from .resolve import NodeResolver, path_checker
 from .spechash import file_modules, spec_hash
 
 _BAD_ID = re.compile(r"[\s/\\;*]")

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from .construct import build_value, construct_module, where_of
+from .fields import dtype_family
 from .model import Invocation, Node, TestCase
-from .schema import dtype_family
 
 
 def derive_seed(test_id: str, seed: int) -> int:
@@ -26,7 +26,7 @@ def derive_seed(test_id: str, seed: int) -> int:
 
 
 class Sampler:
-    """Samples resolved nodes (full form, see schema.py) from one generator, in call order."""
+    """Samples resolved nodes (full form, see resolve.py) from one generator, in call order."""
 
     def __init__(self, generator: torch.Generator, suite_dir: Path, import_dirs: tuple[Path, ...] = ()):
         self.g = generator

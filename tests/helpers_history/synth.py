@@ -1,5 +1,10 @@
 """Writes history files in the documented format (docs/architecture.md, "History format")
-without running anything: for tests, the benchmark and demos of the reports."""
+without running anything, for the tests.
+
+Its lines are written here rather than through `history.runs.RunWriter`: the writer takes
+a run's id and start time from the clock (`RunWriter.start` is the only way to the meta
+line) and stamps the end line with the time it is written, and these runs need chosen
+ids and times."""
 
 from __future__ import annotations
 
@@ -8,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compare.metrics import Metrics
-from ..compare.results import Result
-from ..core.verdicts import Verdict
-from ..suite.model import Tolerance
+from opdiff_snap.compare.metrics import Metrics
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.suite.model import Tolerance
 
 ENV = {"python": "3.11.7", "torch": "2.13.0+cpu", "executorch": "1.5.1",
        "onnxruntime": "1.31.1", "onnx": "1.23.2", "coremltools": "9.0", "numpy": "2.4.6",

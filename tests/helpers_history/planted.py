@@ -1,5 +1,6 @@
 """A synthetic history with planted changes and their ground truth: what the step detector
-(steps.py) is measured against (bench/bench_regressions.py, tests).
+(analytics/steps.py) is measured against (bench/bench_regressions.py, tests). Written like
+synth.py's runs, with chosen run ids and times.
 
 Runs follow a sequence of environments (torch, onnxruntime, executorch versions changing
 one at a time). Latency noise is modelled on what this project measured between two runs
@@ -22,9 +23,10 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compare.results import Result
-from ..core.verdicts import Verdict
-from ..suite.model import Tolerance
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.suite.model import Tolerance
+
 from .synth import ENV
 
 TRUTH = "planted.json"     # the ground truth, beside runs/
