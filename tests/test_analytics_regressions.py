@@ -109,7 +109,7 @@ def test_absurd_measurements_are_left_out_with_a_warning(tmp_path):
     """Latencies of 1e30 or 1e-320 ms, a negative one, and an infinite max_abs cannot be real:
     each result holding one is named in a warning, its values are left out, and no finding
     is made of them (no "2e+31x slower", no "infx faster", no "error grew 1einfx")."""
-    from opdiff_snap.analytics.synth import Res, Run, write_run
+    from helpers_history.synth import Res, Run, write_run
 
     absurd = {3: dict(infer_ms=1e30, infer_ms_all=[1e30] * 3), 4: dict(infer_ms=1e-320, infer_ms_all=[1e-320] * 3),
               5: dict(infer_ms=-2.0, infer_ms_all=[-2.0] * 3), 8: dict(max_abs=float("inf")),
