@@ -151,8 +151,8 @@ def test_torch_call_places_inputs_and_values():
 
 
 @pytest.mark.parametrize("fn, args, kwargs, says", [
-    ("os.system", [], {}, "is not a torch function"),
-    ("Tensor.no_such_method", [], {}, "torch.Tensor has no method 'no_such_method'"),
+    ("os.system", [], {}, "'os' is not one of torch's operator namespaces"),
+    ("Tensor.no_such_method", [], {}, "Tensor.no_such_method does not exist in torch"),
     ("torch.add", [{"input": 0}, {"tensor": 1}], {}, "is not an argument form"),
     ("torch.add", [{"input": 0}], {"out": {"dtype": "float99"}}, "torch has no dtype 'float99'"),
     ("torch.add", [{"input": "a"}], {}, "names no input"),

@@ -25,6 +25,7 @@ from .model import Call, TestCase, Tolerance
 from .problems import BAD, Problems, Where, check_keys, plain
 from .resolve import NodeResolver, path_checker
 from .spechash import file_modules, spec_hash
+from .torch_fns import EXAMPLES, TORCH_CALL, definition_fns, fn_refusal
 
 _BAD_ID = re.compile(r"[\s/\\;*]")
 
@@ -225,6 +226,12 @@ class Expander:
         if BAD in (path, args, kwargs, config):
             return BAD
         call = {"kind": "module", "target": path, "args": args, "kwargs": kwargs, "impl": impl}
+        if path == TORCH_CALL:   # what it calls is judged here, and again in the worker
+            for fn in definition_fns(call):
+                why = fn_refusal(fn)
+                if why is not None:
+                    return self.problems.add(w.at(node, "kwargs"), f"TorchCall: {why}. A TorchCall calls only "
+                                             f"torch's operator functions and Tensor methods ({EXAMPLES}).")
         return call if config is None else {**call, "config": config}   # absent: spec hashes as before
 
     def _assignments(self, op: dict, w: Where) -> list[tuple[str, dict | None]]:

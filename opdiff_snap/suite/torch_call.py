@@ -24,12 +24,12 @@ writes its tests in this form; it is as usable by hand.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..core.errors import OpdiffError
+from .torch_fns import EXAMPLES, fn_refusal, object_refusal
 
 TAGS = ("input", "dtype", "memory_format", "float")
 
@@ -96,21 +96,33 @@ def _max_input(form: Any) -> int:
 
 
 def resolve_fn(fn: str) -> Any:
-    from .construct import import_path
-
-    if not isinstance(fn, str) or not fn:
-        raise OpdiffError(f"TorchCall: fn must be a dotted path such as torch.add or Tensor.add, got {fn!r}.")
-    if fn.startswith("Tensor."):
-        method = getattr(torch.Tensor, fn.removeprefix("Tensor."), None)
-        if method is None or not callable(method):
-            raise OpdiffError(f"TorchCall: torch.Tensor has no method {fn.removeprefix('Tensor.')!r}.")
-        return method
-    if not fn.startswith("torch."):
-        raise OpdiffError(f"TorchCall: fn {fn!r} is not a torch function; name one under torch. "
-                          "(torch.add, torch.nn.functional.relu) or a Tensor method (Tensor.add).")
-    obj = import_path(fn, suite_dir=Path("."))
-    if not callable(obj):
-        raise OpdiffError(f"TorchCall: {fn} is not callable.")
+    """The function `fn` names, if a TorchCall may call it (suite/torch_fns.py): looked up
+    on torch's own namespace objects, never imported, and judged by name and by object."""
+    why = fn_refusal(fn)
+    if why is not None:
+        raise OpdiffError(f"TorchCall: {why}. A TorchCall calls only torch's operator functions and Tensor "
+                          f"methods ({EXAMPLES}).")
+    parts = fn.split(".")
+    if parts[0] == "Tensor":
+        owner: Any = torch.Tensor
+    elif parts[:3] == ["torch", "ops", "aten"]:
+        owner, parts = torch.ops.aten, ["Tensor", *parts[3:]]
+    else:
+        namespace = ".".join(parts[:-1])
+        owner = {"torch": torch, "torch.nn.functional": torch.nn.functional, "torch.linalg": torch.linalg,
+                 "torch.fft": torch.fft, "torch.special": torch.special, "torch.masked": torch.masked,
+                 "torch.signal.windows": torch.signal.windows, "torch.nested": torch.nested,
+                 "torch.sparse": torch.sparse}[namespace]
+        parts = ["Tensor", parts[-1]]
+    obj = owner
+    for part in parts[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise OpdiffError(f"TorchCall: {fn} does not exist in torch {torch.__version__.split('+')[0]}.")
+    why = object_refusal(fn, obj)
+    if why is not None:
+        raise OpdiffError(f"TorchCall: {why}. A TorchCall calls only torch's operator functions and Tensor "
+                          f"methods ({EXAMPLES}).")
     return obj
 
 

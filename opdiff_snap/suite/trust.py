@@ -9,7 +9,9 @@ golden that none of them defines, the definition may only name
 - pure ATen operators (`aten::...`, see `op_refusal`), which resolve through torch.ops,
   and
 - the documented torch.nn module classes listed below, as the module under test or as a
-  constructor argument.
+  constructor argument, and
+- `TorchCall` tests whose function passes the TorchCall rule (suite/torch_fns.py: torch's
+  operator functions and Tensor methods).
 
 Anything else (a `file:` module, a dotted path into user code or the standard library,
 an ATen operator with effects beyond its result) runs only when one of those suites
@@ -27,6 +29,7 @@ import torch
 
 from ..core.errors import OpdiffError
 from .construct import resolve_op
+from .torch_fns import TORCH_CALL, definition_fns, fn_refusal
 
 TORCH_NN_CLASSES = frozenset(f"torch.nn.{name}" for name in """
     AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveLogSoftmaxWithLoss
@@ -155,10 +158,13 @@ def op_refusal(name: str) -> str | None:
 
 def refusal(path: str) -> str | None:
     """Why a golden alone may not name `path`, or None when it may. Empty when the path
-    is simply outside the allowlist (user code, a class not listed)."""
+    is simply outside the allowlist (user code, a class not listed). A TorchCall is data
+    like an op: `TorchCall(fn)` is judged by the rule for what it calls (suite/torch_fns.py)."""
+    if path.startswith(TORCH_CALL + "(") and path.endswith(")"):
+        return fn_refusal(path[len(TORCH_CALL) + 1:-1])
     if "::" in path and not path.startswith("file:"):
         return op_refusal(path)
-    return None if path in TORCH_NN_CLASSES else ""
+    return None if path in TORCH_NN_CLASSES or path == TORCH_CALL else ""
 
 
 def is_trusted(path: str) -> bool:
@@ -166,8 +172,10 @@ def is_trusted(path: str) -> bool:
 
 
 def untrusted_paths(definition: Any) -> list[str]:
-    """The paths of `definition` a golden alone may not name, in order, each once."""
-    return list(dict.fromkeys(p for p in code_paths(definition) if not is_trusted(p)))
+    """The paths of `definition` a golden alone may not name, in order, each once; a
+    TorchCall whose function is refused as `TorchCall(fn)`."""
+    named = [*code_paths(definition), *(f"{TORCH_CALL}({fn})" for fn in definition_fns(definition))]
+    return list(dict.fromkeys(p for p in named if not is_trusted(p)))
 
 
 def described(path: str) -> str:
