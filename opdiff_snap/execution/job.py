@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
+from ..backends.base import Delegation
+from ..core.trees import Structure
 from ..core.verdicts import Verdict
 from ..suite.model import Invocation
+from .op_support import Survey
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Outcome:
     key: str
     status: Verdict | None
     outputs: list[torch.Tensor] | None = None     # flat, on CPU, floating ones in the golden's dtypes
-    output_structure: Any = None                  # trees.flatten structure of the outputs
+    output_structure: Structure = None            # trees.flatten structure of the outputs
     export_ms: float | None = None
     load_ms: float | None = None
     infer_ms: float | None = None                 # median of infer_ms_all
@@ -66,8 +69,9 @@ class Outcome:
     control: list[torch.Tensor] | None = None
     control_note: str | None = None
     invocation: Invocation | None = None   # the one the worker materialised (record)
-    grads: Any = None                      # Job.grads' result: packed (record) or nested (check)
+    # Job.grads' result: packed (record: gradients.pack_grads) or nested (check: compute_grads)
+    grads: dict[str, Any] | None = None
     grads_error: str | None = None
-    # a check job that failed to lower: what lowering its ops alone found (cause.lowering.Survey)
-    survey: Any = None
-    delegation: Any = None   # backends.base.Delegation: what a delegating backend took
+    # a check job that failed to lower: what lowering its ops alone found
+    survey: Survey | None = None
+    delegation: Delegation | None = None   # what a delegating backend took
