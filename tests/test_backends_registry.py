@@ -8,8 +8,9 @@ import textwrap
 
 import pytest
 import torch
+from click.testing import CliRunner
 
-from opdiff_snap.backends.base import Backend
+from opdiff_snap.backends.base import Artifact, Backend
 from opdiff_snap.backends.registry import (
     all_presets,
     availability,
@@ -18,7 +19,9 @@ from opdiff_snap.backends.registry import (
     plugin_errors,
     preset_names,
     reload_plugins,
+    requirements,
 )
+from opdiff_snap.cli import main
 from opdiff_snap.core.errors import OpdiffError
 
 BUILT_IN_PRESETS = (
@@ -118,7 +121,7 @@ def test_availability_on_this_machine_explains_every_no():
 
 PLUGIN_SOURCE = textwrap.dedent('''
     import torch
-    from opdiff_snap.backends.base import Artifact, Availability
+    from opdiff_snap.backends.base import Artifact, Availability, Backend
 
     class ToyBackend:
         """A real (tiny) backend: eager torch, scaled by a factor from its options."""
@@ -149,6 +152,50 @@ PLUGIN_SOURCE = textwrap.dedent('''
 
     class NotABackend:
         family = "half"
+
+    class NoLoad:
+        family = "noload"
+        devices = ("cpu",)
+        precisions = ("fp32",)
+        default_options = {}
+        serializes = False
+        can_differentiate = False
+
+        def availability(self, preset):
+            return Availability(True, True)
+
+        def export(self, module, inputs, preset, workdir):
+            return Artifact(obj=module)
+
+    class SubclassWithoutExport(Backend):
+        family = "noexport"
+        devices = ("cpu",)
+        precisions = ("fp32",)
+        default_options = {}
+        serializes = False
+        can_differentiate = False
+
+        def availability(self, preset):
+            return Availability(True, True)
+
+        def load(self, artifact, preset, threads=0):
+            return artifact.obj
+
+    class RequiresASet(ToyBackend):
+        family = "wrongrequires"
+        requires = frozenset({"cuda"})
+
+    class AliasesAList(ToyBackend):
+        family = "wrongaliases"
+        option_aliases = ["factor"]
+
+    class Routed(ToyBackend):
+        family = "routed"
+        option_aliases = {"factor": "scale"}
+        repro_source = None
+
+        def requires(self, preset):
+            return frozenset({"cuda"})
 ''')
 
 ENTRY_POINTS = textwrap.dedent('''
@@ -157,6 +204,11 @@ ENTRY_POINTS = textwrap.dedent('''
     toy2 = toy_plugin:make_other
     half = toy_plugin:NotABackend
     broken = toy_plugin_missing:Backend
+    noload = toy_plugin:NoLoad
+    noexport = toy_plugin:SubclassWithoutExport
+    wrongrequires = toy_plugin:RequiresASet
+    wrongaliases = toy_plugin:AliasesAList
+    routed = toy_plugin:Routed
 ''')
 
 
@@ -195,6 +247,50 @@ def test_a_broken_entry_point_is_named_and_breaks_nothing_else(plugin_dist):
     assert "onnx_cpu_fp32" in preset_names()  # built-ins unaffected
     with pytest.raises(OpdiffError, match=r"backend plugin 'broken'.*failed to load"):
         get_preset("broken_cpu_fp32")
+
+
+def test_a_plugin_missing_a_required_member_is_refused_naming_the_plugin_and_the_member(plugin_dist, tmp_path,
+                                                                                       monkeypatch):
+    errors = " ".join(plugin_errors())
+    assert "backend plugin 'noload' (toy_plugin:NoLoad" in errors
+    with pytest.raises(OpdiffError, match=r"backend plugin 'noload' .*lacks load of the Backend protocol"):
+        get_preset("noload_cpu_fp32")
+    # a subclass of Backend that leaves a required method to the base is refused the same way
+    with pytest.raises(OpdiffError, match=r"backend plugin 'noexport' .*lacks export of the Backend protocol"):
+        get_preset("noexport_cpu_fp32")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["check", "-b", "noload_cpu_fp32"])
+    assert res.exit_code == 2, res.output
+    assert "backend plugin 'noload'" in res.output and "lacks load" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_plugin_with_an_optional_member_of_the_wrong_kind_is_refused_naming_it(plugin_dist, tmp_path,
+                                                                                monkeypatch):
+    with pytest.raises(OpdiffError, match=r"backend plugin 'wrongrequires' .*its 'requires' must be a method"
+                                          r".*not frozenset"):
+        get_preset("wrongrequires_cpu_fp32")
+    with pytest.raises(OpdiffError, match=r"backend plugin 'wrongaliases' .*its 'option_aliases' must be a "
+                                          r"mapping.*not list"):
+        get_preset("wrongaliases_cpu_fp32")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["check", "-b", "wrongrequires_cpu_fp32"])
+    assert res.exit_code == 2, res.output
+    assert "backend plugin 'wrongrequires'" in res.output and "'requires' must be a method" in res.output
+
+
+def test_a_plugin_that_does_not_subclass_backend_gets_the_declared_defaults(plugin_dist):
+    toy = backend_for(get_preset("toy_cpu_fp32"))
+    assert isinstance(toy, Backend)
+    preset = get_preset("toy_cpu_fp32")
+    assert requirements(preset) == frozenset()
+    assert toy.delegation(Artifact(), preset) is None
+    assert toy.option_aliases == {} and toy.option_ranges == {}
+    assert toy.repro_source == "" and toy.repro_needs == ""
+    routed = get_preset("routed_cpu_fp32", {"factor": 3.0})
+    assert routed.options == {"scale": 3.0}   # its own alias
+    assert requirements(routed) == frozenset({"cuda"})
+    assert backend_for(routed).repro_source == ""   # None: left out
 
 
 def test_without_the_plugin_its_presets_are_gone():

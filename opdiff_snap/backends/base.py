@@ -1,4 +1,5 @@
-"""The one protocol every backend family implements.
+"""The surface every backend family implements (`Backend`: each member, required or
+optional with its default, and its contract), and the values that cross it.
 
 A backend receives a *flat* module: `module(*tensors) -> tuple[Tensor, ...]`, with every
 non-tensor argument already baked in as a constant and the module's weights already
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 if TYPE_CHECKING:  # torch is imported where a backend runs, not where presets are named
     import torch
+
+    from ..core.limits import Range
 
 Runnable = Callable[[Sequence["torch.Tensor"]], Sequence["torch.Tensor"]]
 
@@ -117,39 +121,187 @@ class Delegation:
                                 list(o.get("sources") or [])) for o in data.get("ops") or []])
 
 
-@runtime_checkable
-class Backend(Protocol):
-    # Read-only members, so a plugin may declare them as plain class attributes.
-    @property
-    def family(self) -> str: ...
-    @property
-    def devices(self) -> tuple[str, ...]: ...
-    @property
-    def precisions(self) -> tuple[str, ...]: ...
-    @property
-    def default_options(self) -> Mapping[str, Any]: ...
-    @property
-    def serializes(self) -> bool:
-        """True: export writes files under `workdir`, cacheable across processes."""
-    @property
-    def can_differentiate(self) -> bool: ...
+_REQUIRED_METHODS: list[str] = []
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
-    def availability(self, preset: Preset) -> Availability: ...
 
+def _required(method: _Method) -> _Method:
+    """Marks a method of Backend that every backend defines itself (the base's only raises)."""
+    _REQUIRED_METHODS.append(method.__name__)
+    return method
+
+
+class Backend:
+    """The surface every backend family implements, declared in one place.
+
+    Required: the attributes without a value below (plain class attributes will do) and
+    the methods marked required. Optional: every other public member, with the default
+    it has here. A third-party backend subclasses this class, or defines the same members
+    on an object of its own: the registry checks either against this declaration when
+    its entry point loads (`surface_problem`), and sees a plain object through
+    `PluginBackend`, so that callers use every member without asking whether it is there.
+    """
+
+    family: str
+    """The first part of its preset names, `<family>_<device>_<precision>`; unique."""
+    devices: tuple[str, ...]
+    """The devices its presets name (at least one)."""
+    precisions: tuple[str, ...]
+    """The precisions its presets name (at least one): fp32, fp16, bf16."""
+    default_options: Mapping[str, Any]
+    """Every option a user may override, with its default (JSON values)."""
+    serializes: bool
+    """True: export writes files under `workdir`, cacheable across processes."""
+    can_differentiate: bool
+    """Whether gradient parity runs on its presets (recomputed through eager torch or
+    torch.compile in the worker)."""
+
+    option_aliases: Mapping[str, str] = MappingProxyType({})
+    """Other names users may give an option by (opdiff's older spellings): alias -> option.
+    Default: none."""
+    option_ranges: Mapping[str, Range] = MappingProxyType({})
+    """The range of a numeric option, by option name. Default: none (every number must
+    still be finite, and whole where the default is a whole number)."""
+    repro_source: str = ""
+    """The source text a standalone repro script runs the module with: the family's own
+    steps `export(module, inputs) -> artifact` and `load(artifact) -> run(inputs)`, or a
+    single `run(module, inputs)`; it may use torch, the runtime and the script's names
+    (PRESET, DEVICE, DTYPE, cast, cast_module). Default "": no repro template."""
+    repro_needs: str = ""
+    """What that script needs installed, as a line for its header ("torch, onnxruntime").
+    Default "": nothing named."""
+
+    @_required
+    def availability(self, preset: Preset) -> Availability:
+        """Whether this machine can export and run `preset`, and why not. Cheap checks
+        only: no runtime import beyond what naming presets needs."""
+        raise NotImplementedError
+
+    @_required
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
         """`module` and `inputs` are in the golden's dtypes (fp32 usually); a reduced-precision
         preset casts them itself."""
+        raise NotImplementedError
 
+    @_required
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         """The runnable takes inputs in the golden's dtypes and returns tensors; floating
         outputs may come back in the preset's precision (the caller casts them back).
         `threads`: the intra-op threads the job may use (0: the runtime's default); torch's
         own thread count is set per worker process, so only other runtimes need it."""
+        raise NotImplementedError
 
-    # Optional: `delegation(artifact, preset) -> Delegation | None`, how a delegating
-    # backend took the program (None: it does not delegate, or says nothing); the runner
-    # puts it in the result, cached artifacts included.
-    # Optional: `requires(preset) -> frozenset[str]`, what the preset needs beyond a CPU
-    # (MACOS, APPLE_SILICON, CUDA or a plugin's own names); a backend without it needs
-    # nothing more. Only the Ray executor routes on it (execution/ray_pool.py).
+    def preset_options(self, device: str, precision: str) -> Mapping[str, Any]:
+        """Option values that follow from a preset's name (ONNX's execution provider, say),
+        applied over `default_options` and under the user's overrides. Default: none."""
+        return {}
+
+    def requires(self, preset: Preset) -> frozenset[str]:
+        """What `preset` needs from a machine beyond a CPU: MACOS, APPLE_SILICON, CUDA or
+        names of the plugin's own. Only the Ray executor routes on it. Default: nothing."""
+        return frozenset()
+
+    def delegation(self, artifact: Artifact, preset: Preset) -> Delegation | None:
+        """How a delegating backend took the exported program; the runner puts it in the
+        result, cached artifacts included. Default None: it does not delegate, or says
+        nothing."""
+        return None
+
+
+REQUIRED: tuple[str, ...] = (*(name for name in Backend.__annotations__ if name not in vars(Backend)),
+                             *_REQUIRED_METHODS)
+"""The members every backend defines itself, in the order of the declaration."""
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What an optional member must be, told by its default in Backend."""
+
+    name: str
+    accepts: Callable[[Any], bool]
+
+
+def _kind_of(default: Any) -> _Kind:
+    if callable(default):
+        return _Kind("a method", callable)
+    if isinstance(default, Mapping):
+        return _Kind("a mapping", lambda value: isinstance(value, Mapping))
+    return _Kind("a string", lambda value: isinstance(value, str))
+
+
+OPTIONAL: dict[str, _Kind] = {name: _kind_of(default) for name, default in vars(Backend).items()
+                              if not name.startswith("_") and name not in REQUIRED}
+"""The members a backend may leave out (Backend's value is the default), and what each must be."""
+
+
+def _defines(obj: Any, name: str) -> bool:
+    """Whether `obj` has the member `name` of its own (not the raising one of Backend)."""
+    if not hasattr(obj, name):
+        return False
+    return name not in _REQUIRED_METHODS or getattr(type(obj), name, None) is not vars(Backend)[name]
+
+
+def surface_problem(obj: Any) -> str:
+    """What `obj` lacks of the declared surface, or has of the wrong kind ("": nothing).
+    On an object that does not subclass Backend, an optional member set to None counts as
+    left out (PluginBackend gives it the default)."""
+    missing = [name for name in REQUIRED if not _defines(obj, name)]
+    if missing:
+        return f"it loaded a {type(obj).__name__}, which lacks {', '.join(missing)} of the Backend protocol"
+    for name in _REQUIRED_METHODS:
+        if not callable(getattr(obj, name)):
+            return f"its '{name}' must be a method, not {type(getattr(obj, name)).__name__}"
+    for name, kind in OPTIONAL.items():
+        value = getattr(obj, name, None)
+        if value is None and not isinstance(obj, Backend):
+            continue
+        if not kind.accepts(value):
+            return f"its '{name}' must be {kind.name} (see backends/base.py), not {type(value).__name__}"
+    return ""
+
+
+class PluginBackend(Backend):
+    """A plugin's backend object that does not subclass Backend, seen as one: its own
+    members where it defines them, Backend's defaults where it does not (or sets None).
+    Made by the registry once `surface_problem` found nothing wrong with it."""
+
+    def __init__(self, plugin: Any):
+        self.plugin = plugin
+        self.family, self.devices, self.precisions = plugin.family, plugin.devices, plugin.precisions
+        self.default_options = plugin.default_options
+        self.serializes, self.can_differentiate = plugin.serializes, plugin.can_differentiate
+        self.defined = frozenset(name for name in OPTIONAL if getattr(plugin, name, None) is not None)
+        if "option_aliases" in self.defined:
+            self.option_aliases = plugin.option_aliases
+        if "option_ranges" in self.defined:
+            self.option_ranges = plugin.option_ranges
+        if "repro_source" in self.defined:
+            self.repro_source = plugin.repro_source
+        if "repro_needs" in self.defined:
+            self.repro_needs = plugin.repro_needs
+
+    def availability(self, preset: Preset) -> Availability:
+        return self.plugin.availability(preset)
+
+    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+               preset: Preset, workdir: Path) -> Artifact:
+        return self.plugin.export(module, inputs, preset, workdir)
+
+    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
+        return self.plugin.load(artifact, preset, threads=threads)
+
+    def preset_options(self, device: str, precision: str) -> Mapping[str, Any]:
+        if "preset_options" in self.defined:
+            return self.plugin.preset_options(device, precision)
+        return super().preset_options(device, precision)
+
+    def requires(self, preset: Preset) -> frozenset[str]:
+        if "requires" in self.defined:
+            return self.plugin.requires(preset)
+        return super().requires(preset)
+
+    def delegation(self, artifact: Artifact, preset: Preset) -> Delegation | None:
+        if "delegation" in self.defined:
+            return self.plugin.delegation(artifact, preset)
+        return super().delegation(artifact, preset)

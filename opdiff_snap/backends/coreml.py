@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import APPLE_SILICON, MACOS, Artifact, Availability, Preset, Runnable
+from .base import APPLE_SILICON, MACOS, Artifact, Availability, Backend, Preset, Runnable
 from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module
 
 COMPUTE_UNITS = {"cpu": "CPU_ONLY", "gpu": "CPU_AND_GPU", "ane": "CPU_AND_NE", "any": "ALL"}
@@ -24,7 +24,7 @@ _PRECISION_NAMES = {"fp32": "FLOAT32", "float32": "FLOAT32", "FLOAT32": "FLOAT32
                     "fp16": "FLOAT16", "float16": "FLOAT16", "FLOAT16": "FLOAT16"}
 
 
-class CoreMLBackend:
+class CoreMLBackend(Backend):
     """`coreml_<cpu|gpu|ane|any>_<fp32|fp16>`."""
 
     family = "coreml"

@@ -20,7 +20,7 @@ import torch
 
 from ..core.limits import THREADS
 from ..core.sources import source_line
-from .base import APPLE_SILICON, MACOS, Artifact, Availability, DelegatedOp, Delegation, Preset, Runnable
+from .base import APPLE_SILICON, MACOS, Artifact, Availability, Backend, DelegatedOp, Delegation, Preset, Runnable
 from .common import (
     IS_MACOS,
     cast_inputs,
@@ -42,7 +42,7 @@ _PARTITIONER_MODULES = {
 }
 
 
-class ExecuTorchBackend:
+class ExecuTorchBackend(Backend):
     """`executorch_<cpu|portable|mps|coreml>_<fp32|fp16>`."""
 
     family = "executorch"

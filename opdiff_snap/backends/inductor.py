@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import CUDA, Artifact, Availability, Preset, Runnable
+from .base import CUDA, Artifact, Availability, Backend, Preset, Runnable
 from .common import cast_inputs, cast_module, has_module, reduced_dtype, script_source
 from .torch_eager import device_availability, device_runner, grad_context
 
@@ -47,7 +47,7 @@ def compile_options(opts: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class InductorBackend:
+class InductorBackend(Backend):
     """`inductor_<cpu|cuda>_<fp32|fp16|bf16>`."""
 
     family = "inductor"

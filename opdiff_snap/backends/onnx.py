@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from ..core.limits import THREADS, Range
-from .base import CUDA, MACOS, Artifact, Availability, Preset, Runnable
+from .base import CUDA, MACOS, Artifact, Availability, Backend, Preset, Runnable
 from .common import cast_inputs, cast_module, contiguous_cpu, reduced_dtype, script_source, single_file, thread_budget
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
@@ -29,7 +29,7 @@ def _available_providers() -> tuple[str, ...]:
     return tuple(ort.get_available_providers())
 
 
-class OnnxBackend:
+class OnnxBackend(Backend):
     """`onnx_<cpu|cuda|coreml>_<fp32|fp16>`."""
 
     family = "onnx"

@@ -2,7 +2,7 @@
 
 A preset is `<family>_<device>_<precision>` with fully resolved options:
 `default_options` of the family, then the family's `preset_options(device, precision)`
-(optional method: values that follow from the name, e.g. the ONNX execution provider),
+(values that follow from the name, e.g. the ONNX execution provider),
 then the user's overrides. Overrides come as a dict, a JSON string or a JSON file, in
 any of these shapes (opdiff's keep working):
 
@@ -10,7 +10,8 @@ any of these shapes (opdiff's keep working):
     {"onnx_overrides": {"opset": 18}}              opdiff's per-section form
     {"onnx_cpu_fp32": {"onnx_overrides": {...}}}   opdiff's per-preset file
 
-Third-party backends register under the entry point group `opdiff_snap.backends`.
+Third-party backends register under the entry point group `opdiff_snap.backends`; each
+is checked against the surface declared in base.py when it loads.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Mapping
 
 from ..core.errors import OpdiffError, suggest
 from ..core.limits import OPTION_INT, Range
-from .base import Availability, Backend, Preset
+from .base import Availability, Backend, PluginBackend, Preset, surface_problem
 from .coreml import CoreMLBackend
 from .executorch import ExecuTorchBackend
 from .inductor import InductorBackend
@@ -57,8 +58,8 @@ def _plugins() -> tuple[dict[str, Backend], dict[str, str]]:
         label = f"backend plugin '{ep.name}' ({ep.value}, entry point group {ENTRY_POINT_GROUP})"
         try:
             obj = ep.load()
-            if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "family")):
-                obj = obj()
+            if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Backend) and surface_problem(obj)):
+                obj = obj()   # a class, or a factory: what it makes is the backend
         except Exception as exc:  # a broken plugin must not break every command
             errors[ep.name] = f"{label} failed to load: {type(exc).__name__}: {exc}"
             continue
@@ -66,15 +67,16 @@ def _plugins() -> tuple[dict[str, Backend], dict[str, str]]:
         if problem:
             errors[ep.name] = f"{label} is not usable: {problem}"
             continue
-        backends[obj.family] = obj
+        backends[obj.family] = obj if isinstance(obj, Backend) else PluginBackend(obj)
     return backends, errors
 
 
 def _plugin_problem(obj: Any, taken: set[str]) -> str:
-    missing = [m for m in ("family", "devices", "precisions", "default_options", "serializes",
-                           "can_differentiate", "availability", "export", "load") if not hasattr(obj, m)]
-    if missing:
-        return f"it loaded a {type(obj).__name__}, which lacks {', '.join(missing)} of the Backend protocol"
+    """Why a plugin's object cannot serve as a backend ("": it can): what it lacks of the
+    surface declared in base.py or has of the wrong kind, then what its values break."""
+    problem = surface_problem(obj)
+    if problem:
+        return problem
     if not isinstance(obj.family, str) or not obj.family:
         return "its 'family' must be a non-empty string"
     if obj.family in taken:
@@ -162,14 +164,11 @@ def availability(preset: Preset) -> Availability:
 
 
 def requirements(preset: Preset) -> frozenset[str]:
-    """What `preset` needs from a machine beyond a CPU (the backend's optional `requires`;
-    nothing when it does not say). The Ray executor routes jobs on it."""
+    """What `preset` needs from a machine beyond a CPU (Backend.requires: nothing unless
+    the backend says). The Ray executor routes jobs on it."""
     backend = backend_for(preset)
-    ask = getattr(backend, "requires", None)
-    if not callable(ask):
-        return frozenset()
     try:
-        needs = ask(preset)
+        needs = backend.requires(preset)
         if isinstance(needs, str) or not all(isinstance(n, str) and n for n in needs):
             raise TypeError(f"it returned {needs!r}, not a set of names")
         return frozenset(needs)
@@ -185,9 +184,7 @@ def _make(name: str, flat_overrides: Mapping[str, Any]) -> Preset:
         raise OpdiffError(_unknown_preset_message(name))
     backend, device, precision = entry
     options = copy.deepcopy(dict(backend.default_options))
-    derive = getattr(backend, "preset_options", None)
-    if callable(derive):
-        options.update(copy.deepcopy(derive(device, precision)))
+    options.update(copy.deepcopy(backend.preset_options(device, precision)))
     options.update(_check_overrides(name, backend, options, flat_overrides))
     try:
         json.dumps(options)
@@ -263,8 +260,7 @@ def load_overrides(source: Mapping[str, Any] | str | Path | None, preset_name: s
 
 def _check_overrides(name: str, backend: Backend, defaults: Mapping[str, Any],
                      overrides: Mapping[str, Any]) -> dict[str, Any]:
-    aliases: Mapping[str, str] = getattr(backend, "option_aliases", {}) or {}
-    ranges: Mapping[str, Range] = getattr(backend, "option_ranges", {}) or {}
+    aliases, ranges = backend.option_aliases, backend.option_ranges
     out: dict[str, Any] = {}
     for key, value in overrides.items():
         key = aliases.get(key, key)

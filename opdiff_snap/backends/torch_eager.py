@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import APPLE_SILICON, CUDA, MACOS, Artifact, Availability, Preset, Runnable
+from .base import APPLE_SILICON, CUDA, MACOS, Artifact, Availability, Backend, Preset, Runnable
 from .common import as_output_list, cast_inputs, cast_module, reduced_dtype
 
 
@@ -65,7 +65,7 @@ def device_runner(call, preset: Preset, sync: bool) -> Runnable:
 DEVICE_NEEDS = {"cuda": frozenset({CUDA}), "mps": frozenset({MACOS, APPLE_SILICON})}
 
 
-class TorchEagerBackend:
+class TorchEagerBackend(Backend):
     """`torch_<cpu|cuda|mps>_<fp32|fp16|bf16>`."""
 
     family = "torch"

@@ -16,9 +16,10 @@ its ops at once).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -26,9 +27,12 @@ from ..backends.base import Backend, Preset
 from ..core.errors import OpdiffError, error_text
 from ..core.verdicts import Verdict
 from ..execution.job import WorkerContext
-from ..execution.op_support import OpSupportCache, OpVerdict, UnsupportedOp, lower_alone
+from ..execution.op_support import OpSupportCache, OpVerdict, Survey, UnsupportedOp, answer, lower_alone, lowers
 from ..suite.model import Invocation, TestCase
 from .atengraph import Fragment, GraphNode, NodeGraph, Ref, describe, export_scope
+
+if TYPE_CHECKING:
+    from ..execution.prepare import Prepared
 
 # How many distinct signatures, sources and modules one unsupported op lists.
 SHOWN = 5
@@ -103,36 +107,12 @@ class ProbeTask:
 Ask = Callable[[list[ProbeTask]], Iterable[OpVerdict]]
 
 
-@dataclass
-class Survey:
-    """What lowering a graph's ops alone found on one preset."""
-
-    preset: str
-    ops: list[UnsupportedOp] = field(default_factory=list)
-    calls: int = 0              # distinct (op, signature) pairs of the graph
-    asked: int = 0              # of those, lowered now (the rest came from the cache)
-    seconds: float = 0.0
-    note: str = ""              # why the list is empty, or could not be made
-
-    def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Survey:
-        return cls(str(data["preset"]), [UnsupportedOp.from_json(u) for u in data.get("ops") or []],
-                   int(data.get("calls") or 0), 0, 0.0, str(data.get("note") or ""))
-
-    @property
-    def lasting(self) -> bool:
-        """Whether the answer can be kept: no op's answer came from a crash or a timeout."""
-        return not any(u.stage in (Verdict.CRASH.value, Verdict.TIMEOUT.value) for u in self.ops)
-
-
 def answers_for(calls: Sequence[OpCall], preset: Preset, ask: Ask, cache: OpSupportCache | None,
-                backend: Backend | None = None) -> dict[tuple[str, str], OpVerdict]:
-    """Each call's answer: from the cache, else lowered alone (and then cached)."""
+                backend: Backend | None = None, whole: Callable[[], bool] | None = None
+                ) -> tuple[dict[tuple[str, str], OpVerdict], int]:
+    """Each call's answer, and how many were lowered alone now: from the cache, else, when
+    `whole` (the whole graph lowered at once) says yes, yes for all; else lowered alone by
+    `ask`. Every new answer but a crash's or a timeout's is cached."""
     answers: dict[tuple[str, str], OpVerdict] = {}
     todo: list[ProbeTask] = []
     for i, c in enumerate(calls):
@@ -141,12 +121,17 @@ def answers_for(calls: Sequence[OpCall], preset: Preset, ask: Ask, cache: OpSupp
             answers[(c.op, c.signature)] = hit
         else:
             todo.append(ProbeTask(str(i), preset, c, backend))
-    for v in ask(todo) if todo else ():
+    if todo and whole is not None and whole():
+        found: Iterable[OpVerdict] = [answer(preset, t.call.op, t.call.signature, None) for t in todo]
+        asked = 0
+    else:
+        found, asked = (ask(todo) if todo else ()), len(todo)
+    for v in found:
         answers[(v.op, v.signature)] = v
         # a probe that crashed or hung its worker says nothing lasting: ask again next time
         if cache is not None and v.stage not in (Verdict.CRASH.value, Verdict.TIMEOUT.value):
             cache.put(preset, v)
-    return answers
+    return answers, asked
 
 
 def unsupported(calls: Sequence[OpCall], answers: dict[tuple[str, str], OpVerdict]) -> list[UnsupportedOp]:
@@ -181,7 +166,7 @@ def survey_graph(graph: NodeGraph, preset: Preset, ask: Ask, cache: OpSupportCac
                  backend: Backend | None = None) -> Survey:
     t0 = time.perf_counter()
     calls = distinct_calls(graph)
-    answers = answers_for(calls, preset, ask, cache, backend)
+    answers, _ = answers_for(calls, preset, ask, cache, backend)
     found = unsupported(calls, answers)
     return Survey(preset.name, found, len(calls), sum(not a.cached for a in answers.values()),
                   time.perf_counter() - t0, "" if found else NONE_ALONE)
@@ -192,27 +177,50 @@ def module_graph(module: torch.nn.Module, inputs: Sequence[Any], where: str) -> 
     return export_scope(module, list(inputs), {}, where, core=False)
 
 
+@dataclass
+class TestGraph:
+    """A test as its flat module, that module's ATen graph and the graph's distinct op
+    calls, with the op-support cache and a way to ask about calls in this worker: what
+    surveying a test and `opdiff ops` start from."""
+
+    prepared: Prepared
+    graph: NodeGraph
+    calls: list[OpCall]
+    cache: OpSupportCache | None
+    threads: int = 0
+
+    @classmethod
+    def of(cls, case: TestCase, invocation: Invocation, cache_dir: Any, threads: int = 0) -> TestGraph:
+        """Raises what preparing the test or recording its graph raised."""
+        from ..execution.prepare import flat_module
+
+        prepared = flat_module(case, invocation)
+        graph = module_graph(prepared.module, prepared.fresh_inputs(), f"test '{case.id}'")
+        return cls(prepared, graph, distinct_calls(graph),
+                   OpSupportCache(cache_dir) if cache_dir is not None else None, threads)
+
+    def ask(self, tasks: list[ProbeTask]) -> list[OpVerdict]:
+        """Lower each call alone, here, one after another."""
+        return [t.run(WorkerContext(threads=self.threads)) for t in tasks]
+
+    def lowers_whole(self, backend: Backend, preset: Preset, can_run: bool) -> bool:
+        """Whether the test's flat module exports (and, with `can_run`, loads) on `preset`."""
+        return lowers(backend, preset, self.prepared, can_run, self.threads)[0] is None
+
+
 def survey_test(case: TestCase, invocation: Invocation, preset: Preset, cache_dir: Any,
                 backend: Backend | None = None, threads: int = 0) -> Survey:
     """In a worker: every op of the test's graph that `preset` cannot lower, lowered here
     one after another (check runs it where the test's own job failed to lower)."""
-    from ..execution.prepare import flat_module
-
     t0 = time.perf_counter()
     try:
-        prepared = flat_module(case, invocation)
-        graph = module_graph(prepared.module, prepared.fresh_inputs(), f"test '{case.id}'")
+        test = TestGraph.of(case, invocation, cache_dir, threads)
     except OpdiffError as exc:
         return Survey(preset.name, seconds=time.perf_counter() - t0, note=str(exc))
     except Exception as exc:
         return Survey(preset.name, seconds=time.perf_counter() - t0,
                       note=f"its ATen graph could not be recorded: {error_text(exc)}")
-    cache = OpSupportCache(cache_dir) if cache_dir is not None else None
-
-    def ask(tasks: list[ProbeTask]) -> list[OpVerdict]:
-        return [t.run(WorkerContext(threads=threads)) for t in tasks]
-
-    found = survey_graph(graph, preset, ask, cache, backend)
+    found = survey_graph(test.graph, preset, test.ask, test.cache, backend)
     found.seconds = time.perf_counter() - t0
     return found
 
@@ -253,40 +261,27 @@ class OpsTask:
 
     def run(self, context: WorkerContext = WorkerContext()) -> TestOps:
         from ..backends.registry import backend_for
-        from ..execution.prepare import flat_module
         from ..suite.materialize import materialize
 
         out = TestOps(self.case.id)
         try:
-            prepared = flat_module(self.case, materialize(self.case, self.seed))
-            graph = module_graph(prepared.module, prepared.fresh_inputs(), f"test '{self.case.id}'")
+            test = TestGraph.of(self.case, materialize(self.case, self.seed), self.cache_dir, context.threads)
         except Exception as exc:
             out.error = str(exc) if isinstance(exc, OpdiffError) else error_text(exc)
             return out
-        calls = distinct_calls(graph)
+        calls = test.calls
         out.uses = [OpUse(c.op, c.signature, len(c.nodes), c.nodes[0].source) for c in calls]
-        cache = OpSupportCache(self.cache_dir) if self.cache_dir is not None else None
         for preset in self.presets:
             backend = backend_for(preset)
-            if not backend.availability(preset).can_export:
+            avail = backend.availability(preset)
+            if not avail.can_export:
                 continue
-            known = {(c.op, c.signature): cache.get(preset, c.op, c.signature) if cache else None for c in calls}
-            missing = [c for c in calls if known[(c.op, c.signature)] is None]
-            if missing:
-                whole = lower_alone(backend, preset, self.case.id, prepared.module, list(prepared.fresh_inputs()),
-                                    {}, "", context.threads)
-                if whole.lowers:
-                    for c in missing:
-                        yes = OpVerdict(preset.name, c.op, c.signature, True, versions=whole.versions)
-                        known[(c.op, c.signature)] = yes
-                        if cache is not None:
-                            cache.put(preset, yes)
-                else:
-                    known.update(answers_for(missing, preset, lambda ts: [t.run(context) for t in ts], cache,
-                                             backend))
-                    out.asked += len(missing)
+            # one lowering of the whole graph answers for all its ops when it works
+            whole = functools.partial(test.lowers_whole, backend, preset, avail.can_run)
+            known, asked = answers_for(calls, preset, test.ask, test.cache, backend, whole)
+            out.asked += asked
             for use, c in zip(out.uses, calls):
-                v = known[(c.op, c.signature)]
+                v = known.get((c.op, c.signature))
                 use.lowers[preset.name] = None if v is None else v.lowers
                 if v is not None and not v.lowers:
                     use.stage[preset.name] = v.stage or ""

@@ -5,8 +5,9 @@ under PATH (another venv, conda or uv environment), so the packages the jobs see
 environment's. A worker there is started as `PATH -I -c BOOTSTRAP FD THREADS LOG`: `-I`
 keeps this shell's PYTHONPATH and the current folder off its sys.path, so it imports only
 what PATH's own environment holds. The bootstrap, plain standard library, says what it found
-in a hello when opdiff-snap is missing or cannot start there; otherwise pool.serve takes over
-and says hello with its protocol version and environment (pool.py).
+in a hello when opdiff-snap is missing or cannot start there; otherwise pool.serve (the
+worker's loop, worker.serve, reached through pool.py as every release has it) takes over
+and says hello with its protocol version and environment (worker.py).
 
 Everything that can go wrong before the first job is a WorkerEnvironmentError naming the
 interpreter and the command that installs what is missing.
@@ -170,7 +171,7 @@ def died_before_hello(python: Path, exitcode: int | None, said: str) -> WorkerEn
 
 
 def hello_refusal(python: Path | None, hello: dict) -> WorkerEnvironmentError:
-    """The error for a hello that refused to serve (see BOOTSTRAP and pool.hello_message)."""
+    """The error for a hello that refused to serve (see BOOTSTRAP and worker.hello_message)."""
     from .. import __version__
 
     there = hello.get("opdiff_snap")

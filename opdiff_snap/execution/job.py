@@ -1,5 +1,6 @@
-"""Work for a worker process: the Task protocol the pool runs, the context a task runs
-in, and the Outcome of running a test on a backend (runner.Job is that task).
+"""Work for a worker process: the Task protocol the pool runs, what the pools read of a
+task or a result beyond it, the context a task runs in, and the Outcome of running a test
+on a backend (runner.Job is that task).
 
 Every piece of user code (a suite's `file:` modules, its dotted paths, sampling that
 constructs modules) runs inside a task, so only a worker can be taken down by it."""
@@ -8,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
 
+from ..backends.base import Delegation, Preset
+from ..core.trees import Structure
 from ..core.verdicts import Verdict
 from ..suite.model import Invocation
+from .op_support import Survey
 
 
 @dataclass(frozen=True)
@@ -28,14 +32,56 @@ class WorkerContext:
 class Task(Protocol):
     """What the worker pool runs. Picklable; `run` executes in a worker (or, in-process
     mode, here); `failed` builds the result of a task whose worker crashed, timed out or
-    could not take it. Results that carry `status` and `error_message` get the worker's
-    own output quoted when they fail (runtimes often say why only on stderr)."""
+    could not take it. What else the pools read of a task or of its result, where it has
+    it, is declared below (ForPreset, WithCache; Explained, Stamped, RanOnNode)."""
 
     key: str
 
     def run(self, context: WorkerContext) -> Any: ...
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> Any: ...
+
+
+@runtime_checkable
+class ForPreset(Protocol):
+    """A task for one preset: the Ray executor sends it to a node that has what the
+    preset needs (registry.requirements). Tasks without one run on any node."""
+
+    @property
+    def preset(self) -> Preset | None: ...
+
+
+@runtime_checkable
+class WithCache(Protocol):
+    """A task that uses an artifact cache (None: none): the Ray executor gives each node
+    its own view of it (ray_node.node_cache)."""
+
+    @property
+    def cache_dir(self) -> Path | str | None: ...
+
+
+@runtime_checkable
+class Explained(Protocol):
+    """A result that says how it failed: when `status` is a stage failure, the worker
+    appends to `error_message` what the backend printed meanwhile (runtimes often say why
+    only on stderr)."""
+
+    status: Verdict | None
+    error_message: str | None
+
+
+@runtime_checkable
+class Stamped(Protocol):
+    """A result that records the worker process that produced it (the pools set it)."""
+
+    worker_pid: int | None
+
+
+@runtime_checkable
+class RanOnNode(Protocol):
+    """A result that records the Ray node that produced it (the Ray executor sets it)."""
+
+    worker_node: str | None
 
 
 @dataclass
@@ -47,7 +93,7 @@ class Outcome:
     key: str
     status: Verdict | None
     outputs: list[torch.Tensor] | None = None     # flat, on CPU, floating ones in the golden's dtypes
-    output_structure: Any = None                  # trees.flatten structure of the outputs
+    output_structure: Structure = None            # trees.flatten structure of the outputs
     export_ms: float | None = None
     load_ms: float | None = None
     infer_ms: float | None = None                 # median of infer_ms_all
@@ -66,8 +112,9 @@ class Outcome:
     control: list[torch.Tensor] | None = None
     control_note: str | None = None
     invocation: Invocation | None = None   # the one the worker materialised (record)
-    grads: Any = None                      # Job.grads' result: packed (record) or nested (check)
+    # Job.grads' result: packed (record: gradients.pack_grads) or nested (check: compute_grads)
+    grads: dict[str, Any] | None = None
     grads_error: str | None = None
-    # a check job that failed to lower: what lowering its ops alone found (cause.lowering.Survey)
-    survey: Any = None
-    delegation: Any = None   # backends.base.Delegation: what a delegating backend took
+    # a check job that failed to lower: what lowering its ops alone found
+    survey: Survey | None = None
+    delegation: Delegation | None = None   # what a delegating backend took

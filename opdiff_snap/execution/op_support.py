@@ -23,12 +23,16 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..backends.base import Backend, Preset
 from ..core.errors import error_text, headline
 from ..core.verdicts import Verdict
 from .cache import runtime_versions
+from .export_load import export_and_load
+
+if TYPE_CHECKING:
+    from .prepare import Prepared
 
 
 @dataclass
@@ -68,36 +72,62 @@ class UnsupportedOp:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@dataclass
+class Survey:
+    """What lowering a graph's ops alone found on one preset (cause.lowering makes it)."""
+
+    preset: str
+    ops: list[UnsupportedOp] = field(default_factory=list)
+    calls: int = 0              # distinct (op, signature) pairs of the graph
+    asked: int = 0              # of those, lowered now (the rest came from the cache)
+    seconds: float = 0.0
+    note: str = ""              # why the list is empty, or could not be made
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Survey:
+        return cls(str(data["preset"]), [UnsupportedOp.from_json(u) for u in data.get("ops") or []],
+                   int(data.get("calls") or 0), 0, 0.0, str(data.get("note") or ""))
+
+    @property
+    def lasting(self) -> bool:
+        """Whether the answer can be kept: no op's answer came from a crash or a timeout."""
+        return not any(u.stage in (Verdict.CRASH.value, Verdict.TIMEOUT.value) for u in self.ops)
+
+
 def lower_alone(backend: Backend, preset: Preset, op: str, fn: Callable[..., Any], args: list[Any],
                 kwargs: dict[str, Any], signature: str, threads: int = 0) -> OpVerdict:
     """Export (and load, where this machine runs the preset) `fn(*args, **kwargs)` alone."""
-    import torch
-
     from .prepare import prepare_call
 
     t0 = time.perf_counter()
-
-    def verdict(stage: Verdict | None, error: str = "") -> OpVerdict:
-        return OpVerdict(preset.name, op, signature, stage is None, None if stage is None else stage.value,
-                         headline(error, 300), runtime_versions(preset), time.perf_counter() - t0)
-
     try:
         prepared = prepare_call({"a": fn}, list(args), dict(kwargs), f"op {op}")
     except Exception as exc:   # the op does not even run eagerly on these values: not the backend's
-        return verdict(Verdict.EXPORT_FAIL, f"the op does not run eagerly alone: {error_text(exc)}")
-    avail = backend.availability(preset)
+        return answer(preset, op, signature, Verdict.EXPORT_FAIL,
+                      f"the op does not run eagerly alone: {error_text(exc)}", time.perf_counter() - t0)
+    stage, error = lowers(backend, preset, prepared, backend.availability(preset).can_run, threads)
+    return answer(preset, op, signature, stage, error, time.perf_counter() - t0)
+
+
+def lowers(backend: Backend, preset: Preset, prepared: Prepared, can_run: bool,
+           threads: int = 0) -> tuple[Verdict | None, str]:
+    """Whether the flat module `prepared` exports on `preset` and, with `can_run`, loads:
+    (None, "") or the stage that failed and what the backend said. Nothing runs."""
     with tempfile.TemporaryDirectory(prefix="opdiff-op-") as tmp:
-        try:
-            with torch.no_grad():
-                artifact = backend.export(prepared.module, tuple(prepared.fresh_inputs()), preset, Path(tmp))
-        except Exception as exc:
-            return verdict(Verdict.EXPORT_FAIL, error_text(exc))
-        if avail.can_run:
-            try:
-                backend.load(artifact, preset, threads=threads)
-            except Exception as exc:
-                return verdict(Verdict.LOAD_FAIL, error_text(exc))
-    return verdict(None)
+        step = export_and_load(backend, preset, prepared, Path(tmp), load=can_run, threads=threads)
+        stage, error = step.status, step.error
+        del step   # the runtime lets go of the artifact before its folder is removed
+    return stage, "" if error is None else error_text(error)
+
+
+def answer(preset: Preset, op: str, signature: str, stage: Verdict | None, error: str = "",
+           seconds: float = 0.0) -> OpVerdict:
+    """The answer for (op, signature) on `preset` under this machine's versions."""
+    return OpVerdict(preset.name, op, signature, stage is None, None if stage is None else stage.value,
+                     headline(error, 300), runtime_versions(preset), seconds)
 
 
 class OpSupportCache:

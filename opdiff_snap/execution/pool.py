@@ -1,31 +1,22 @@
-"""Persistent, isolated worker processes with a per-job timeout.
+"""Persistent, isolated worker processes with a per-job timeout: the parent's side.
 
-Each worker is a spawned process that imports torch and the backends once and then
-serves jobs over a Pipe, one at a time. The parent hands a job to a worker as soon as
-that worker says it is ready (workers start in parallel; nobody waits for all of
-them), and waits on all worker connections at once:
+The parent starts workers (worker.py; under another interpreter through interpreter.py)
+and hands a job to a worker as soon as that worker says it is ready (workers start in
+parallel; nobody waits for all of them), and waits on all worker connections at once:
 
 - a result arrives: yield it, hand the worker the next job;
 - the pipe reports EOF (the process died): CRASH naming the signal or exit code, start a
   replacement;
-- the job's deadline passes: SIGKILL the worker, TIMEOUT, start a replacement.
-
-Each worker leads a process group of its own (a new session), and whatever a job starts
-(a subprocess, a forked helper) belongs to it: a worker that times out, crashes or is
-stopped at the end of the run has its whole group killed, so nothing a job started
-outlives the run. A worker whose parent dies (killed with SIGKILL, say) kills its own
-group (`serve`'s watchdog), and a worker killed with its parent (Ray ends an actor's
-children) has its group killed by the keeper process it started. Only a process that
-leaves the group on purpose (setsid, a daemon's double fork) escapes.
+- the job's deadline passes: SIGKILL the worker and its process group, TIMEOUT, start a
+  replacement.
 
 Every submitted task yields exactly one result, in completion order: its own, or the one
 its `failed` builds (see job.Task). Messages are pickled once with the standard pickler
 (tensors by value, no shared-memory handles that a killed worker could leave dangling).
 
-A worker's first message is its hello: `b"hello " + JSON` with the worker protocol version
-and its environment (environment.environment(): the versions it runs with). Workers may run
-under another interpreter (`python=`, see interpreter.py); the parent plans, compares and
-writes history as always, and the run's meta line takes the workers' environment.
+Workers may run under another interpreter (`python=`, see interpreter.py); the parent
+plans, compares and writes history as always, and the run's meta line takes the workers'
+environment (their hello).
 """
 
 from __future__ import annotations
@@ -34,21 +25,16 @@ import json
 import multiprocessing as mp
 import os
 import pickle
-import re
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Sequence
 
-from ..core.errors import error_text
-from ..core.verdicts import STAGE_FAILURES, Verdict
+from ..core.verdicts import Verdict
 from .interpreter import (
     HELLO,
     WORKER_PROTOCOL,
@@ -59,155 +45,14 @@ from .interpreter import (
     resolve,
 )
 from .job import Task, WorkerContext
+from .worker import STOP, serve, stamp
 
 if TYPE_CHECKING:
     from ..backends.base import Preset
 
-_STOP = b"stop"
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
-WATCHDOG_S = 0.5            # how often a worker looks whether its parent is still there
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
 STOP_BUSY_S = 1.0          # a busy worker asked to stop (SIGTERM) has this long before it is killed
-
-
-def hello_message(threads: int) -> bytes:
-    """What a worker says before its first job: protocol version, opdiff-snap, environment."""
-    import opdiff_snap
-
-    from ..core.environment import environment
-
-    return HELLO + json.dumps({
-        "protocol": WORKER_PROTOCOL, "opdiff_snap": opdiff_snap.__version__,
-        "location": str(Path(opdiff_snap.__file__).resolve().parent), "executable": sys.executable,
-        "env": environment(threads=threads)}, default=str).encode("utf-8")
-
-
-def serve(conn: Connection, threads: int, log_path: str | None = None,
-          cache_dir: str | None = None, warm: Sequence[Preset] = ()) -> None:
-    """Entry point of a worker process. Its stdout and stderr (exporter chatter, library
-    warnings, a native crash's last words) go to `log_path`, never into the run's output;
-    the parent quotes the tail of that log when the worker dies."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
-    _lead_group()
-    signal.signal(signal.SIGTERM, _stop)           # ... and stops a busy one with SIGTERM first
-    try:
-        _serve(conn, threads, log_path, cache_dir, warm)
-    except Stopped:
-        pass   # a normal exit: what the job's libraries registered (semaphores) is released
-
-
-class Stopped(BaseException):
-    """SIGTERM in a worker: the pool is closing while it runs a job (Ctrl-C, a run stopped
-    by an error). The worker leaves the job and exits the normal way, so multiprocessing
-    releases what the job's libraries made (tqdm's lock is a named semaphore); killed
-    outright, the resource tracker would report it as leaked when opdiff exits."""
-
-
-def _stop(signum, frame) -> None:
-    raise Stopped()
-
-
-def _serve(conn: Connection, threads: int, log_path: str | None, cache_dir: str | None,
-           warm: Sequence[Preset] = ()) -> None:
-    if log_path:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-    import torch
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass  # already set (cannot happen in a fresh process, but harmless)
-    try:
-        from ..backends import registry  # noqa: F401  (import once, before the first job)
-    except ImportError:
-        pass
-    if warm:
-        from .warmup import warm_up
-
-        warm_up(warm, threads)
-    context = WorkerContext(threads=threads, cache_dir=Path(cache_dir) if cache_dir else None)
-    conn.send_bytes(hello_message(threads))
-    while True:
-        try:
-            msg = conn.recv_bytes()
-        except (EOFError, OSError):   # the parent is gone: so is everything this worker started
-            _end_own_group()
-            return
-        if msg == _STOP:
-            return
-        task: Task = pickle.loads(msg)
-        log_start = os.path.getsize(log_path) if log_path else 0
-        try:
-            result = task.run(context)
-        except Stopped:
-            raise
-        except BaseException as exc:  # tasks catch Exception; this is SystemExit & co.
-            result = task.failed(Verdict.INFER_FAIL, type(exc).__name__, error_text(exc))
-        _stamp(result)
-        if log_path and getattr(result, "status", None) in STAGE_FAILURES:
-            # runtimes often say why only on stderr (ExecuTorch: "Missing operator: ...")
-            said = log_since(Path(log_path), log_start)
-            if said:
-                result.error_message = f"{result.error_message or ''}\nbackend output:\n{said}"
-        try:
-            data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:
-            data = pickle.dumps(_stamp(task.failed(Verdict.INFER_FAIL, type(exc).__name__,
-                                                   f"the result could not be sent back: {error_text(exc)}")))
-        conn.send_bytes(data)
-
-
-# Started by each worker, in its group: when the worker is gone (its parent process id
-# changes), kill the group. This covers a worker killed together with its parent, as Ray
-# does with an actor's children, when nobody else is left to end what its jobs started.
-_KEEPER = """
-import os, signal, sys, time
-while os.getppid() == int(sys.argv[1]):
-    time.sleep(float(sys.argv[2]))
-os.killpg(os.getpgrp(), signal.SIGKILL)
-"""
-
-
-def _lead_group() -> None:
-    """Make this worker the leader of a process group of its own (a new session; a worker
-    under another interpreter already is one). Then watch both ends: a thread here kills
-    the group when the worker's parent is gone, and a keeper process in the group kills it
-    when the worker itself is gone."""
-    if not hasattr(os, "setsid"):
-        return   # no process groups here (Windows)
-    try:
-        os.setsid()
-    except OSError:
-        pass   # already a session leader (started with start_new_session)
-    if os.getpgrp() != os.getpid():
-        return
-    try:
-        subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER, str(os.getpid()), str(WATCHDOG_S)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         close_fds=True)
-    except OSError:
-        pass   # no keeper (no process to spare): the parent and the watchdog below still end the group
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(WATCHDOG_S)
-        _end_own_group()
-
-    threading.Thread(target=watch, name="opdiff-parent-watch", daemon=True).start()
-
-
-def _end_own_group() -> None:
-    """SIGKILL this worker's process group, when the worker leads it (never its parent's)."""
-    if os.getpgrp() == os.getpid():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.killpg(os.getpid(), signal.SIGKILL)
 
 
 def kill_group(proc: Any) -> None:
@@ -246,16 +91,9 @@ def _unpickled(msg: bytes, w: Any) -> Any:
     try:
         return pickle.loads(msg)
     except Exception as exc:
-        return _stamp(w.job.failed(Verdict.INFER_FAIL, "UnreadableResult",
-                                   f"the worker's result cannot be read back ({type(exc).__name__}: {exc}); "
-                                   "the outputs hold something torch cannot send between processes"), w.proc.pid)
-
-
-def _stamp(result, pid: int | None = None):
-    """Note which worker produced a result (results that have a `worker_pid`)."""
-    if hasattr(result, "worker_pid"):
-        result.worker_pid = pid if pid is not None else os.getpid()
-    return result
+        return stamp(w.job.failed(Verdict.INFER_FAIL, "UnreadableResult",
+                                  f"the worker's result cannot be read back ({type(exc).__name__}: {exc}); "
+                                  "the outputs hold something torch cannot send between processes"), w.proc.pid)
 
 
 class UnsendableJob(Exception):
@@ -276,19 +114,6 @@ class _Worker:
     served: int = 0
     log: Path | None = None
     hello: dict | None = None     # what it said when it became ready
-
-
-def log_since(path: Path, offset: int, lines: int = 8, chars: int = 1000) -> str:
-    """What a worker printed since `offset`, minus Python warnings' noise: its last lines."""
-    sys.stderr.flush()
-    sys.stdout.flush()
-    with open(path, "rb") as f:
-        f.seek(offset)
-        text = f.read(65536).decode("utf-8", "replace")
-    keep = [ln for ln in text.splitlines()
-            if "Warning" not in ln and not ln.startswith("  ")
-            and re.search(r"[A-Za-z]{3}", re.sub(r"^\[[^\]]*\]", "", ln))]  # not a dump of numbers
-    return "\n".join(keep[-lines:])[-chars:]
 
 
 def log_tail(path: Path | None, lines: int = 15, chars: int = 1500) -> str:
@@ -402,7 +227,7 @@ class WorkerPool:
         for w in workers:
             try:
                 if w.job is None:
-                    w.conn.send_bytes(_STOP)
+                    w.conn.send_bytes(STOP)
                 else:
                     w.proc.terminate()
             except (OSError, ProcessLookupError):
@@ -484,7 +309,7 @@ class WorkerPool:
     def _run_in_process(self, jobs: Iterable[Task]) -> Iterator:
         context = WorkerContext(threads=self.threads)
         for job in jobs:
-            yield _stamp(job.run(context))
+            yield stamp(job.run(context))
 
     def _run_isolated(self, jobs: Iterable[Task]) -> Iterator:
         source = iter(jobs)
@@ -554,9 +379,9 @@ class WorkerPool:
                         # consumer, not the worker, took the time)
                         job = w.job
                         self._discard(w, kill=True)
-                        yield _stamp(job.failed(Verdict.TIMEOUT, "Timeout",
-                                                f"no result after {self.timeout_s:g} s; the worker "
-                                                f"(pid {w.proc.pid}) was killed and replaced"), w.proc.pid)
+                        yield stamp(job.failed(Verdict.TIMEOUT, "Timeout",
+                                               f"no result after {self.timeout_s:g} s; the worker "
+                                               f"(pid {w.proc.pid}) was killed and replaced"), w.proc.pid)
                     elif not w.ready and now >= w.started + STARTUP_TIMEOUT_S:
                         start_failures += 1
                         self._discard(w, kill=True)
@@ -592,9 +417,9 @@ class WorkerPool:
             return None
         error_class, message = death_description(w.proc.exitcode)
         last = log_tail(w.log)
-        return _stamp(job.failed(Verdict.CRASH, error_class,
-                                 f"{message} (pid {w.proc.pid}); the worker was replaced"
-                                 + (f". Its last output:\n{last}" if last else "")), w.proc.pid)
+        return stamp(job.failed(Verdict.CRASH, error_class,
+                                f"{message} (pid {w.proc.pid}); the worker was replaced"
+                                + (f". Its last output:\n{last}" if last else "")), w.proc.pid)
 
     def _give_up(self, queue: deque[Task], source: Iterator[Task]) -> Iterator:
         msg = (f"{MAX_START_FAILURES} worker processes in a row died before they were ready"

@@ -4,18 +4,13 @@ sent to a node that has the hardware its preset needs.
 
 - The parent plans, reads goldens, judges and writes history exactly as with the local
   pool; only where a task runs changes. It pickles each task and hands the bytes to an
-  actor on the chosen node.
-- `NodeWorker` is that actor: one per busy slot of a node, per preset family. It owns a
-  one-worker WorkerPool, so the job runs in a persistent subprocess that keeps torch and
-  the family's runtime imported. A segfault takes only that subprocess (CRASH with the
-  signal); a job past the timeout is TIMEOUT and the subprocess is replaced. The actor
-  never unpickles a task: user code runs in the subprocess only.
-- Routing: `registry.requirements(preset)` names what a preset needs (macos,
-  apple_silicon, cuda, or a plugin's own names). A node advertises each as a Ray custom
-  resource of that name (`ray start --resources '{"cuda": 1}'`; Ray's own GPU resource
-  counts as cuda). Actors are pinned to such a node and ask Ray for a sliver of each
-  resource, so Ray itself would refuse any other node. A task no live node can run is
-  UNAVAILABLE with the reason, before anything is submitted.
+  actor on the chosen node (`NodeWorker`, ray_node.py: the job runs in an isolated worker
+  subprocess there).
+- Routing: `registry.requirements(preset)` names what a task's preset needs (macos,
+  apple_silicon, cuda, or a plugin's own names; job.ForPreset). A node advertises each as
+  a Ray custom resource of that name (ray_cluster.py). Actors are pinned to such a node
+  and ask Ray for a sliver of each resource, so Ray itself would refuse any other node. A
+  task no live node can run is UNAVAILABLE with the reason, before anything is submitted.
 - Concurrency: a node runs at most as many jobs at once as it advertises CPUs (`ray
   start --num-cpus N`), and keeps at most that many actors warm; an idle actor of
   another family makes room when needed. Each actor is handed its next job while it
@@ -30,20 +25,19 @@ Nothing imports ray until a RayPool is made.
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
-import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Sequence
 
-from ..core.errors import OpdiffError
 from ..core.verdicts import Verdict
-from .job import Task
-from .pool import STARTUP_TIMEOUT_S, WorkerPool
+from .job import ForPreset, RanOnNode, Stamped, Task, WithCache
+from .pool import STARTUP_TIMEOUT_S
+from .ray_cluster import Node, connect, first_line
+from .ray_node import NodeWorker
 
 if TYPE_CHECKING:
     from ..backends.base import Preset
@@ -52,108 +46,12 @@ SLIVER = 0.001            # of each required resource an actor asks Ray for
 ACTOR_GRACE_S = STARTUP_TIMEOUT_S + 60.0   # beyond the job timeout, before the parent gives up on an actor
 REFRESH_S = 1.0           # how often the parent re-reads which nodes are alive
 DEPTH = 2                 # calls in flight per actor: the running job and the next one
-_GPU = "GPU"              # Ray's own resource for NVIDIA GPUs: it satisfies "cuda"
-
-
-# ---------------------------------------------------------------- the actor on each node
-
-@dataclass
-class _Failed:
-    """A task's failure as the node saw it; the parent turns it into `task.failed(...)`."""
-
-    status: str
-    error_class: str | None
-    message: str
-    worker_pid: int | None = None
-
-
-class _Opaque:
-    """A pickled task that the actor forwards without unpickling it: pickling this yields
-    the original bytes' task again, so it is unpickled in the worker subprocess only."""
-
-    def __init__(self, key: str, data: bytes):
-        self.key, self.data = key, data
-
-    def __reduce__(self):
-        return (pickle.loads, (self.data,))
-
-    def failed(self, status: Verdict, error_class: str | None, message: str) -> _Failed:
-        return _Failed(status.value, error_class, message)
-
-
-def node_cache(cache: str | None) -> Path | None:
-    """The artifact cache on this node: the parent's when it can be used here (the same
-    machine, a shared mount, a remote store), else one of this node's own."""
-    if not cache:
-        return None
-    from .cache import cache_unusable
-
-    path = Path(cache)
-    if not cache_unusable(path):
-        return path
-    return Path.home() / ".cache" / "opdiff-snap" / "artifacts"
-
-
-class NodeWorker:
-    """A Ray actor that runs tasks, one at a time, in one isolated worker subprocess."""
-
-    def __init__(self, timeout_s: float, slots: int, cache: str | None, warm: tuple = (), threads: int = 1):
-        self.pool = WorkerPool(jobs=1, timeout_s=timeout_s, threads=threads, cache_dir=node_cache(cache),
-                               raw=True)
-        self.pool.prestart(warm)
-
-    def run(self, key: str, data: bytes) -> tuple:
-        """("ok", the worker's pickled result) or ("failed", status, error class, message, pid)."""
-        (result,) = list(self.pool.run([_Opaque(key, data)]))  # type: ignore[list-item]  # forwarded as is
-        if isinstance(result, _Failed):
-            return ("failed", result.status, result.error_class, result.message, result.worker_pid)
-        return ("ok", result)
-
-    def stop(self) -> None:
-        self.pool.close()
-
-
-# ---------------------------------------------------------------- the parent's view of the cluster
-
-@dataclass
-class _Node:
-    id: str
-    host: str
-    ip: str
-    resources: dict[str, float]
-    alive: bool = True
-
-    @property
-    def slots(self) -> int:
-        return int(self.resources.get("CPU", 0))
-
-    def resource_for(self, need: str) -> str | None:
-        if self.resources.get(need, 0) > 0:
-            return need
-        if need == "cuda" and self.resources.get(_GPU, 0) > 0:
-            return _GPU
-        return None
-
-    def offers(self, needs: frozenset[str]) -> bool:
-        return self.slots > 0 and all(self.resource_for(n) for n in needs)
-
-    @property
-    def label(self) -> str:
-        return f"{self.host} ({self.ip}, node {self.id[:12]})"
-
-    def offered(self) -> dict[str, float]:
-        """What the node advertises that jobs can use: CPUs, GPUs, custom resources."""
-        return {k: v for k, v in sorted(self.resources.items())
-                if not k.startswith(("node:", "memory", "object_store_memory", "accelerator_type"))}
-
-    def advertised(self) -> str:
-        return f"{self.host} {self.offered()}"
 
 
 @dataclass
 class _Actor:
     handle: Any
-    node: _Node
+    node: Node
     kind: tuple[str, frozenset[str]]   # (preset family, needs)
     inflight: int = 0                  # calls sent and not yet landed
     last_used: float = 0.0
@@ -181,18 +79,12 @@ class _Flight:
 
 
 def _needs(task: Task) -> tuple[frozenset[str], str]:
-    preset = getattr(task, "preset", None)
+    preset = task.preset if isinstance(task, ForPreset) else None
     if preset is None:
         return frozenset(), ""
     from ..backends.registry import requirements
 
     return requirements(preset), preset.family
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    cause = next((ln for ln in lines if "died because" in ln or "terminated" in ln), None)
-    return cause or (lines[0] if lines else type(exc).__name__)
 
 
 class RayPool:
@@ -211,9 +103,9 @@ class RayPool:
         self.threads = threads            # intra-op threads of every job, on every node
         self.started_workers = 0          # actors created (replacements included)
         self.warm: tuple = ()             # the run's presets, warmed up by the actors of their family
-        self._ray, self._owned = _connect(address, self.n)
+        self._ray, self._owned = connect(address, self.n)
         self._actor_class = self._ray.remote(NodeWorker)
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, Node] = {}
         self._actors: list[_Actor] = []
         self._refreshed = 0.0
         self._refresh(force=True)
@@ -276,7 +168,7 @@ class RayPool:
             if info.get("Alive"):
                 node = self._nodes.get(node_id)
                 if node is None:
-                    self._nodes[node_id] = _Node(node_id, info.get("NodeManagerHostname") or "?",
+                    self._nodes[node_id] = Node(node_id, info.get("NodeManagerHostname") or "?",
                                                  info.get("NodeManagerAddress") or "?",
                                                  dict(info.get("Resources") or {}))
                 else:
@@ -285,10 +177,10 @@ class RayPool:
                 self._nodes[node_id].alive = False
                 self._actors = [a for a in self._actors if a.node.id != node_id or a.busy]
 
-    def _candidates(self, needs: frozenset[str]) -> list[_Node]:
+    def _candidates(self, needs: frozenset[str]) -> list[Node]:
         return [n for n in self._nodes.values() if n.alive and n.offers(needs)]
 
-    def _busy(self, node: _Node) -> int:
+    def _busy(self, node: Node) -> int:
         return sum(1 for a in self._actors if a.node is node and a.busy)
 
     def _no_node(self, needs: frozenset[str]) -> str:
@@ -305,7 +197,7 @@ class RayPool:
         return f"{text}. Add such a node with `{start}` (docs/distributed.md)"
 
     # ------------------------------------------------------------ actors
-    def _actor(self, node: _Node, item: _Item) -> _Actor:
+    def _actor(self, node: Node, item: _Item) -> _Actor:
         """An idle actor of the item's kind on `node`, made when there is none (retiring an
         idle one of another kind when the node already keeps as many as it has slots)."""
         kind = (item.family, item.needs)
@@ -418,7 +310,7 @@ class RayPool:
         """A free slot, or a running actor that can take its next call now."""
         return self._free_slot() or any(0 < a.inflight < DEPTH for a in self._actors if a.node.alive)
 
-    def _behind(self, item: _Item, nodes: list[_Node]) -> _Actor | None:
+    def _behind(self, item: _Item, nodes: list[Node]) -> _Actor | None:
         """A running actor of the item's kind on one of `nodes` with room for a next call."""
         kind = (item.family, item.needs)
         ready = [a for a in self._actors if a.kind == kind and a.node in nodes and 0 < a.inflight < DEPTH]
@@ -484,7 +376,7 @@ class RayPool:
             reply = self._ray.get(ref)
         except rx.RayTaskError as exc:   # our actor code raised: a bug, not the job's doing
             return self._stamp(item.task.failed(Verdict.CRASH, "RayTaskError",
-                                                f"the Ray worker on {actor.node.label} failed: {_first_line(exc)}"),
+                                                f"the Ray worker on {actor.node.label} failed: {first_line(exc)}"),
                                actor.node, None)
         except rx.RayError as exc:       # the actor is gone: its node died, or its process did
             return self._lost(flight, exc, queue)
@@ -505,7 +397,7 @@ class RayPool:
         if "node has died" in str(exc) or "node was terminated" in str(exc):
             node.alive = False   # Ray said so before its node table did
         what = "died" if not node.alive else "lost its Ray worker"
-        item.lost.append(f"the Ray node {node.label} {what} while running the job ({_first_line(exc)})")
+        item.lost.append(f"the Ray node {node.label} {what} while running the job ({first_line(exc)})")
         item.avoid.add(node.id)
         if item.attempts == 0:
             item.attempts = 1
@@ -538,48 +430,14 @@ class RayPool:
                                         f"{waited:g} s; it was killed and replaced"), actor.node, None)
 
     @staticmethod
-    def _stamp(result, node: _Node, pid: int | None):
-        if hasattr(result, "worker_node"):
+    def _stamp(result: Any, node: Node, pid: int | None) -> Any:
+        if isinstance(result, RanOnNode):
             result.worker_node = node.id
-        if pid is not None and hasattr(result, "worker_pid"):
+        if pid is not None and isinstance(result, Stamped):
             result.worker_pid = pid
         return result
 
 
 def _cache_arg(task: Task) -> str | None:
-    cache = getattr(task, "cache_dir", None)
+    cache = task.cache_dir if isinstance(task, WithCache) else None
     return str(Path(cache).absolute()) if cache is not None else None
-
-
-def _connect(address: str | None, cpus: int):
-    """(the ray module, whether we started the instance and stop it at close)."""
-    if address is None:
-        # A Ray instance of our own listens on loopback only (as Ray does on macOS), and
-        # asks for a token of its own, passed to its workers in the environment (Ray would
-        # otherwise write one to ~/.ray/auth_token, which later clusters pick up).
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        if "RAY_AUTH_MODE" not in os.environ:
-            os.environ["RAY_AUTH_MODE"] = "token"
-            os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    try:
-        import ray
-    except ImportError:
-        raise OpdiffError("--executor ray needs Ray, which is not installed here: pip install "
-                          "'opdiff-snap[ray]' (on every node of the cluster too).") from None
-    if ray.is_initialized():
-        return ray, False   # already connected (an API user's own session): use it, leave it open
-    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR,
-                               "include_dashboard": False}
-    try:
-        if address is None:
-            ray.init(num_cpus=cpus, **options)
-        else:
-            ray.init(address=address, **options)
-    except Exception as exc:
-        where = f"join the Ray cluster at {address}" if address else "start a Ray instance here"
-        hint = ("Start its head with `ray start --head --port PORT` and give that HOST:PORT, or check "
-                "that this machine reaches it" if address else "Run `ray start --head` and use --executor "
-                "ray://auto, or use the local executor")
-        raise OpdiffError(f"--executor: cannot {where} ({type(exc).__name__}: {_first_line(exc)}). {hint}.") from None
-    return ray, True

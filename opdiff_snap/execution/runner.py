@@ -29,7 +29,9 @@ from ..core.verdicts import Verdict
 from ..suite.materialize import materialize
 from ..suite.model import Invocation, TestCase
 from .cache import ArtifactCache, FailureRecord, cache_key, deterministic
+from .export_load import Export, export_and_load
 from .job import Outcome, WorkerContext
+from .op_support import Survey
 from .prepare import Prepared, count_outputs, flat_module, restore_outputs
 from .references import elementwise_reference, float64_reference, precision_control
 
@@ -69,7 +71,7 @@ class Job:
     # recompute them on the preset (check)
     grads: str | list | None = None
     # run this flat module instead of the case's (a part of the test, say, for localize)
-    prepared: Any = None
+    prepared: Prepared | None = None
 
     def cache_in(self, context: WorkerContext) -> Path | str | None:
         """The job's artifact cache as the machine running it has it (None: no cache)."""
@@ -178,48 +180,55 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
         if known is not None:
             return _remembered(job, known, (time.perf_counter() - t0) * 1e3)
     for attempt in (0, 1):  # a cached artifact that fails to load is evicted and rebuilt once
-        cache_hit = False
-        try:
-            t0 = time.perf_counter()
-            entry = cache.lookup(key) if cache is not None else None
-            if entry is not None:
-                artifact = entry.artifact()
-                cache_hit = True  # the original export time stays in the entry's entry.json
-                export_ms = (time.perf_counter() - t0) * 1e3
-            elif cache is not None:
-                entry, export_ms = cache.store(
-                    key, lambda work: _export(backend, prepared, job, work),
-                    {"test": job.case.id, "seed": job.seed, "preset": job.preset.name})
-                artifact = entry.artifact()
-            else:
-                workdir = tmp / f"work{attempt}" if tmp is not None else Path(tempfile.gettempdir())
-                if tmp is not None:
-                    workdir.mkdir()
-                artifact = _export(backend, prepared, job, workdir)
-                export_ms = (time.perf_counter() - t0) * 1e3
-        except Exception as exc:
-            return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, exc), exc)
-        timings = {"export_ms": export_ms, "cache_hit": cache_hit}
-        delegation = _delegation(backend, artifact, job.preset)
-        if not avail.can_run:
+        cached = _Cached(cache, key, job) if cache is not None else None
+        if cached is not None:
+            step = export_and_load(backend, job.preset, prepared, store=cached, load=avail.can_run,
+                                   threads=threads)
+        else:
+            workdir = tmp / f"work{attempt}" if tmp is not None else Path(tempfile.gettempdir())
+            step = export_and_load(backend, job.preset, prepared, workdir, load=avail.can_run, threads=threads)
+        cache_hit = cached is not None and cached.hit
+        if step.status is Verdict.EXPORT_FAIL:
+            assert step.error is not None
+            return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, step.error), step.error)
+        timings = {"export_ms": step.export_ms, "cache_hit": cache_hit}
+        if step.status is Verdict.LOAD_FAIL:
+            assert step.error is not None
+            if cache is not None and cache_hit and attempt == 0:
+                cache.evict(key)
+                continue
+            out = _fail(job, Verdict.LOAD_FAIL, step.error, **timings)
+            out.delegation = step.delegation
+            return _remember(cache, key, out, step.error)
+        if step.runnable is None:
             out = _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
         else:
-            try:
-                t0 = time.perf_counter()
-                runnable = backend.load(artifact, job.preset, threads=threads)
-                load_ms = (time.perf_counter() - t0) * 1e3
-            except Exception as exc:
-                if cache is not None and cache_hit and attempt == 0:
-                    cache.evict(key)
-                    continue
-                out = _fail(job, Verdict.LOAD_FAIL, exc, **timings)
-                out.delegation = delegation
-                return _remember(cache, key, out, exc)
-            else:
-                out = _infer(job, runnable, prepared, export_ms=export_ms, load_ms=load_ms, cache_hit=cache_hit)
-        out.delegation = delegation
+            out = _infer(job, step.runnable, prepared, export_ms=step.export_ms, load_ms=step.load_ms,
+                         cache_hit=cache_hit)
+        out.delegation = step.delegation
         return out
     raise AssertionError("unreachable")
+
+
+class _Cached:
+    """The artifact cache's side of one export (export_load.Store): a complete entry for
+    the job's key is loaded instead (`hit`; its original export time stays in the entry's
+    entry.json), else the export runs into a new entry."""
+
+    def __init__(self, cache: ArtifactCache, key: str, job: Job):
+        self.cache, self.key, self.job = cache, key, job
+        self.hit = False
+
+    def __call__(self, export: Export) -> tuple[Artifact, float]:
+        t0 = time.perf_counter()
+        entry = self.cache.lookup(self.key)
+        if entry is not None:
+            artifact = entry.artifact()
+            self.hit = True
+            return artifact, (time.perf_counter() - t0) * 1e3
+        entry, export_ms = self.cache.store(
+            self.key, export, {"test": self.job.case.id, "seed": self.job.seed, "preset": self.job.preset.name})
+        return entry.artifact(), export_ms
 
 
 def _remember(cache: ArtifactCache | None, key: str, out: Outcome, exc: Exception) -> Outcome:
@@ -233,29 +242,12 @@ def _remember(cache: ArtifactCache | None, key: str, out: Outcome, exc: Exceptio
 
 def _remembered(job: Job, known: FailureRecord, lookup_ms: float) -> Outcome:
     """The outcome of a failure the cache remembers: the same verdict and message, marked
-    `cache_hit`; a survey remembered with it rides along as JSON (run/check.py reads it)."""
+    `cache_hit`, with the survey of the test's ops remembered with it (run/check.py)."""
     out = Outcome(job.key, Verdict(known.verdict), error_class=known.error_class,
                   error_message=known.error_message, export_ms=lookup_ms, cache_hit=True)
     out.delegation = Delegation.from_json(known.delegation) if known.delegation else None
-    out.survey = known.survey
+    out.survey = Survey.from_json(known.survey) if known.survey else None
     return out
-
-
-def _delegation(backend: Backend, artifact: Artifact, preset: Preset) -> Any:
-    """How a delegating backend took the program (Backend.delegation), or None; what it
-    cannot say costs the result nothing more than that."""
-    describe = getattr(backend, "delegation", None)
-    if describe is None:
-        return None
-    try:
-        return describe(artifact, preset)
-    except Exception:
-        return None
-
-
-def _export(backend: Backend, prepared: Prepared, job: Job, workdir: Path) -> Artifact:
-    with torch.no_grad():
-        return backend.export(prepared.module, tuple(prepared.fresh_inputs()), job.preset, workdir)
 
 
 def _infer(job: Job, runnable: Runnable, prepared: Prepared, **timings: Any) -> Outcome:

@@ -23,8 +23,10 @@ def warm_up(presets: Sequence[Preset], threads: int = 0) -> dict[str, float]:
     import torch
 
     from ..backends.registry import backend_for, is_builtin
+    from .export_load import export_and_load
+    from .prepare import prepare_call
 
-    class Tiny(torch.nn.Module):   # a flat module, as jobs hand backends (execution/prepare.py)
+    class Tiny(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.linear = torch.nn.Linear(4, 4)
@@ -34,7 +36,8 @@ def warm_up(presets: Sequence[Preset], threads: int = 0) -> dict[str, float]:
 
     with torch.random.fork_rng(devices=[]):   # the jobs' random streams stay as they were
         module = Tiny().eval()
-    inputs = (torch.linspace(-1.0, 1.0, 8).reshape(2, 4),)
+    # a flat module, as jobs hand backends (execution/prepare.py)
+    prepared = prepare_call({"a": module}, [torch.linspace(-1.0, 1.0, 8).reshape(2, 4)], {}, "the warm-up module")
     spent: dict[str, float] = {}
     for preset in presets:
         t0 = time.perf_counter()
@@ -45,9 +48,11 @@ def warm_up(presets: Sequence[Preset], threads: int = 0) -> dict[str, float]:
             avail = backend.availability(preset)
             if avail.can_export:
                 with tempfile.TemporaryDirectory(prefix="opdiff-warmup-") as tmp, torch.no_grad():
-                    artifact = backend.export(module, inputs, preset, Path(tmp))
-                    if avail.can_run:
-                        backend.load(artifact, preset, threads=threads)(list(inputs))
+                    step = export_and_load(backend, preset, prepared, Path(tmp), load=avail.can_run,
+                                           threads=threads)
+                    if step.runnable is not None:
+                        step.runnable(prepared.fresh_inputs())
+                    del step   # the runtime lets go of the artifact before its folder is removed
         except Exception:
             pass   # the first job that needs this backend says what is wrong
         spent[preset.name] = time.perf_counter() - t0

@@ -513,10 +513,9 @@ class CheckJob(Job):
         if not (self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None):
             outcome.survey = None
             return outcome
-        from ..cause.lowering import Survey, survey_test
+        from ..cause.lowering import survey_test
 
-        if isinstance(outcome.survey, dict):   # remembered with a cached failure
-            outcome.survey = Survey.from_json(outcome.survey)
+        if outcome.survey is not None:   # remembered with a cached failure
             return outcome
         cache_dir = self.cache_in(context)
         outcome.survey = survey = survey_test(self.case, self.invocation, self.preset, cache_dir,

@@ -1,5 +1,6 @@
 """What every command that runs jobs shares around its own logic: the worker pool it runs
-jobs in, the settings its history records, and telling the caller's listener things."""
+jobs in, the settings its history records, and telling the caller's listener things
+(`RunListener`: what a listener may hear, with the defaults)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..compare.results import Listener
+from ..compare.results import Listener, Result
 from ..core.config import Settings
 from ..execution.pools import Pool, open_pool
 
@@ -30,24 +31,76 @@ def settings_json(settings: Settings, in_process: bool, cache: bool, pool: Pool)
     return out
 
 
+class RunListener:
+    """What a command tells its caller while it runs, declared in one place. The public API
+    takes any callable of a Result as its listener; one that subclasses this class (or
+    defines some of these methods itself: `listening`) also hears the rest, and the
+    defaults below stand in for what it leaves out."""
+
+    def __call__(self, result: Result) -> None:
+        """One result, as soon as it is judged. Default: nothing."""
+
+    def notice(self, text: str) -> None:
+        """Something the user should know before the results come (what --trust-goldens
+        imports, a cluster's node lost). Default: nothing."""
+
+    def warn(self, text: str) -> None:
+        """A warning for the user. Default: Python's warnings (RuntimeWarning), attributed
+        to the caller of the function that warns (through `warn` below)."""
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
+
+    def set_total(self, total: int) -> None:
+        """How many results to expect, once the command knows (for a progress bar's ETA).
+        Default: nothing."""
+
+
+HOOKS = tuple(name for name, member in vars(RunListener).items() if callable(member) and not name.startswith("_"))
+"""RunListener's methods beyond the call for each result: what a plain listener may define."""
+
+
+class _Listening(RunListener):
+    """A listener that does not subclass RunListener: its own methods where it defines
+    them, RunListener's defaults elsewhere."""
+
+    def __init__(self, target: Listener | None):
+        self.target = target
+        self.defined = frozenset(name for name in HOOKS if callable(getattr(target, name, None)))
+
+    def __call__(self, result: Result) -> None:
+        if self.target is not None:
+            self.target(result)
+
+    def notice(self, text: str) -> None:
+        if "notice" in self.defined:
+            self.target.notice(text)   # type: ignore[union-attr]  # defined: checked above
+
+    def warn(self, text: str) -> None:
+        if "warn" in self.defined:
+            self.target.warn(text)   # type: ignore[union-attr]
+        else:   # RunListener.warn's default, from as deep a frame
+            warnings.warn(text, RuntimeWarning, stacklevel=4)
+
+    def set_total(self, total: int) -> None:
+        if "set_total" in self.defined:
+            self.target.set_total(total)   # type: ignore[union-attr]
+
+
+def listening(listener: Listener | None) -> RunListener:
+    """`listener` (None: nobody) as a RunListener."""
+    return listener if isinstance(listener, RunListener) else _Listening(listener)
+
+
 def notice(listener: Listener | None, text: str) -> None:
-    """Tell the user something before the results come (listeners with a `notice` method)."""
-    say = getattr(listener, "notice", None)
-    if callable(say):
-        say(text)
+    """Tell the user something before the results come (RunListener.notice)."""
+    listening(listener).notice(text)
 
 
 def warn(listener: Listener | None, text: str) -> None:
-    """A warning for the user (listeners with a `warn` method; Python's warnings otherwise)."""
-    say = getattr(listener, "warn", None)
-    if callable(say):
-        say(text)
-    else:
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+    """A warning for the user (RunListener.warn: Python's warnings unless the listener
+    says it itself)."""
+    listening(listener).warn(text)
 
 
 def set_total(listener: Listener | None, total: int) -> None:
-    """Tell the listener how many results to expect (listeners with a `set_total` method)."""
-    say = getattr(listener, "set_total", None)
-    if callable(say):
-        say(total)
+    """Tell the listener how many results to expect (RunListener.set_total)."""
+    listening(listener).set_total(total)

@@ -1,0 +1,85 @@
+"""The one way a flat module becomes something to run: exported through a backend, then
+loaded. Each step is timed, and a failure is kept with the step it happened in
+(EXPORT_FAIL, LOAD_FAIL) and its exception, never raised. The runner builds its artifact
+cache and its verdicts on top (runner.py), the op-support answers use it alone
+(op_support.py), and a worker's warm-up runs it on a tiny module (warmup.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from ..backends.base import Artifact, Backend, Delegation, Preset, Runnable
+from ..core.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from .prepare import Prepared
+
+Export = Callable[[Path], Artifact]
+"""The export step itself: write the artifact into the folder given, return it."""
+
+Store = Callable[[Export], "tuple[Artifact, float]"]
+"""Where an export goes instead of a plain folder (the runner's artifact cache): handed the
+export step, it runs it in a folder of its own, or finds its artifact made already, and
+returns the artifact to load and the export's milliseconds."""
+
+
+@dataclass
+class Lowered:
+    """What exporting and loading gave: the artifact and, where it was loaded, the
+    runnable; or the step that failed (`status`) and its exception."""
+
+    status: Verdict | None = None          # None, EXPORT_FAIL or LOAD_FAIL
+    error: Exception | None = None
+    artifact: Artifact | None = None
+    runnable: Runnable | None = None       # None: failed, or not loaded (`load` False)
+    export_ms: float = 0.0
+    load_ms: float | None = None
+    delegation: Delegation | None = None   # Backend.delegation, once the export is made
+
+
+def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdir: Path | None = None, *,
+                    store: Store | None = None, load: bool = True, threads: int = 0) -> Lowered:
+    """Export `prepared` (a flat module and its example inputs) through `backend` into
+    `workdir` (created if need be), or through `store`; then, with `load` (this machine
+    can run the preset), load it with `threads` intra-op threads."""
+    import torch
+
+    def export(work: Path) -> Artifact:
+        with torch.no_grad():
+            return backend.export(prepared.module, tuple(prepared.fresh_inputs()), preset, work)
+
+    out = Lowered()
+    try:
+        t0 = time.perf_counter()
+        if store is not None:
+            out.artifact, out.export_ms = store(export)
+        else:
+            assert workdir is not None, "export_and_load needs a workdir or a store"
+            workdir.mkdir(parents=True, exist_ok=True)
+            out.artifact = export(workdir)
+            out.export_ms = (time.perf_counter() - t0) * 1e3
+    except Exception as exc:
+        out.status, out.error = Verdict.EXPORT_FAIL, exc
+        return out
+    out.delegation = _delegation(backend, out.artifact, preset)
+    if load:
+        try:
+            t0 = time.perf_counter()
+            out.runnable = backend.load(out.artifact, preset, threads=threads)
+            out.load_ms = (time.perf_counter() - t0) * 1e3
+        except Exception as exc:
+            out.status, out.error = Verdict.LOAD_FAIL, exc
+    return out
+
+
+def _delegation(backend: Backend, artifact: Artifact, preset: Preset) -> Delegation | None:
+    """How a delegating backend took the program (Backend.delegation), or None; what it
+    cannot say costs the result nothing more than that."""
+    try:
+        return backend.delegation(artifact, preset)
+    except Exception:
+        return None
