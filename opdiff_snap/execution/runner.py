@@ -27,7 +27,7 @@ from ..backends.base import Artifact, Availability, Backend, Delegation, Preset,
 from ..core.errors import error_text
 from ..core.verdicts import Verdict
 from ..suite.materialize import materialize
-from ..suite.model import Invocation, TestCase
+from ..suite.model import Invocation, RecordedGrads, TestCase
 from .cache import ArtifactCache, FailureRecord, cache_key, deterministic
 from .job import Outcome, WorkerContext
 from .prepare import Prepared, count_outputs, flat_module, restore_outputs
@@ -155,12 +155,12 @@ def _describe(structure: Any) -> str:
 def _gradients(job: Job, outcome: Outcome) -> None:
     """Record the gradients on eager CPU torch (`grads="record"`), or recompute them on the
     job's preset for the recorded cotangent; a failure is kept as `grads_error`."""
-    from .gradients import compute_grads, pack_grads, record_grads
+    from .gradients import compute_grads, record_grads
 
     try:
         assert job.invocation is not None, "gradients need the job's invocation"
         if job.grads == "record":
-            outcome.grads = pack_grads(*record_grads(job.case, job.invocation, job.seed))
+            outcome.grads = RecordedGrads(*record_grads(job.case, job.invocation, job.seed))
         else:
             outcome.grads = compute_grads(job.case, job.invocation, list(job.grads or ()), job.preset)
     except Exception as exc:
