@@ -65,6 +65,7 @@ class Metrics:
     failed_bound: str | None = None
     allowance: float | None = None
 
+    # measured beside the comparison when judging asked for it; in the JSON after the numbers
     control: Control | None = field(default=None, metadata={"beside": True})
     b_vs_a: Judged | None = field(default=None, metadata={"beside": True})
     grad: Judged | None = field(default=None, metadata={"beside": True})

@@ -233,7 +233,7 @@ def _remember(cache: ArtifactCache | None, key: str, out: Outcome, exc: Exceptio
 
 def _remembered(job: Job, known: FailureRecord, lookup_ms: float) -> Outcome:
     """The outcome of a failure the cache remembers: the same verdict and message, marked
-    `cache_hit`; a survey remembered with it rides along as JSON (run/check.py reads it)."""
+    `cache_hit`; a survey remembered with it rides along as JSON (run/check_job.py reads it)."""
     out = Outcome(job.key, Verdict(known.verdict), error_class=known.error_class,
                   error_message=known.error_message, export_ms=lookup_ms, cache_hit=True)
     out.delegation = Delegation.from_json(known.delegation) if known.delegation else None
