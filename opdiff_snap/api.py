@@ -476,7 +476,7 @@ def _rounding(case, golden, preset, timeout_s: float, in_process: bool):
     reference too, computed in a worker."""
     from .execution.pools import run_one
     from .execution.references import REDUCED, ElementwiseTask
-    from .run.check import rounding_for
+    from .run.judge import rounding_for
 
     if preset.precision not in REDUCED:
         return rounding_for(golden, preset)

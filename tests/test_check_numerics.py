@@ -110,7 +110,7 @@ def test_a_wrong_kernel_is_caught_on_every_test_it_reaches_and_nowhere_else(kern
         assert set(clean.values()) == {Verdict.PASS}, clean
     pair = res["tanh_pair", preset]
     assert pair.message.startswith("side a (module) and side b (functional) drift from their golden")
-    assert pair.metrics["b_vs_a"]["verdict"] == "PASS"     # both sides broke identically
+    assert pair.metrics.b_vs_a.verdict == "PASS"     # both sides broke identically
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_another_summation_order_passes_and_would_not_without_the_reference(sums
     res = _check(sums, ["splitsum_cpu_fp32"])
     assert {r.verdict for r in res.values()} == {Verdict.PASS}, \
         {k: (r.verdict, r.message) for k, r in res.items() if r.verdict is not Verdict.PASS}
-    assert sum(r.metrics["within_rounding"] for r in res.values()) > 0
+    assert sum(r.metrics.within_rounding for r in res.values()) > 0
     plain = _check(sums, ["splitsum_cpu_fp32"], tolerance=Tolerance(baseline_factor=0.0))
     assert Verdict.MISMATCH in {r.verdict for r in plain.values()}   # the old policy's false alarms
 

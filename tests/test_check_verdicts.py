@@ -75,8 +75,8 @@ def test_tolerance_edges_atol_and_rtol_exactly_at_the_boundary(site, recorded):
     assert at["tol_default", "perturb_cpu_fp32"].verdict is Verdict.PASS
     r = out["tol_default", "perturb_cpu_fp32"]
     assert r.verdict is Verdict.MISMATCH
-    assert r.metrics["max_abs"] == OFFSET and r.metrics["mismatched"] == 8
-    assert r.metrics["min_atol"] == OFFSET and r.tolerance == Tolerance(below, 0.0, BASELINE_FACTOR)
+    assert r.metrics.max_abs == OFFSET and r.metrics.mismatched == 8
+    assert r.metrics.min_atol == OFFSET and r.tolerance == Tolerance(below, 0.0, BASELINE_FACTOR)
     # rtol alone (|expected| is 1.0 everywhere)
     _, at = check(recorded, ["perturb_cpu_fp32"], preset_options=opts, test_ids=ids,
                   tolerance=Tolerance(atol=0.0, rtol=OFFSET))
@@ -122,7 +122,7 @@ def test_nan_and_inf_at_the_same_places_pass_and_a_moved_nan_fails(site, recorde
                    test_ids=["nan_inf"])
     r = res["nan_inf", "perturb_cpu_fp32"]
     assert r.verdict is Verdict.MISMATCH
-    assert "NaN/Inf" in r.message and r.metrics["mismatched"] == 2
+    assert "NaN/Inf" in r.message and r.metrics.mismatched == 2
 
 
 def test_shape_and_dtype_mismatches_are_their_own_verdicts(site, recorded):
@@ -147,19 +147,20 @@ def test_pair_sides_are_each_judged_against_their_golden(site, recorded):
     # itself each side still matches its own golden, so the pair passes; b vs a is a metric
     r = res["pair_gelu", "torch_cpu_fp32"]
     assert r.verdict is Verdict.PASS
-    assert r.metrics["b_vs_a"]["verdict"] == "MISMATCH" and r.metrics["b_vs_a"]["max_abs"] > 1e-5
-    assert res["pair_relu", "torch_cpu_fp32"].metrics["b_vs_a"]["verdict"] == "PASS"
+    assert r.metrics.b_vs_a.verdict == "MISMATCH" and r.metrics.b_vs_a.metrics.max_abs > 1e-5
+    assert res["pair_relu", "torch_cpu_fp32"].metrics.b_vs_a.verdict == "PASS"
     # an offset on both sides cancels in b vs a; against the goldens it does not
     r = res["pair_relu", "perturb_cpu_fp32"]
-    assert r.verdict is Verdict.MISMATCH and r.metrics["max_abs"] == 0.5
+    assert r.verdict is Verdict.MISMATCH and r.metrics.max_abs == 0.5
     assert r.message.startswith("side a (relu) and side b (threshold) drift from their golden")
-    assert r.metrics["b_vs_a"]["verdict"] == "PASS"
+    assert r.metrics.b_vs_a.verdict == "PASS"
 
 
 def _store_grads(root, scale: float = 1.0) -> None:
     """Add recorded gradients to lin_grad's golden (as `opdiff record` does for grad: true)."""
-    from opdiff_snap.execution.gradients import pack_grads, record_grads
+    from opdiff_snap.execution.gradients import record_grads
     from opdiff_snap.suite import load_suites
+    from opdiff_snap.suite.model import RecordedGrads
 
     store = GoldenStore(root / "goldens")
     golden = store.read("lin_grad", 0)
@@ -167,7 +168,7 @@ def _store_grads(root, scale: float = 1.0) -> None:
         case = next(c for c in load_suites([Path("suites/edge.yaml")]) if c.id == "lin_grad")
     cot, grads = record_grads(case, golden.invocation, 0)
     grads["params"]["bias"] = grads["params"]["bias"] * scale
-    golden.grads = pack_grads(cot, grads)
+    golden.grads = RecordedGrads(cot, grads)
     store.write(golden)
 
 
@@ -175,8 +176,8 @@ def test_gradient_parity_passes_and_a_wrong_gradient_is_a_mismatch(site, project
     _store_grads(project)
     report, res = check(project, ["torch_cpu_fp32", "perturb_cpu_fp32"], test_ids=["lin_grad"])
     r = res["lin_grad", "torch_cpu_fp32"]
-    assert r.verdict is Verdict.PASS and r.metrics["grad"]["verdict"] == "PASS"
-    assert "grad" not in (res["lin_grad", "perturb_cpu_fp32"].metrics or {})  # cannot differentiate
+    assert r.verdict is Verdict.PASS and r.metrics.grad.verdict == "PASS"
+    assert res["lin_grad", "perturb_cpu_fp32"].metrics.grad is None  # cannot differentiate
     item = next(i for i in read_run(report.path).items if i["preset"] == "torch_cpu_fp32")
     assert item["metrics"]["max_abs"] == 0.0 and item["metrics"]["grad"]["numel"] > 0
 
@@ -185,7 +186,7 @@ def test_gradient_parity_passes_and_a_wrong_gradient_is_a_mismatch(site, project
     r = res["lin_grad", "torch_cpu_fp32"]
     assert r.verdict is Verdict.MISMATCH
     assert "gradient" in r.message and "grad[bias]" in r.message
-    assert r.metrics["max_abs"] == 0.0 and r.metrics["grad"]["max_abs"] > 0
+    assert r.metrics.max_abs == 0.0 and r.metrics.grad.metrics.max_abs > 0
 
 
 # ---------------------------------------------------------------- decided without comparing

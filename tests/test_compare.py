@@ -270,7 +270,7 @@ def test_metrics_json_is_strict_json():
     text = json.dumps(d, allow_nan=False)
     assert json.loads(text)["worst_index"] in ([0], [1], [2])
     assert isinstance(d["worst_expected"], (str, float)) and d["mismatched"] == 3
-    assert dict(c.metrics)["mismatched"] == 3 and c.metrics["numel"] == 3
+    assert c.metrics.mismatched == 3 and c.metrics.numel == 3
 
 
 # ---------------------------------------------------------------- the baseline's own rounding error

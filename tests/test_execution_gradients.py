@@ -15,11 +15,10 @@ from opdiff_snap.execution.gradients import (
     GradcheckTask,
     compute_grads,
     gradcheck,
-    pack_grads,
     record_grads,
     step_tolerance,
-    unpack_grads,
 )
+from opdiff_snap.suite.model import RecordedGrads
 
 
 def _preset(name):
@@ -70,8 +69,9 @@ def test_recorded_grads_are_deterministic_and_cover_inputs_and_params():
 def test_grads_storable_in_a_golden():
     from opdiff_snap.core.trees import flatten, unflatten
     cot, grads = record_grads(*load_case("cube_good"), seed=0)
-    structure, leaves = flatten(pack_grads(cot, grads))
-    cot2, grads2 = unpack_grads(unflatten(structure, leaves))
+    structure, leaves = flatten(RecordedGrads(cot, grads).to_nested())
+    back = RecordedGrads.from_nested(unflatten(structure, leaves))
+    cot2, grads2 = back.cotangent, back.grads
     assert torch.equal(grads2["params"]["fc.weight"], grads["params"]["fc.weight"])
     assert torch.equal(cot2[0], cot[0])
 

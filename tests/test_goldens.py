@@ -16,7 +16,7 @@ import torch
 
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.goldens import CorruptGolden, Golden, GoldenStore, MissingGolden, store_key
-from opdiff_snap.suite.model import Invocation
+from opdiff_snap.suite.model import Invocation, RecordedGrads
 
 PY = sys.executable
 
@@ -100,7 +100,7 @@ def assert_golden_equal(a: Golden, b: Golden) -> None:
     assert_same(a.invocation.kwargs, b.invocation.kwargs)
     assert_same(a.invocation.states, b.invocation.states)
     assert_same(a.outputs, b.outputs)
-    assert_same(a.grads, b.grads)
+    assert_same(None if a.grads is None else a.grads.to_nested(), None if b.grads is None else b.grads.to_nested())
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ def test_nested_outputs_inputs_states_grads_and_extra(store):
               "b": {"weight": sample(torch.bfloat16, (2,))}}
     outputs = {"a": (x, [x * 2, {"k": x.mean(), "none": None, "n": 7}], -1.5),
                "b": (x.to(torch.bfloat16), [], {})}
-    grads = [x.clone(), None]
+    grads = RecordedGrads([x.clone(), None], {"inputs": {"args[0]": x.clone()}, "params": {}})
     golden = make_golden(args=args, kwargs=kwargs, states=states, outputs=outputs, test_type="pair",
                          grads=grads, extra={"note": "intermediates later", "n": [1, 2]})
     store.write(golden)

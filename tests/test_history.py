@@ -19,7 +19,9 @@ from opdiff_snap.compare.numerics import compare
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.history.runs import RunWriter, find_run, list_runs, read_run
+from opdiff_snap.history.runs import check_store_dir, list_runs, read_run
+from opdiff_snap.history.writer import RunWriter
+from opdiff_snap.storage import open_runs
 from opdiff_snap.suite.model import Tolerance
 
 PRESETS = {"onnx_cpu_fp32": {"family": "onnx", "device": "cpu", "precision": "fp32", "options": {}}}
@@ -29,6 +31,12 @@ SETTINGS = {"jobs": 2, "repeats": 5, "warmup": 1, "timeout_s": 300, "in_process"
 def start(store: Path, **kw) -> RunWriter:
     return RunWriter.start(store, "check", ["check", "--backend", "onnx_cpu_fp32"],
                            ["suites/core.yaml"], PRESETS, SETTINGS, **kw)
+
+
+def find_run(store: Path, run_id: str) -> Path:
+    """The file of `run_id` (or of the one run whose id starts with it), as resume finds it."""
+    check_store_dir(store)
+    return open_runs(store).find(run_id)
 
 
 def lines(path: Path) -> list[dict]:
@@ -87,7 +95,7 @@ def test_meta_item_end_written_and_flushed_per_line(tmp_path):
 def test_item_with_nan_metrics_stays_strict_json(tmp_path):
     nan = float("nan")
     cmp = compare(torch.tensor([1.0, nan]), torch.tensor([nan, 2.0]), Tolerance(1e-5, 1e-5))
-    rec = Result("t", 0, "p", cmp.verdict, metrics=cmp.metrics.to_json(),
+    rec = Result("t", 0, "p", cmp.verdict, metrics=cmp.metrics,
                  tolerance=Tolerance(1e-5, 1e-5)).to_json()
     with start(tmp_path) as w:
         w.item(rec)
@@ -143,7 +151,7 @@ def test_resume_truncates_partial_line_and_appends_to_the_same_file(tmp_path):
 # argv: store, items, items to write before waiting to be killed
 WRITER_SCRIPT = textwrap.dedent("""
     import sys, time
-    from opdiff_snap.history.runs import RunWriter
+    from opdiff_snap.history.writer import RunWriter
     from opdiff_snap.compare.results import Result
     from opdiff_snap.core.verdicts import Verdict
     w = RunWriter.start(sys.argv[1], "check", [], [], {}, {})

@@ -96,7 +96,8 @@ def test_dormant_without_the_flag(pytester, verdicts, env):
         import json, sys
 
         def pytest_collection_finish(session):
-            heavy = [m for m in ("torch", "opdiff_snap.run.check", "opdiff_snap.pytest_plugin.run") if m in sys.modules]
+            heavy = [m for m in ("torch", "opdiff_snap.run.check", "opdiff_snap.run.check_plan", "opdiff_snap.run.judge",
+                                  "opdiff_snap.pytest_plugin.run") if m in sys.modules]
             with open("seen.json", "w") as f:
                 json.dump({"heavy": heavy, "plugin": session.config.pluginmanager.hasplugin("opdiff"),
                            "items": [i.nodeid for i in session.items]}, f)

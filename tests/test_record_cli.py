@@ -244,7 +244,7 @@ def test_grads_recorded_and_readable_with_plain_zarr(tmp_path):
     assert any(t.abs().sum() > 0 for t in leaves[1:])
     # and through the store's own reader
     golden = GoldenStore(project / "goldens").read("lin_grad", 0)
-    assert torch.equal(golden.grads["grads"]["params"]["weight"], grads["params"]["weight"])
+    assert torch.equal(golden.grads.grads["params"]["weight"], grads["params"]["weight"])
 
 
 def one_paragraph(err: str) -> bool:

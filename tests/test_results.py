@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 from opdiff_snap.analytics import ingest
 from opdiff_snap.analytics.schema import MEANINGS
 from opdiff_snap.backends.base import DelegatedOp, Delegation
-from opdiff_snap.compare.metrics import Metrics
+from opdiff_snap.compare.metrics import NUMBERS, Control, Judged, Metrics
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.op_support import UnsupportedOp
@@ -30,7 +31,7 @@ def full() -> Result:
     metrics = Metrics(max_abs=0.5, mean_abs=0.25, mse=0.1, max_rel=0.5, cosine=0.9, mismatched=1,
                       mismatched_frac=0.25, numel=4, worst_index=(0, 3), worst_output="out",
                       worst_expected=1.0, worst_actual=1.5, min_atol=0.4, baseline_error=1e-7,
-                      error_bound=4e-7, within_rounding=2).to_json()
+                      error_bound=4e-7, within_rounding=2)
     return Result("add__x", 3, "onnx_cpu_fp32", Verdict.MISMATCH, "out: 1 of 4 elements outside",
                   test_type="op", suite="suites/core.yaml", spec_hash="ab12", tags=["binary"],
                   baseline="torch_cpu_fp32", error_class="Mismatch", export_ms=812.3, load_ms=9.1,
@@ -67,6 +68,28 @@ def test_json_round_trip_keeps_every_field():
     assert passed.to_json()["error_message"] is None          # a PASS carries no error text
 
 
+def test_what_is_measured_beside_the_metrics_follows_their_numbers():
+    m = dataclasses.replace(full().metrics, control=Control("MISMATCH", 0.4, "elementwise"),
+                            b_vs_a=Judged("PASS", Metrics(numel=4)), grad=Judged("STRUCTURE_MISMATCH"))
+    line = dataclasses.replace(full(), metrics=m).to_json()
+    assert list(line["metrics"])[:len(NUMBERS)] == list(NUMBERS)
+    assert list(line["metrics"])[len(NUMBERS):] == ["control", "b_vs_a", "grad"]
+    assert line["metrics"]["control"] == {"verdict": "MISMATCH", "max_abs": 0.4, "failed_bound": "elementwise"}
+    assert line["metrics"]["b_vs_a"] == {"verdict": "PASS", **Metrics(numel=4).to_json()}
+    assert line["metrics"]["grad"] == {"verdict": "STRUCTURE_MISMATCH"}
+    assert Result.from_json(line).metrics == m
+    alone = Metrics(compared=False, b_vs_a=Judged("PASS", Metrics()))   # outputs that could not be compared
+    assert alone.to_json() == {"b_vs_a": {"verdict": "PASS", **Metrics().to_json()}}
+    assert Metrics.from_json(alone.to_json()) == alone
+
+
+def test_metrics_of_older_lines_read_back():
+    m = Metrics.from_json({"max_abs": "nan", "worst_index": [1], "worst_expected": "inf", "retired": 3})
+    assert math.isnan(m.max_abs) and m.worst_index == (1,) and m.worst_expected == "inf" and m.compared
+    assert m.bias is None and m.cosine == 1.0   # not written then: the defaults
+    assert "retired" not in m.to_json() and m.to_json()["max_abs"] == "nan"
+
+
 def test_a_case_fills_the_identity_fields():
     case = next(c for c in load_suites([SUITE]) if c.id == "relu_module")
     r = Result.of(case, case.id, 0, "torch_cpu_fp32", Verdict.PASS)
@@ -79,6 +102,6 @@ def test_every_field_is_a_column_of_the_results_view_with_a_meaning():
     line = full().to_json()
     expected = ({k for k in line if k not in ("backends", "times_all", "diff_all", "id", "tolerance", "metrics")}
                 | {"test_id"} | {f.name for f in dataclasses.fields(Tolerance)}
-                | {f.name for f in dataclasses.fields(Metrics)})
+                | set(NUMBERS))
     assert expected <= columns, expected - columns
     assert columns == set(MEANINGS["results"]), columns ^ set(MEANINGS["results"])

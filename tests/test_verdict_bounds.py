@@ -97,7 +97,7 @@ def test_a_planted_bug_is_caught_on_every_test_it_reaches_and_nowhere_else(check
         result = results[(test, preset)]
         assert result.verdict is Verdict.MISMATCH
         assert result.precision_limited is False     # torch eager in fp16 gets these right
-        assert result.metrics["failed_bound"] in ("elementwise", "normwise", "bias")
+        assert result.metrics.failed_bound in ("elementwise", "normwise", "bias")
 
 
 def test_a_mismatch_torch_shares_at_that_precision_is_precision_limited(checked):
@@ -107,24 +107,24 @@ def test_a_mismatch_torch_shares_at_that_precision_is_precision_limited(checked)
         result = results[("overflow", preset)]
         assert result.verdict is Verdict.MISMATCH and result.precision_limited is True
         assert result.message.startswith("precision-limited: torch eager in fp16")
-        assert result.metrics["control"]["verdict"] == "MISMATCH"
+        assert result.metrics.control.verdict == "MISMATCH"
 
 
 def test_an_offset_inside_the_normwise_allowance_is_caught_by_the_bias_bound(checked):
     results, *_ = checked
     softmax = results[("softmax", "bugoffset_cpu_fp16")]
-    assert softmax.metrics["failed_bound"] == "bias" and softmax.metrics["mismatched"] == 0
+    assert softmax.metrics.failed_bound == "bias" and softmax.metrics.mismatched == 0
     assert "biased (bias bound)" in softmax.message
-    assert abs(softmax.metrics["bias"]) > softmax.metrics["bias_bound"]
+    assert abs(softmax.metrics.bias) > softmax.metrics.bias_bound
 
 
 def test_a_single_elementwise_op_is_held_to_ulps_of_its_exact_answer(checked):
     results, *_ = checked
     gelu = results[("gelu", "bugapprox_cpu_fp16")]
-    assert gelu.metrics["failed_bound"] == "elementwise" and gelu.metrics["elementwise_ulps"] > 4
+    assert gelu.metrics.failed_bound == "elementwise" and gelu.metrics.elementwise_ulps > 4
     assert "ulps from the float64 result on fp16-rounded inputs" in gelu.message
     clean = results[("gelu", "torch_cpu_fp16")]
-    assert clean.metrics["elementwise_ulps"] < 2.0
+    assert clean.metrics.elementwise_ulps < 2.0
 
 
 def test_a_golden_that_proves_nothing_is_flagged_at_record_and_in_every_result(checked):

@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any
 
-from ..compare.metrics import Metrics
+from ..compare.metrics import NUMBERS, Metrics
 from ..compare.results import JSON_KEYS, RES_FIELDS, Result
 from ..core.verdicts import OPDIFF_OK
 
@@ -43,10 +43,13 @@ def sql_type(tp: Any) -> Any:
 
 
 def fields_of(cls: type) -> dict[str, Any]:
-    """{JSON key: structure} of a dataclass's fields; a Result's metrics are Metrics."""
+    """{JSON key: structure} of a dataclass's fields; a Result's metrics are the numbers of
+    Metrics (what is kept beside them is nested JSON the views leave out)."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
+        if cls is Metrics and f.name not in NUMBERS:
+            continue
         structure = fields_of(Metrics) if (cls is Result and f.name == "metrics") else sql_type(hints[f.name])
         out[JSON_KEYS.get(f.name, f.name) if cls is Result else f.name] = structure
     return out

@@ -8,6 +8,7 @@ character or markup in them acts."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -20,10 +21,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ..compare.metrics import Metrics
 from ..compare.results import Result, RunReport
 from ..core.errors import OpdiffError, headline, suggest
 from ..core.safetext import printable
 from ..core.verdicts import NOT_FAILING, PASSING, PRECEDENCE, QUIET, REPRODUCIBLE, Verdict
+from ..suite.model import RecordedGrads
 
 GOOD = PASSING
 
@@ -137,7 +140,7 @@ def _line(r: Result) -> str:
     if r.infer_ms is not None:
         text += f" infer={r.infer_ms:.3f}ms"
     if r.metrics and r.verdict not in GOOD:
-        text += f" max_abs={r.metrics.get('max_abs')}"
+        text += f" max_abs={_max_abs(r)}"
     if r.message and r.verdict not in GOOD:
         text += f" -- {printable(detail(r, 200))}"
     return text
@@ -153,10 +156,19 @@ def detail(r: Result, width: int = 160) -> str:
     return headline(r.message, width)
 
 
+def _numbers(r: Result) -> Metrics | None:
+    """The numbers of a result's comparison; None when it has none."""
+    return r.metrics if r.metrics is not None and r.metrics.compared else None
+
+
+def _max_abs(r: Result) -> float | None:
+    m = _numbers(r)
+    return None if m is None else m.max_abs
+
+
 def _severity(r: Result) -> float:
-    m = r.metrics or {}
-    v = m.get("min_atol")
-    return float(v) if isinstance(v, (int, float)) else float("inf")
+    m = _numbers(r)
+    return m.min_atol if m is not None and math.isfinite(m.min_atol) else float("inf")
 
 
 def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
@@ -171,8 +183,8 @@ def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
         for col in cols:
             table.add_column(col, overflow="fold")
         for r in failing[:limit]:
-            m = r.metrics or {}
-            metrics = (_fmt(m.get("max_abs")), _fmt(m.get("min_atol"))) if with_metrics else ()
+            m = _numbers(r)
+            metrics = (_fmt(_max_abs(r)), _fmt(None if m is None else m.min_atol)) if with_metrics else ()
             table.add_row(label(r), _text(r.test_id), str(r.seed), _text(r.preset), *metrics,
                           _text(detail(r)))
         console.print(table)
@@ -251,7 +263,7 @@ def report_json(report: RunReport) -> str:
         "results": [{"id": r.test_id, "seed": r.seed, "preset": r.preset, "status": r.verdict.value,
                      "message": r.message, "error_class": r.error_class, "infer_ms": r.infer_ms,
                      "export_ms": r.export_ms, "load_ms": r.load_ms, "cache_hit": r.cache_hit,
-                     "metrics": r.metrics,
+                     "metrics": r.metrics.to_json() if r.metrics is not None else None,
                      "tolerance": vars(r.tolerance) if r.tolerance else None,
                      "repro": repro_command(r) if report.command == "check" else None}
                     for r in report.results]}, indent=1, ensure_ascii=True)   # every control character as \uXXXX
@@ -276,7 +288,7 @@ def write_junit(report: RunReport, path: Path, fail_on: set[Verdict]) -> None:
                                  time=f"{(r.infer_ms or 0) / 1000:.6f}")
             detail = f"{r.verdict.value}: {r.message}" if r.message else r.verdict.value
             if r.metrics:
-                detail += "\n" + json.dumps(r.metrics)
+                detail += "\n" + json.dumps(r.metrics.to_json())
             detail = printable(detail, lines=True)
             if r.verdict in fail_on:
                 ET.SubElement(case, "failure", message=detail.splitlines()[0][:500],
@@ -357,12 +369,10 @@ def _values_table(title: str, rows: list[tuple[str, object]]) -> Table:
     return table
 
 
-def _grad_rows(grads) -> list[tuple[str, object]]:
+def _grad_rows(grads: RecordedGrads) -> list[tuple[str, object]]:
     """Rows of a recorded gradient value: the cotangent, then d(loss)/d(each input and parameter)."""
-    if not (isinstance(grads, dict) and "cotangent" in grads):
-        return _value_rows("grads", grads)
-    rows = [(f"cotangent[{i}]", c) for i, c in enumerate(grads.get("cotangent") or [])]
-    for kind, values in (grads.get("grads") or {}).items():
+    rows: list[tuple[str, object]] = [(f"cotangent[{i}]", c) for i, c in enumerate(grads.cotangent)]
+    for kind, values in grads.grads.items():
         rows += [(f"grad {kind} {name}", v) for name, v in (values or {}).items()]
     return rows
 

@@ -1,12 +1,20 @@
 """The metrics of one comparison, as the history keeps them: plain numbers, no torch,
-so the history's readers (DuckDB views, reports) import them without a backend."""
+so the history's readers (DuckDB views, reports) import them without a backend.
+
+A result's metrics are its comparison's numbers and, beside them, what judging it also
+measured: the precision control (`control`), a pair's side b against side a on the target
+(`b_vs_a`) and the recomputed gradients against the recorded ones (`grad`). In the JSON
+they are nested objects after the numbers; the DuckDB views read the numbers only.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
 from ..core.trees import json_safe
+
+NONFINITE = ("nan", "inf", "-inf")   # how json_safe writes non-finite floats
 
 
 @dataclass
@@ -27,7 +35,10 @@ class Metrics:
     `elementwise_ulps` is the largest error in target ulps against the float64 result on
     target-rounded inputs (a single elementwise op on fp16/bf16). `failed_bound` names the
     bound a MISMATCH broke first: nonfinite, exact, elementwise,
-    normwise or bias; `allowance` is what the worst element was allowed."""
+    normwise or bias; `allowance` is what the worst element was allowed.
+
+    `compared` is False for the metrics of a result whose outputs could not be compared
+    (a structure mismatch) but that keeps what was measured beside them."""
 
     max_abs: float = 0.0
     mean_abs: float = 0.0
@@ -54,15 +65,76 @@ class Metrics:
     failed_bound: str | None = None
     allowance: float | None = None
 
+    # measured beside the comparison when judging asked for it; in the JSON after the numbers
+    control: Control | None = field(default=None, metadata={"beside": True})
+    b_vs_a: Judged | None = field(default=None, metadata={"beside": True})
+    grad: Judged | None = field(default=None, metadata={"beside": True})
+    compared: bool = field(default=True, metadata={"beside": True})
+
     def to_json(self) -> dict[str, Any]:
-        return {k: json_safe(v) for k, v in asdict(self).items()}
+        out = {k: json_safe(getattr(self, k)) for k in NUMBERS} if self.compared else {}
+        for name in ("control", "b_vs_a", "grad"):
+            part = getattr(self, name)
+            if part is not None:
+                out[name] = part.to_json()
+        return out
 
-    # Mapping-style access, so dict(metrics) and metrics["max_abs"] work.
-    def keys(self) -> list[str]:
-        return [f.name for f in fields(self)]
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Metrics":
+        """The inverse of to_json. A number missing (a line written before it existed)
+        takes its default, and keys this version does not know are left out."""
+        values: dict[str, Any] = {k: _number(data[k]) for k in NUMBERS if k in data}
+        if isinstance(values.get("worst_index"), list):
+            values["worst_index"] = tuple(values["worst_index"])
+        for k in ("worst_expected", "worst_actual"):   # kept as written: "nan" is a value here
+            if k in data:
+                values[k] = data[k]
+        control, b_vs_a, grad = (data.get(k) for k in ("control", "b_vs_a", "grad"))
+        return cls(**values, compared=bool(values),
+                   control=Control.from_json(control) if isinstance(control, Mapping) else None,
+                   b_vs_a=Judged.from_json(b_vs_a) if isinstance(b_vs_a, Mapping) else None,
+                   grad=Judged.from_json(grad) if isinstance(grad, Mapping) else None)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_json().get(key, default)
+@dataclass
+class Control:
+    """The precision control of a MISMATCH on fp16/bf16: torch eager at the same
+    precision, judged the same way (docs/check.md, "Precision-limited")."""
+
+    verdict: str
+    max_abs: float
+    failed_bound: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "max_abs": self.max_abs, "failed_bound": self.failed_bound}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Control":
+        return cls(str(data.get("verdict")), _number(data.get("max_abs", 0.0)), data.get("failed_bound"))
+
+
+@dataclass
+class Judged:
+    """A comparison kept beside a result's own: its verdict and its metrics (None when
+    it had none)."""
+
+    verdict: str
+    metrics: Metrics | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, **(self.metrics.to_json() if self.metrics is not None else {})}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Judged":
+        rest = {k: v for k, v in data.items() if k != "verdict"}
+        metrics = Metrics.from_json(rest)
+        return cls(str(data.get("verdict")), metrics if metrics.compared else None)
+
+
+NUMBERS = tuple(f.name for f in fields(Metrics) if not f.metadata.get("beside"))
+"""The comparison's numbers: the metric columns of the history's views."""
+
+
+def _number(value: Any) -> Any:
+    """A value as to_json wrote it, with the strings of non-finite floats as floats."""
+    return float(value) if isinstance(value, str) and value in NONFINITE else value

@@ -22,6 +22,7 @@ from ..core.verdicts import NO_ERROR, Verdict
 from ..execution.job import Outcome
 from ..execution.op_support import UnsupportedOp
 from ..suite.model import TestCase, Tolerance
+from .metrics import Metrics
 
 # field name -> key in the item line, where they differ
 JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
@@ -51,7 +52,7 @@ class Result:
     infer_ms_all: list[float] = field(default_factory=list)
     cache_hit: bool = False
     tolerance: Tolerance | None = None
-    metrics: dict[str, Any] | None = None   # compare.Metrics.to_json(), plus b_vs_a / grad for pairs / grads
+    metrics: Metrics | None = None     # the comparison's, with the control, b vs a and gradients beside
     # EXPORT_FAIL / LOAD_FAIL: every op of the test's graph the preset cannot lower alone
     # (None: not surveyed; empty: none fails alone, and the message says so)
     unsupported_ops: list[UnsupportedOp] | None = None
@@ -112,7 +113,7 @@ class Result:
                 value = list(value)
             elif f.name == "unsupported_ops" and value is not None:
                 value = [dataclasses.asdict(u) for u in value]
-            elif f.name == "delegation" and value is not None:
+            elif f.name in ("delegation", "metrics") and value is not None:
                 value = value.to_json()
             out[JSON_KEYS.get(f.name, f.name)] = value
         out = json_safe(out)
@@ -144,6 +145,8 @@ class Result:
                     value = [UnsupportedOp.from_json(u) for u in value]
                 elif f.name == "delegation" and value is not None:
                     value = Delegation.from_json(value)
+                elif f.name == "metrics" and value is not None:
+                    value = Metrics.from_json(value)
                 values[f.name] = value
             return cls(**values)
         except (TypeError, ValueError, KeyError) as exc:

@@ -118,12 +118,13 @@ def _as_nested(wrt: _Wrt, grads: list[torch.Tensor]) -> dict[str, dict[str, torc
     return out
 
 
-def record_grads(case: TestCase, invocation: Invocation, seed: int) -> tuple[list, dict]:
+def record_grads(case: TestCase, invocation: Invocation, seed: int
+                 ) -> tuple[list[torch.Tensor | None], dict[str, dict[str, torch.Tensor]]]:
     """(cotangent, grads) on the baseline (eager, the golden's dtypes, CPU).
 
     cotangent: one entry per output tensor leaf, a float32 tensor for float outputs and
     None otherwise. grads: {"inputs": {"args[0]": g, ...}, "params": {"fc.weight": g, ...}},
-    gradients of sum(out * cotangent). Both are nested values a golden can store.
+    gradients of sum(out * cotangent). A golden holds them as suite.model.RecordedGrads.
     """
     wrt = _prepare(build_target(case, invocation))
     if not wrt.tensors:
@@ -131,15 +132,6 @@ def record_grads(case: TestCase, invocation: Invocation, seed: int) -> tuple[lis
     outs = _float_outputs(case, wrt.call())
     cot = make_cotangent(case, seed, outs)
     return cot, _as_nested(wrt, _vjp(wrt, outs, cot))
-
-
-def pack_grads(cotangent: list, grads: dict) -> dict:
-    """The one nested value Golden.grads holds: {"cotangent": [...], "grads": {...}}."""
-    return {"cotangent": list(cotangent), "grads": grads}
-
-
-def unpack_grads(value: dict) -> tuple[list, dict]:
-    return list(value["cotangent"]), value["grads"]
 
 
 def can_differentiate(preset: Preset) -> bool:

@@ -25,7 +25,7 @@ from ..core.errors import OpdiffError
 # The messages between parent and worker: pickled Task objects one way, their results the
 # other, after the worker's hello. Bump it when Job, Outcome or the framing change shape, so
 # that a worker under another interpreter with another opdiff-snap is refused before any job.
-WORKER_PROTOCOL = 1
+WORKER_PROTOCOL = 2
 HELLO = b"hello "
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 from ..backends.base import Delegation, Preset
 from ..core.trees import Structure
 from ..core.verdicts import Verdict
-from ..suite.model import Invocation
+from ..suite.model import Invocation, RecordedGrads
 from .op_support import Survey
 
 
@@ -112,8 +112,8 @@ class Outcome:
     control: list[torch.Tensor] | None = None
     control_note: str | None = None
     invocation: Invocation | None = None   # the one the worker materialised (record)
-    # Job.grads' result: packed (record: gradients.pack_grads) or nested (check: compute_grads)
-    grads: dict[str, Any] | None = None
+    # Job.grads' result: recorded (record) or recomputed, nested (check: compute_grads)
+    grads: RecordedGrads | dict[str, Any] | None = None
     grads_error: str | None = None
     # a check job that failed to lower: what lowering its ops alone found
     survey: Survey | None = None

@@ -27,7 +27,7 @@ from ..backends.base import Artifact, Availability, Backend, Delegation, Preset,
 from ..core.errors import error_text
 from ..core.verdicts import Verdict
 from ..suite.materialize import materialize
-from ..suite.model import Invocation, TestCase
+from ..suite.model import Invocation, RecordedGrads, TestCase
 from .cache import ArtifactCache, FailureRecord, cache_key, deterministic
 from .export_load import Export, export_and_load
 from .job import Outcome, WorkerContext
@@ -157,12 +157,12 @@ def _describe(structure: Any) -> str:
 def _gradients(job: Job, outcome: Outcome) -> None:
     """Record the gradients on eager CPU torch (`grads="record"`), or recompute them on the
     job's preset for the recorded cotangent; a failure is kept as `grads_error`."""
-    from .gradients import compute_grads, pack_grads, record_grads
+    from .gradients import compute_grads, record_grads
 
     try:
         assert job.invocation is not None, "gradients need the job's invocation"
         if job.grads == "record":
-            outcome.grads = pack_grads(*record_grads(job.case, job.invocation, job.seed))
+            outcome.grads = RecordedGrads(*record_grads(job.case, job.invocation, job.seed))
         else:
             outcome.grads = compute_grads(job.case, job.invocation, list(job.grads or ()), job.preset)
     except Exception as exc:
@@ -242,7 +242,7 @@ def _remember(cache: ArtifactCache | None, key: str, out: Outcome, exc: Exceptio
 
 def _remembered(job: Job, known: FailureRecord, lookup_ms: float) -> Outcome:
     """The outcome of a failure the cache remembers: the same verdict and message, marked
-    `cache_hit`, with the survey of the test's ops remembered with it (run/check.py)."""
+    `cache_hit`, with the survey of the test's ops remembered with it (run/check_job.py)."""
     out = Outcome(job.key, Verdict(known.verdict), error_class=known.error_class,
                   error_message=known.error_message, export_ms=lookup_ms, cache_hit=True)
     out.delegation = Delegation.from_json(known.delegation) if known.delegation else None

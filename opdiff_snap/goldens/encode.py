@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core import trees
-from ..suite.model import Invocation
+from ..suite.model import Invocation, RecordedGrads
 from .model import Golden, GoldenInfo
 from .packed import PackError, TensorRecord
 
@@ -53,7 +53,7 @@ def encode(golden: Golden) -> tuple[dict[str, Any], list[tuple[str, torch.Tensor
         "args": section("args", list(inv.args)), "kwargs": section("kwargs", dict(inv.kwargs)),
         "states": states,
         "outputs": section("outputs", golden.outputs),
-        "grads": None if golden.grads is None else section("grads", golden.grads),
+        "grads": None if golden.grads is None else section("grads", golden.grads.to_nested()),
     }
     if golden.reference is not None:
         attrs["reference"] = {"kind": "float64", "residuals": section("reference", golden.reference)}
@@ -112,7 +112,7 @@ def decode(attrs: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Golden:
         baseline=attrs["baseline"], env=attrs["env"], created=attrs["created"],
         invocation=Invocation(args=args, kwargs=kwargs, states=states),
         outputs=section("outputs", attrs["outputs"]),
-        grads=None if attrs.get("grads") is None else section("grads", attrs["grads"]),
+        grads=None if attrs.get("grads") is None else RecordedGrads.from_nested(section("grads", attrs["grads"])),
         extra=attrs.get("extra") or {},
         reference=section("reference", reference["residuals"]) if kind == "float64" else None,
         reference_note=str(reference.get("reason", "")) if kind == "none" else None,

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.verdicts import GoldenState
-from ..suite.model import Invocation
+from ..suite.model import Invocation, RecordedGrads
 
 
 @dataclass
 class Golden:
     """Everything recorded for one (test id, seed).
 
-    `outputs` and `grads` are nested values with tensor leaves (see core/trees.py); for pair
-    tests `outputs` is {"a": ..., "b": ...}. `baseline` is Preset.to_json() plus "name".
-    `reference` and `reference_note` are None on goldens recorded before references
-    existed (their check keeps the configured tolerances only).
+    `outputs` is a nested value with tensor leaves (see core/trees.py); for pair tests
+    it is {"a": ..., "b": ...}. `grads` holds the gradients of a `grad: true` test.
+    `baseline` is Preset.to_json() plus "name". `reference` and `reference_note` are None
+    on goldens recorded before references existed (their check keeps the configured
+    tolerances only).
     """
 
     test_id: str
@@ -32,7 +34,7 @@ class Golden:
     created: str                     # ISO 8601 UTC
     invocation: Invocation
     outputs: Any
-    grads: Any = None
+    grads: RecordedGrads | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # float64 reference minus outputs, nested like `outputs` (None leaves where there is
     # none); `reference_note` says why a golden has no reference at all
@@ -63,7 +65,7 @@ class GoldenInfo:
 class MissingGolden(OpdiffError):
     """No golden stored for this (test id, seed)."""
 
-    def __init__(self, test_id: str, seed: int, root: Any):
+    def __init__(self, test_id: str, seed: int, root: Path | str):
         self.test_id, self.seed = test_id, seed
         super().__init__(f"no golden for test '{test_id}' seed {seed} in the golden store {root}. "
                          f"Record it with `opdiff record --test-ids '{test_id}'`, or point "
@@ -73,7 +75,7 @@ class MissingGolden(OpdiffError):
 class CorruptGolden(OpdiffError):
     """A golden failed verification: it must be reported (CORRUPT), never compared."""
 
-    def __init__(self, test_id: str, seed: int, array: str, reason: str, path: Any = None):
+    def __init__(self, test_id: str, seed: int, array: str, reason: str, path: Path | str | None = None):
         """`array`: the tensor whose bytes failed ("" when the metadata or a chunk did).
         What the store read is data: control characters in it are shown escaped."""
         self.test_id, self.seed, self.array, self.reason, self.path = test_id, seed, array, printable(reason), path

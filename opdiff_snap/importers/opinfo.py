@@ -312,8 +312,8 @@ def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] 
                 kept.append(s)
                 s.row.kept[s.test["tags"][1]] += 1
     if not kept:
-        why = ImportReport(rows, []).skip_reasons().most_common(3)
-        said = "; ".join(f"{n} {w}" for w, n in why) or "the ops declare none of these dtypes"
+        common = ImportReport(rows, []).skip_reasons().most_common(3)
+        said = "; ".join(f"{n} {w}" for w, n in common) or "the ops declare none of these dtypes"
         raise OpdiffError(f"no OpInfo sample of --ops {';'.join(ops) or '(every op)'} in --dtypes "
                           f"{', '.join(dtypes)} could be kept ({said}); nothing was written, and '{out_dir}' "
                           "is unchanged. Widen --ops or --dtypes.")

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 import pytest
 import torch
 
+from ..backends.base import Preset
 from ..compare.results import Result
 from ..compare.tolerance import tolerance_for
 from ..core import trees
@@ -48,9 +49,10 @@ from ..core.errors import OpdiffError
 from ..core.safetext import printable, unsafe_char
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
-from ..execution.user_call import NotShippable, UserCallJob, ship
+from ..execution.user_call import NotShippable, Shipped, UserCallJob, ship
 from ..goldens import CorruptGolden, Golden, GoldenInfo, GoldenStore, MissingGolden
-from ..run.check import Pending, Planned, judge
+from ..run.check_plan import Planned, plan_item
+from ..run.judge import Pending, judge
 from ..run.record import golden_of
 from ..suite.model import Call, Invocation, TestCase, Tolerance
 from .outcomes import settle
@@ -231,36 +233,36 @@ class _Call:
     node: pytest.Item
     store: GoldenStore
     case: TestCase
-    shipped: Any
-    presets: list[Any]
-    baseline: Any
+    shipped: Shipped
+    presets: list[Preset]
+    baseline: Preset
     tolerance: Tolerance | None
 
-    def _result(self, preset: Any, verdict: Verdict, message: str) -> Result:
+    def _result(self, preset: Preset, verdict: Verdict, message: str) -> Result:
         return Result.of(self.case, self.case.id, SEED, preset.name, verdict, message, baseline=self.baseline.name)
 
     def results(self, spec: CallSpec, invocation: Invocation) -> list[Result]:
+        """Planned as check plans an item (run/check_plan.py), on the session's baseline:
+        a missing golden is recorded, and with --opdiff-update a corrupt or stale one too;
+        the messages are the fixture's own."""
         run, store, test_id = self.run, self.store, self.case.id
-        info = store.info(test_id, SEED)
-        update = run.options.update
-        if info is not None and info.problem and not update:
+        planned = plan_item(self.case, SEED, store.info(test_id, SEED), baseline=self.baseline.name)
+        info, update = planned.info, run.options.update
+        if planned.verdict is Verdict.CORRUPT and info is not None and not update:
             return [self._result(p, Verdict.CORRUPT, f"the golden of {test_id} in {store.root} is unreadable "
                                  f"({info.problem})") for p in self.presets]
-        stale = info is not None and not info.problem and (
-            info.spec_hash != spec.spec_hash or info.baseline != self.baseline.name)
-        if stale and not update:
+        if planned.verdict is Verdict.STALE and info is not None and not update:
             try:
                 stored = store.read_definition(test_id, SEED).get("pytest") or {}
             except (CorruptGolden, MissingGolden):
                 stored = {}
             what = spec.changed(stored if isinstance(stored, dict) else {})
-            assert info is not None   # stale implies a golden
             if info.baseline != self.baseline.name:
                 what = f"the baseline (recorded on {info.baseline}, the session's is {self.baseline.name})"
             message = f"{what} changed since the golden was recorded ({info.created[:19]})"
             run.note("stale goldens (`pytest --opdiff-update` re-records them)", f"{test_id}: {what} changed")
             return [self._result(p, Verdict.STALE, message) for p in self.presets]
-        if info is None or info.problem or stale:
+        if planned.verdict is not None or info is None:
             return self._record_and_check(invocation, "recorded" if info is None else "re-recorded")
         try:
             golden = store.read(test_id, SEED)
@@ -297,7 +299,7 @@ class _Call:
         keys: dict[str, str] = {}
         base = f"opdiff_golden\0{self.case.id}\0"
 
-        def submit(label: str, preset: Any, **kw: Any) -> None:
+        def submit(label: str, preset: Preset, **kw: Any) -> None:
             key = base + label
             job = UserCallJob(key, self.shipped, self.case, invocation, preset, **kw)
             run.submit(key, lambda: job)
@@ -316,7 +318,7 @@ class _Call:
         return golden_of(self.case, SEED, self.baseline, self.run.dispatcher.pool.environment(), invocation,
                          outcome, grads=False)
 
-    def _judge(self, golden: Golden, info: GoldenInfo, preset: Any, outcome: Outcome) -> Result:
+    def _judge(self, golden: Golden, info: GoldenInfo, preset: Preset, outcome: Outcome) -> Result:
         tol = tolerance_for(self.case.tolerance, preset, self.tolerance)
         return judge(Pending(Planned(self.case.id, SEED, self.case, info), golden, preset, tol), outcome)
 

@@ -34,6 +34,11 @@ def _fmt(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+def _shown(metrics: dict[str, object]) -> list[str]:
+    """`name=value` of the SHOWN_METRICS a result has, as the history writes them."""
+    return [f"{k}={_fmt(metrics[k])}" for k in SHOWN_METRICS if metrics.get(k) is not None]
+
+
 def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()) -> str:
     """`VERDICT on PRESET: message`, a line of metrics, and how to fix it. `presets`:
     every preset this same text stands for (default: the result's own). Ids and messages
@@ -41,14 +46,13 @@ def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()
     on = ", ".join(presets) if presets else result.preset
     lines = [f"{result.verdict.value} on {on} (test '{result.test_id}' seed {result.seed})"
              + (f": {result.message}" if result.message else "")]
-    metrics = result.metrics or {}
-    shown = [f"{k}={_fmt(metrics[k])}" for k in SHOWN_METRICS if metrics.get(k) is not None]
+    metrics = result.metrics
+    shown = _shown(metrics.to_json() if metrics is not None else {})
     if shown:
         lines.append("metrics: " + " ".join(shown))
-    grad = metrics.get("grad") if isinstance(metrics.get("grad"), dict) else None
-    if grad and grad.get("verdict") not in (None, Verdict.PASS.value):
-        lines.append("gradient metrics: " + " ".join(f"{k}={_fmt(grad[k])}" for k in SHOWN_METRICS
-                                                   if grad.get(k) is not None))
+    grad = metrics.grad if metrics is not None else None
+    if grad is not None and grad.verdict != Verdict.PASS.value:
+        lines.append("gradient metrics: " + " ".join(_shown(grad.to_json())))
     if result.tolerance is not None and result.verdict is not Verdict.PASS and shown:
         tol = result.tolerance
         lines.append(f"tolerance: atol={_fmt(tol.atol)} rtol={_fmt(tol.rtol)} "

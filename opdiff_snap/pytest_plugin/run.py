@@ -22,7 +22,7 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
@@ -36,11 +36,17 @@ from ..execution.cache import holds_artifacts_of
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..goldens import GoldenStore
-from ..history import runs as history
-from ..run.check import Pending, cache_usable, item_work, judge
+from ..history.runs import check_store_dir
+from ..history.writer import RunWriter
+from ..run.check import cache_usable
+from ..run.check_job import item_work
+from ..run.judge import Pending, judge
 from ..run.pipeline import Sinks
 from ..run.session import make_pool, settings_json
 from .options import Options
+
+if TYPE_CHECKING:
+    from .suite_items import SuitePlan
 
 PATH_SETTINGS = ("suites", "goldens", "store", "cache")
 
@@ -85,7 +91,7 @@ class SessionRun:
         self.summary: dict[str, list[str]] = {}   # section -> lines, shown at session end
         self.used: set[tuple[Path, str]] = set()  # (fixture golden store, test id) checked
         self._presets: dict[str, Preset] = {}
-        self._plan: Any = None
+        self._plan: SuitePlan | None = None
         self._plan_error: Exception | None = None
         self._collected_paths: set[Path] = set()
         self._dispatcher: Dispatcher | None = None
@@ -100,7 +106,7 @@ class SessionRun:
         for name in self.options.preset_options:
             self.preset(name)
         _ = self.presets   # resolving them is the check
-        history.check_store_dir(self.settings.store)
+        check_store_dir(self.settings.store)
         _ = self.goldens   # opening the store is the check
 
     @functools.cached_property
@@ -265,7 +271,7 @@ class SessionRun:
         except OpdiffError as exc:
             pytest.exit(f"opdiff: error: {exc}", returncode=2)
 
-    def _start_writer(self) -> history.RunWriter:
+    def _start_writer(self) -> RunWriter:
         pool = self.dispatcher.pool
         suites = [str(p) for p in self._plan.suite_paths] if self._plan is not None else []
         presets = {p.name: p.to_json() for p in self._presets.values()}
@@ -273,7 +279,7 @@ class SessionRun:
         if self.worker_id is not None:
             extra["xdist_worker"] = self.worker_id
         try:
-            return history.RunWriter.start(
+            return RunWriter.start(
                 self.settings.store, "check", list(self.config.invocation_params.args), suites, presets,
                 settings_json(self.settings, False, self.use_cache, pool), env=pool.environment(),
                 extra=extra, run_group=self.group)

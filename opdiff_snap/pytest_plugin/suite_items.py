@@ -1,6 +1,6 @@
 """The project's suites and goldens as pytest items: one per (test, seed, preset).
 
-Planning is check's own (run.check.plan_from_suites, or plan_from_goldens without
+Planning is check's own (run.check_plan.plan_from_suites, or plan_from_goldens without
 suites), made once per session. Items are grouped under the suite file that defines
 their test (`suites/core_aten.yaml::add__x[s0-onnx_cpu_fp32]`); goldens of tests no
 suite defines any more, and every golden of a project without suites, sit under the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pytest
 
@@ -21,17 +21,21 @@ from ..core.safetext import printable
 from .options import plugin_of
 from .outcomes import VerdictFailed, describe, settle
 
+if TYPE_CHECKING:
+    from ..backends.base import Preset
+    from ..run.check_plan import Planned
+
 
 class SuitePlan:
     """What the session checks: checking's plan, grouped by the file that defines each test."""
 
     def __init__(self, run: Any = None):
         self.suite_paths: list[Path] = []
-        self.by_file: dict[Path, list[Any]] = {}
-        self.loose: list[Any] = []
+        self.by_file: dict[Path, list[Planned]] = {}
+        self.loose: list[Planned] = []
         if run is None:
             return
-        from ..run.check import plan_from_goldens, plan_from_suites
+        from ..run.check_plan import plan_from_goldens, plan_from_suites
         from ..suite import load_suites, suite_paths
 
         settings = run.settings
@@ -56,7 +60,7 @@ class SuitePlan:
     def files(self) -> list[Path]:
         return list(self.by_file)
 
-    def for_file(self, path: Path) -> list[Any]:
+    def for_file(self, path: Path) -> list[Planned]:
         want = Path(path).resolve()
         return [p for f, items in self.by_file.items() if f.resolve() == want for p in items]
 
@@ -65,7 +69,7 @@ def _run(node: Any):
     return plugin_of(node.config).run()
 
 
-def _items(parent: pytest.Collector, planned: Iterable[Any]) -> Iterable["OpdiffItem"]:
+def _items(parent: pytest.Collector, planned: Iterable[Planned]) -> Iterable["OpdiffItem"]:
     run = _run(parent)
     for item in planned:
         for preset in run.presets:
@@ -120,7 +124,7 @@ def collect_node(collector: pytest.Collector) -> list[pytest.Item]:
 class OpdiffItem(pytest.Item):
     """One (test, seed, preset) of the project's goldens."""
 
-    def __init__(self, *, planned: Any, preset: Any, **kwargs: Any):
+    def __init__(self, *, planned: Planned, preset: Preset, **kwargs: Any):
         super().__init__(**kwargs)
         self.planned, self.preset = planned, preset
         self.add_marker("opdiff")
@@ -136,7 +140,7 @@ class OpdiffItem(pytest.Item):
 
     @property
     def key(self) -> str:
-        from ..run.check import job_key
+        from ..run.check_job import job_key
 
         return job_key(self.planned.test_id, self.planned.seed, self.preset.name)
 

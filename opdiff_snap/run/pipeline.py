@@ -23,7 +23,7 @@ from ..compare.results import Listener, Result
 from ..execution.job import Outcome
 from ..execution.pools import Pool
 from ..execution.runner import Job
-from ..history import runs as history
+from ..history.writer import RunWriter
 
 C = TypeVar("C")
 
@@ -60,7 +60,7 @@ class Sinks:
     """Where each result of a run goes, in order: the run's history file (set when the
     run starts), the results the report is made from, the caller's listener."""
 
-    def __init__(self, listener: Listener | None = None, writer: history.RunWriter | None = None):
+    def __init__(self, listener: Listener | None = None, writer: RunWriter | None = None):
         self.listener = listener
         self.writer = writer
         self.results: list[Result] = []

@@ -53,10 +53,11 @@ from ..execution.runner import Job
 from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
 from ..goldens.store import BaselineFailure
-from ..history import runs as history
+from ..history.writer import RunWriter
+from ..storage.runs import utc_now
 from ..suite import load_suites, select
 from ..suite import suite_paths as find_suites
-from ..suite.model import Invocation, TestCase
+from ..suite.model import Invocation, RecordedGrads, TestCase
 from ..suite.selection import check_seeds, seeds_for, skip_reason
 from .pipeline import Pipeline, Running, Selection, Sinks
 from .session import make_pool, set_total, settings_json, warn
@@ -173,9 +174,9 @@ def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Seq
                       reference=request.reference, grads="record" if case.grad else None), item
 
     started = time.perf_counter()
-    with history.RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],
-                                 {preset.name: preset.to_json()}, settings_json(settings, in_process, False, pool),
-                                 baseline_preset=preset.name, env=recorder.env) as writer:
+    with RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],
+                         {preset.name: preset.to_json()}, settings_json(settings, in_process, False, pool),
+                         baseline_preset=preset.name, env=recorder.env) as writer:
         sinks = Sinks(listener, writer)
         written = _Written(sinks, recorder)
         try:
@@ -271,8 +272,9 @@ def golden_of(case: TestCase, seed: int, baseline: Preset, env: dict[str, Any], 
     return Golden(test_id=case.id, seed=seed, spec_hash=case.spec_hash, suite=str(case.suite),
                   definition=dict(case.definition), test_type=case.test_type,
                   baseline={"name": baseline.name, **baseline.to_json()}, env=env,
-                  created=history.utc_now(), invocation=invocation, outputs=outputs,
-                  grads=outcome.grads if grads else None, reference=reference, reference_note=note)
+                  created=utc_now(), invocation=invocation, outputs=outputs,
+                  grads=outcome.grads if grads and isinstance(outcome.grads, RecordedGrads) else None,
+                  reference=reference, reference_note=note)
 
 
 def reference_of(outcome: Outcome, outputs: Any) -> tuple[Any, str | None]:

@@ -1,4 +1,5 @@
-"""What a suite expands to: concrete test cases, and one seeded realisation of one."""
+"""What a suite expands to: concrete test cases, one seeded realisation of one, and the
+gradients recorded for it."""
 
 from __future__ import annotations
 
@@ -113,3 +114,27 @@ class Invocation:
     args: list[Any]
     kwargs: dict[str, Any]
     states: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+@dataclass
+class RecordedGrads:
+    """The gradients recorded for a `grad: true` test on the baseline (`Golden.grads`):
+    `cotangent`, one entry per output tensor leaf (a float32 tensor for a float output,
+    None otherwise), and `grads`, the gradient of sum(out * cotangent) with respect to
+    each float input and parameter: {"inputs": {"args[0]": g}, "params": {"fc.weight": g}}
+    (execution/gradients.py)."""
+
+    cotangent: list[torch.Tensor | None]
+    grads: dict[str, dict[str, torch.Tensor]]
+
+    def to_nested(self) -> dict[str, Any]:
+        """The one nested value a golden stores: {"cotangent": [...], "grads": {...}}."""
+        return {"cotangent": list(self.cotangent), "grads": self.grads}
+
+    @classmethod
+    def from_nested(cls, value: Any) -> "RecordedGrads":
+        """The inverse of to_nested; raises TypeError for a value it did not make."""
+        if not (isinstance(value, dict) and isinstance(value.get("cotangent"), list)
+                and isinstance(value.get("grads"), dict)):
+            raise TypeError("grads must be an object with a 'cotangent' list and a 'grads' object")
+        return cls(list(value["cotangent"]), value["grads"])

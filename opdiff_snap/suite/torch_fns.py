@@ -125,8 +125,9 @@ def definition_fns(definition: Any) -> list[str]:
     if isinstance(definition, dict):
         target = definition.get("target") if definition.get("kind") == "module" else definition.get("path")
         if target == TORCH_CALL:
-            kwargs = definition.get("kwargs") if isinstance(definition.get("kwargs"), dict) else {}
-            args = definition.get("args") if isinstance(definition.get("args"), list) else []
+            kwargs, args = definition.get("kwargs"), definition.get("args")
+            kwargs = kwargs if isinstance(kwargs, dict) else {}
+            args = args if isinstance(args, list) else []
             node = kwargs.get("fn", args[0] if args else None)
             value = node.get("value") if isinstance(node, dict) else node
             found.append(value if isinstance(value, str) else repr(value))

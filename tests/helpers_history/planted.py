@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opdiff_snap.compare.metrics import Metrics
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite.model import Tolerance
@@ -150,7 +151,7 @@ def _item(rnd: random.Random, s: _Series, run_id: str, ts: str, load: float, rep
     ran = status in (Verdict.PASS.value, Verdict.MISMATCH.value)
     times = [round(ms * math.exp(rnd.gauss(0.0, 0.05)), 6) for _ in range(repeats)] if ran else []
     max_abs = s.max_abs * math.exp(rnd.gauss(0.0, 0.3)) if ran else None
-    metrics = None if max_abs is None else {"max_abs": max_abs}
+    metrics = None if max_abs is None else Metrics(max_abs=max_abs)
     result = Result(s.test_id, 0, s.preset, Verdict(status), "", test_type="op", suite="suites/core.yaml",
                     spec_hash="h-" + s.test_id, baseline="torch_cpu_fp32", export_ms=10.0, load_ms=1.0,
                     infer_ms=sorted(times)[len(times) // 2] if times else None, infer_ms_all=times,

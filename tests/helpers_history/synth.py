@@ -46,7 +46,7 @@ class Res:
         metrics = None if self.max_abs is None else Metrics(
             max_abs=self.max_abs, mean_abs=self.max_abs / 2, mse=self.max_abs ** 2, max_rel=self.max_abs,
             mismatched=0 if Verdict(self.status) is Verdict.PASS else 1, numel=12, worst_index=(0, 1), worst_output="0",
-            worst_expected=1.0, worst_actual=1.0 + self.max_abs, min_atol=self.max_abs).to_json()
+            worst_expected=1.0, worst_actual=1.0 + self.max_abs, min_atol=self.max_abs)
         result = Result(self.test_id, self.seed, self.preset, Verdict(self.status), self.error_message or "",
                         test_type=self.test_type, suite=self.suite, spec_hash="h-" + self.test_id,
                         baseline=baseline, error_class=self.error_class, export_ms=10.0, load_ms=1.0,

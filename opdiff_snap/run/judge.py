@@ -1,0 +1,165 @@
+"""Check's verdict of one finished job: the backend's failure, or the comparison of its
+outputs with the golden (compare/numerics.py), with the rounding the golden measured.
+
+A MISMATCH on fp16/bf16 is also judged against torch eager at the same precision (the
+precision control): when torch fails the same comparison, the result is
+precision-limited.
+
+Pair tests: the target runs both sides on the same inputs, and each side is compared
+with its own side of the golden: PASS means a matches golden a and b matches golden b.
+How far b is from a on the target is a metric (`b_vs_a`), not the verdict; the message
+names the side that drifted, and says so when the golden's sides agree but the
+target's do not.
+
+Gradients: for a `grad: true` test whose golden holds gradients, on a preset whose
+backend can differentiate, the worker recomputes the recorded vector-Jacobian product
+after the forward pass, and judge compares it. A gradient mismatch makes the item
+MISMATCH with a message that says so; its metrics go under `metrics.grad`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends.base import Delegation, Preset
+from ..compare.gradients import compare_grads
+from ..compare.metrics import Control, Judged, Metrics
+from ..compare.numerics import Comparison, compare
+from ..compare.results import Result
+from ..compare.rules import Rounding
+from ..compare.vacuous import vacuous_reason
+from ..core.verdicts import Verdict
+from ..execution.job import Outcome
+from ..execution.prepare import nest_residuals, restore_outputs
+from ..execution.references import REDUCED, needs_control
+from ..goldens import Golden
+from ..suite.model import RecordedGrads, TestCase, Tolerance
+from .check_plan import Planned
+
+
+@dataclass
+class Pending:
+    """What judging one job's outcome needs: the planned item, its golden, the preset and
+    the tolerance it is judged with."""
+
+    item: Planned
+    golden: Golden
+    preset: Preset
+    tol: Tolerance
+    require_delegated: bool = False   # a fallback off the delegate fails the result
+
+
+def judge(pending: Pending, outcome: Outcome) -> Result:
+    """The Result of one finished job: the backend's failure, or the comparison with the
+    golden (each side of a pair with its own golden side)."""
+    item, golden, preset, tol = pending.item, pending.golden, pending.preset, pending.tol
+    case = item.case
+    result = Result.of(case, item.test_id, item.seed, preset.name, Verdict.PASS, tolerance=tol,
+                       baseline=item.baseline).with_outcome(outcome)
+    if outcome.status is not None:
+        result.verdict = outcome.status
+        return result
+    result.vacuous = vacuous_reason(golden.outputs, tol)
+    actual = restore_outputs(outcome.output_structure, outcome.outputs or [])
+    rounding = rounding_for(golden, preset, outcome.output_structure, outcome.elementwise)
+    cmp = compare(golden.outputs, actual, tol, rounding=rounding)
+    result.verdict, result.message = cmp.verdict, cmp.message
+    result.metrics = dataclasses.replace(cmp.metrics) if cmp.metrics is not None else None
+    if cmp.verdict is Verdict.MISMATCH:
+        _control(result, golden, outcome, tol, rounding, cmp, preset)
+    if case is not None and case.pair is not None:
+        _judge_pair(result, case, golden, actual, tol, cmp)
+    if result.verdict is Verdict.PASS:
+        _check_grads(result, pending, outcome)
+    if result.verdict is Verdict.PASS and result.delegation is not None and result.delegation.fallback and \
+            (pending.require_delegated or preset.options.get("require_delegated")):
+        result.verdict, result.message = Verdict.NOT_DELEGATED, not_delegated_message(result.delegation)
+    return result
+
+
+def rounding_for(golden: Golden, preset: Preset, structure: Any = None,
+                 elementwise: list | None = None) -> Rounding:
+    """What a target's outputs are judged with against `golden` (compare.numerics.Rounding):
+    the golden's float64 reference, the precisions, and the elementwise reference (flat, as a
+    job computes it for `structure`) when there is one."""
+    nested = None if elementwise is None else nest_residuals(structure, elementwise, golden.outputs)
+    return Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision, nested)
+
+
+def _beside(result: Result) -> Metrics:
+    """The result's metrics, to keep another measurement beside its comparison's numbers
+    (a result whose outputs could not be compared gets metrics of that alone)."""
+    if result.metrics is None:
+        result.metrics = Metrics(compared=False)
+    return result.metrics
+
+
+def _control(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance, rounding: Rounding,
+             cmp: Comparison, preset: Preset) -> None:
+    """A MISMATCH on fp16/bf16: judge torch eager at the same precision the same way. When
+    it fails too, by at least half as much, the result is precision-limited: the loss is the
+    precision's, and the backend is not where to look first. On torch eager on the CPU the
+    target's own outputs are that control."""
+    if needs_control(preset):
+        if outcome.control is None:
+            return
+        control = compare(golden.outputs, restore_outputs(outcome.output_structure, outcome.control), tol,
+                          rounding=rounding)
+    elif preset.precision in REDUCED:
+        control = cmp   # torch eager on the CPU: the comparison just made is the control's
+    else:
+        return
+    target_abs = cmp.metrics.max_abs if cmp.metrics is not None else 0.0
+    control_abs = control.metrics.max_abs if control.metrics is not None else 0.0
+    result.precision_limited = control.verdict is Verdict.MISMATCH and control_abs >= 0.5 * target_abs
+    _beside(result).control = Control(control.verdict.value, control_abs,
+                                      control.metrics.failed_bound if control.metrics is not None else None)
+    if result.precision_limited:
+        result.message = (f"precision-limited: torch eager in {rounding.target_precision} on the same inputs "
+                          f"fails the same comparison (max_abs {control_abs:.3g} against this backend's "
+                          f"{target_abs:.3g}); look at the precision before the backend. " + result.message)
+
+
+def not_delegated_message(d: Delegation) -> str:
+    ops = "; ".join(f"{o.op} x{o.fallback}" + (f" ({o.sources[0]})" if o.sources else "") for o in d.fallback_ops())
+    return (f"{d.fallback} of {d.fallback + d.delegated} op nodes stayed off the {d.delegate} delegate, and "
+            f"every one must be on it (--require-delegated): {ops}. The outputs match the golden.")
+
+
+def _judge_pair(result: Result, case: TestCase, golden: Golden, actual: Any, tol: Tolerance,
+                cmp: Comparison) -> None:
+    """Name the side that drifted, and keep b vs a on the target in the metrics."""
+    on_target = compare(actual["a"], actual["b"], tol, root="b_vs_a")
+    _beside(result).b_vs_a = Judged(on_target.verdict.value, on_target.metrics)
+    if cmp.passed:
+        return
+    impls = {"a": case.call.impl, "b": case.pair.impl if case.pair else None}
+    drifted = [side for side in ("a", "b") if any(p.startswith(f"out[{side!r}]") for p in cmp.failing)]
+    named = " and ".join(f"side {side}" + (f" ({impls[side]})" if impls[side] else "") for side in drifted)
+    verb, whose = ("drift", "their") if len(drifted) > 1 else ("drifts", "its")
+    notes = [f"{named} {verb} from {whose} golden"] if drifted else []
+    if not on_target.passed and compare(golden.outputs["a"], golden.outputs["b"], tol).passed:
+        max_abs = on_target.metrics.max_abs if on_target.metrics else float("nan")
+        notes.append(f"the golden's sides agree but on {result.preset} they do not (b vs a: "
+                     f"{on_target.verdict.value}, max_abs={max_abs:.3g})")
+    if notes:
+        result.message = "; ".join(notes) + ": " + result.message
+
+
+def _check_grads(result: Result, pending: Pending, outcome: Outcome) -> None:
+    """Gradient parity: the worker recomputed the recorded vector-Jacobian product on the
+    target (see check_job.grad_request); compare it with the golden's."""
+    if outcome.grads_error is not None:
+        result.verdict, result.error_class = Verdict.INFER_FAIL, "GradientError"
+        result.message = f"the forward pass matched; computing the gradients failed: {outcome.grads_error}"
+        return
+    if outcome.grads is None or isinstance(outcome.grads, RecordedGrads) or pending.golden.grads is None:
+        return  # not asked: no gradients recorded, or the preset cannot differentiate
+    cmp = compare_grads(pending.golden.grads.grads, outcome.grads, pending.tol)
+    _beside(result).grad = Judged(cmp.verdict.value, cmp.metrics)
+    if cmp.verdict is not Verdict.PASS:
+        result.verdict = Verdict.MISMATCH
+        result.message = (f"the forward pass matched, the gradient does not ({cmp.verdict.value}): "
+                          f"{cmp.message}")
