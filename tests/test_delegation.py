@@ -95,3 +95,78 @@ def test_the_portable_device_delegates_nothing_and_records_nothing(runs):
     report = api.check([SUITE], backends=["executorch_portable_fp32"], test_ids=["fallback"], settings=settings)
     (r,) = report.results
     assert r.verdict is Verdict.PASS and r.delegation is None
+
+
+def _evidence(settings) -> list:
+    """The delegation.json of the artifact made with the delegate on (the one that took ops)."""
+    import json
+    from pathlib import Path
+
+    found = []
+    for path in sorted(Path(settings.cache).rglob("delegation.json")):
+        try:
+            took = any(op.get("delegated") for op in json.loads(path.read_text()).get("ops", []))
+        except (ValueError, AttributeError):
+            took = False
+        if took:
+            found.append(path)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planted", ["[1]", "{not json", '{"delegate": "XnnpackBackend", "blobs": "many"}'])
+def test_unreadable_delegation_evidence_is_never_a_pass(runs, planted):
+    """A cached artifact whose delegation.json is not what export wrote is rebuilt, so the
+    verdict rests on real evidence (the fallback is NOT_DELEGATED, never a PASS)."""
+    settings, _, _ = runs
+    for evidence in _evidence(settings):
+        evidence.write_text(planted)
+    assert not _evidence(settings)
+    report = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, require_delegated=True)
+    (r,) = report.results
+    assert r.verdict is Verdict.NOT_DELEGATED and r.delegation is not None and r.delegation.fallback
+    assert not r.cache_hit                                 # rebuilt
+    assert api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings).results[0].cache_hit
+
+
+def test_evidence_that_cannot_be_read_even_fresh_is_its_own_verdict(runs, monkeypatch, tmp_path):
+    from opdiff_snap.backends.executorch import ExecuTorchBackend
+
+    settings, _, _ = runs
+
+    def unreadable(self, artifact, preset):
+        raise ValueError("delegation.json is garbled")
+
+    monkeypatch.setattr(ExecuTorchBackend, "delegation", unreadable)
+    report = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, in_process=True,
+                       require_delegated=True, use_cache=False)
+    (r,) = report.results
+    assert r.verdict is Verdict.NOT_DELEGATED and "could not be read (ValueError: delegation.json is garbled)" \
+        in r.message, r.message
+
+
+def test_a_huge_delegate_name_is_cut(runs):
+    import json
+
+    settings, _, _ = runs
+    for evidence in _evidence(settings):
+        data = json.loads(evidence.read_text())
+        data["delegate"] = "X" * 1_000_000
+        evidence.write_text(json.dumps(data))
+    res = CliRunner().invoke(main, ["--suites", str(SUITE.parent), "--goldens", str(settings.goldens), "--store",
+                                    str(settings.store), "--cache", str(settings.cache), "check", str(SUITE),
+                                    "--test-ids", "fallback", "-b", PRESET, "-j", "1", "--repeats", "1"])
+    assert res.exit_code == 0, res.output[-2000:]
+    assert len(res.output) < 20_000 and "more characters]" in res.output
+    lines = sorted(settings.store.glob("runs/*.jsonl"))[-1].read_text().splitlines()
+    assert max(len(line) for line in lines) < 50_000
+
+
+def test_require_delegated_on_a_preset_that_never_delegates_says_so(runs):
+    settings, _, _ = runs
+    res = CliRunner().invoke(main, ["--suites", str(SUITE.parent), "--goldens", str(settings.goldens), "--store",
+                                    str(settings.store), "--cache", str(settings.cache), "check", str(SUITE),
+                                    "--test-ids", "fallback", "-b", "executorch_portable_fp32", "-j", "1",
+                                    "--repeats", "1", "--require-delegated"])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("executorch_portable_fp32 never hands a program to a delegate") == 1

@@ -115,10 +115,43 @@ class Delegation:
                         for o in self.ops]}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Delegation":
-        return cls(str(data.get("delegate", "")), int(data.get("blobs") or 0),
-                   [DelegatedOp(str(o["op"]), int(o.get("delegated") or 0), int(o.get("fallback") or 0),
-                                list(o.get("sources") or [])) for o in data.get("ops") or []])
+    def from_json(cls, data: Any) -> "Delegation":
+        """What `to_json` wrote, checked field by field (ValueError says what is not), its
+        text cut to TEXT_MAX characters: it is read from artifacts and history that anyone
+        may have edited."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"delegation evidence must be a mapping, not {type(data).__name__}")
+        ops = data.get("ops") or []
+        if not isinstance(ops, list) or len(ops) > OPS_MAX:
+            raise ValueError(f"its ops must be a list of at most {OPS_MAX} entries")
+        out = cls(_text(data.get("delegate", ""), "delegate"), _count(data.get("blobs"), "blobs"))
+        for o in ops:
+            if not isinstance(o, Mapping):
+                raise ValueError(f"an op entry is a {type(o).__name__}, not a mapping")
+            sources = o.get("sources") or []
+            if not isinstance(sources, list):
+                raise ValueError("an op entry's sources must be a list")
+            out.ops.append(DelegatedOp(_text(o.get("op"), "op"), _count(o.get("delegated"), "delegated"),
+                                       _count(o.get("fallback"), "fallback"),
+                                       [_text(x, "source") for x in sources[:SOURCES_MAX]]))
+        return out
+
+
+TEXT_MAX, OPS_MAX, SOURCES_MAX = 300, 10_000, 20
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"its {name} is a {type(value).__name__}, not text")
+    return value if len(value) <= TEXT_MAX else value[:TEXT_MAX] + f" [... {len(value) - TEXT_MAX} more characters]"
+
+
+def _count(value: Any, name: str) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"its {name} is {value!r}, not a count")
+    return value
 
 
 _REQUIRED_METHODS: list[str] = []
@@ -202,10 +235,16 @@ class Backend:
         names of the plugin's own. Only the Ray executor routes on it. Default: nothing."""
         return frozenset()
 
+    def delegates(self, preset: Preset) -> bool:
+        """Whether the preset hands programs to a delegate, so that `--require-delegated`
+        has something to hold it to. Default False."""
+        return False
+
     def delegation(self, artifact: Artifact, preset: Preset) -> Delegation | None:
         """How a delegating backend took the exported program; the runner puts it in the
         result, cached artifacts included. Default None: it does not delegate, or says
-        nothing."""
+        nothing. Raises when the evidence is there but unreadable (the runner rebuilds a
+        cached artifact once, then says so)."""
         return None
 
 
@@ -300,6 +339,11 @@ class PluginBackend(Backend):
         if "requires" in self.defined:
             return self.plugin.requires(preset)
         return super().requires(preset)
+
+    def delegates(self, preset: Preset) -> bool:
+        if "delegates" in self.defined:
+            return bool(self.plugin.delegates(preset))
+        return super().delegates(preset)
 
     def delegation(self, artifact: Artifact, preset: Preset) -> Delegation | None:
         if "delegation" in self.defined:

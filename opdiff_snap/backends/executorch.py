@@ -34,6 +34,7 @@ from .common import (
 
 PROGRAM_FILE = "model.pte"
 DELEGATION_FILE = "delegation.json"   # what the delegate took, written beside the program
+DELEGATION_MAX_BYTES = 4 << 20
 
 _PARTITIONER_MODULES = {
     "cpu": "executorch.backends.xnnpack.partition.xnnpack_partitioner",
@@ -108,13 +109,24 @@ class ExecuTorchBackend(Backend):
             executorch_program(edge, opts).write_to_file(f)
         return Artifact(path=workdir)
 
+    def delegates(self, preset: Preset) -> bool:
+        return preset.device != "portable"
+
     def delegation(self, artifact: Artifact, preset: Preset) -> Delegation | None:
         """What export found of the delegate's share (kept beside the program, so a cached
-        artifact says it too); None for the portable device, which delegates nothing."""
-        path = None if artifact.path is None else Path(artifact.path) / DELEGATION_FILE
-        if path is None or not path.is_file():
+        artifact says it too); None for the portable device, which delegates nothing.
+        Evidence that is missing or not what export wrote raises ValueError."""
+        if not self.delegates(preset):
             return None
-        return Delegation.from_json(json.loads(path.read_text()))
+        if artifact.path is None:
+            raise ValueError("the artifact has no folder to hold its delegation evidence")
+        path = Path(artifact.path) / DELEGATION_FILE
+        try:
+            if path.stat().st_size > DELEGATION_MAX_BYTES:
+                raise ValueError(f"{DELEGATION_FILE} holds more than {DELEGATION_MAX_BYTES} bytes")
+            return Delegation.from_json(json.loads(path.read_text()))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{DELEGATION_FILE} cannot be read ({exc.__class__.__name__})") from None
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         avail = self.availability(preset)

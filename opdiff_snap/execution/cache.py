@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from .. import __version__
-from ..backends.base import Artifact, Preset
+from ..backends.base import Artifact, Delegation, Preset
 from ..core import trees
 from ..core.errors import OpdiffError
 from ..storage import StorageError, occupied_by_file, open_tiers
@@ -64,6 +64,8 @@ class Subject(Protocol):
 
 
 MARKER, ENTRY = "complete", "entry.json"
+ENTRY_MAX_BYTES = 1 << 16
+MESSAGE_MAX = 20_000     # of a remembered error message
 
 # The packages whose versions can change what an export produces, by backend family.
 RUNTIME_PACKAGES = {
@@ -137,10 +139,31 @@ class CacheEntry:
     path: Path                # <cache_dir>/<key[:2]>/<key>
     export_ms: float | None   # the original export time, kept for history
 
+    artifact_rel: str | None = None   # where in work/ the artifact sits (entry.json's `artifact`)
+
     def artifact(self) -> Artifact:
-        meta = json.loads((self.path / "entry.json").read_text())
-        rel = meta.get("artifact")
+        rel = self.artifact_rel
         return Artifact(path=self.path / "work" / rel if rel else self.path / "work")
+
+
+def read_entry(path: Path) -> dict[str, Any] | None:
+    """An entry's entry.json, when it is what `store` writes: a mapping whose export time
+    is a number and whose artifact is a relative path inside work/. None otherwise (the
+    entry is then rebuilt)."""
+    try:
+        if path.stat().st_size > ENTRY_MAX_BYTES:
+            return None
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    ms, rel = meta.get("export_ms"), meta.get("artifact")
+    if ms is not None and (not isinstance(ms, (int, float)) or isinstance(ms, bool)):
+        return None
+    if rel is not None and (not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts):
+        return None
+    return meta
 
 
 def cache_unusable(root: Path | str) -> str | None:
@@ -185,9 +208,21 @@ class FailureRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FailureRecord:
-        return cls(str(data["verdict"]), data.get("error_class"), data.get("error_message"),
-                   data.get("delegation"), data.get("survey"))
+    def from_json(cls, data: Any) -> FailureRecord:
+        """A record as stored, checked like golden data: ValueError when it is not what
+        `remember_failure` writes (the cache then asks the backend again)."""
+        if not isinstance(data, dict) or data.get("verdict") not in ("EXPORT_FAIL", "LOAD_FAIL"):
+            raise ValueError("not a failure record")
+        texts = [data.get(k) for k in ("error_class", "error_message")]
+        if not all(t is None or isinstance(t, str) for t in texts):
+            raise ValueError("a failure record's error is not text")
+        delegation, survey = data.get("delegation"), data.get("survey")
+        if delegation is not None:
+            Delegation.from_json(delegation)      # raises ValueError when it is not evidence
+        if survey is not None and not isinstance(survey, dict):
+            raise ValueError("a failure record's survey is not a mapping")
+        message = texts[1] if texts[1] is None or len(texts[1]) <= MESSAGE_MAX else texts[1][:MESSAGE_MAX] + " [...]"
+        return cls(data["verdict"], texts[0], message, delegation, survey)
 
 
 def deterministic(exc: BaseException) -> bool:
@@ -209,12 +244,9 @@ class ArtifactCache:
         path = self.entry_dir(key)
         if not path.exists() and not self.tiers.fetch(_name(key), MARKER):
             return None
-        try:
-            if (path / "complete").is_file():
-                meta = json.loads((path / "entry.json").read_text())
-                return CacheEntry(key, path, meta.get("export_ms"))
-        except (OSError, ValueError):
-            pass
+        meta = read_entry(path / ENTRY) if (path / MARKER).is_file() else None
+        if meta is not None:
+            return CacheEntry(key, path, meta.get("export_ms"), meta.get("artifact"))
         self.evict(key, shared=False)
         return None
 
@@ -298,11 +330,9 @@ def holds_artifacts_of(root: Path | str, preset: str) -> bool:
     try:
         folder = open_tiers(root).root
         for entry in folder.glob("*/*/entry.json"):
-            try:
-                if json.loads(entry.read_text()).get("preset") == preset:
-                    return True
-            except (OSError, ValueError):
-                continue
+            meta = read_entry(entry)
+            if meta is not None and meta.get("preset") == preset:
+                return True
     except (OSError, StorageError):
         pass
     return False

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..backends.base import Artifact, Backend, Delegation, Preset, Runnable
+from ..core.errors import error_text, headline
 from ..core.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class Lowered:
     export_ms: float = 0.0
     load_ms: float | None = None
     delegation: Delegation | None = None   # Backend.delegation, once the export is made
+    delegation_error: str | None = None    # why the backend could not say it (unreadable evidence)
 
 
 def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdir: Path | None = None, *,
@@ -65,7 +67,10 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
     except Exception as exc:
         out.status, out.error = Verdict.EXPORT_FAIL, exc
         return out
-    out.delegation = _delegation(backend, out.artifact, preset)
+    try:
+        out.delegation = backend.delegation(out.artifact, preset)
+    except Exception as exc:
+        out.delegation_error = headline(error_text(exc), 300)
     if load:
         try:
             t0 = time.perf_counter()
@@ -74,12 +79,3 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         except Exception as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
     return out
-
-
-def _delegation(backend: Backend, artifact: Artifact, preset: Preset) -> Delegation | None:
-    """How a delegating backend took the program (Backend.delegation), or None; what it
-    cannot say costs the result nothing more than that."""
-    try:
-        return backend.delegation(artifact, preset)
-    except Exception:
-        return None

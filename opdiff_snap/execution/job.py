@@ -118,3 +118,4 @@ class Outcome:
     # a check job that failed to lower: what lowering its ops alone found
     survey: Survey | None = None
     delegation: Delegation | None = None   # what a delegating backend took
+    delegation_error: str | None = None    # why that could not be read (never taken as delegated)

@@ -188,6 +188,9 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
             workdir = tmp / f"work{attempt}" if tmp is not None else Path(tempfile.gettempdir())
             step = export_and_load(backend, job.preset, prepared, workdir, load=avail.can_run, threads=threads)
         cache_hit = cached is not None and cached.hit
+        if step.delegation_error is not None and cache is not None and cache_hit and attempt == 0:
+            cache.evict(key)   # a cached artifact whose delegation evidence is unreadable: rebuilt once
+            continue
         if step.status is Verdict.EXPORT_FAIL:
             assert step.error is not None
             return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, step.error), step.error)
@@ -205,7 +208,7 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
         else:
             out = _infer(job, step.runnable, prepared, export_ms=step.export_ms, load_ms=step.load_ms,
                          cache_hit=cache_hit)
-        out.delegation = step.delegation
+        out.delegation, out.delegation_error = step.delegation, step.delegation_error
         return out
     raise AssertionError("unreachable")
 

@@ -313,7 +313,8 @@ class GoldenStore:
                 try:
                     raw = json.loads(self.place.get(entry.key, max_bytes=LEDGER_ENTRY_MAX_BYTES))
                 except (StorageError, OSError, ValueError) as exc:
-                    self._ledger_problems.append(f"{printable(entry.key)}: unreadable ({_why(exc)}); it is ignored")
+                    why = _why(exc) if isinstance(exc, OSError) else type(exc).__name__
+                    self._ledger_problems.append(f"{printable(entry.key)}: unreadable ({why}); it is ignored")
                     continue
                 self._take(key.removesuffix(".json"), raw, printable(entry.key))
         return self._failures

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..backends.base import Preset
-from ..backends.registry import get_preset
+from ..backends.registry import backend_for, get_preset
 from ..compare.results import Listener, Result, RunReport
 from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
@@ -98,6 +98,12 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         raise OpdiffError(why)
     options = request.preset_options or {}
     presets = [get_preset(name, options.get(name)) for name in request.backends]
+    if request.require_delegated:
+        never = [p.name for p in presets if not backend_for(p).delegates(p)]
+        if never:
+            notice(listener, f"--require-delegated: {', '.join(never)} never hand{'s' if len(never) == 1 else ''} "
+                   "a program to a delegate, so it holds nothing there; it holds the presets that delegate "
+                   "(ExecuTorch on cpu, mps or coreml).")
     use_cache = running.use_cache and cache_usable(settings, listener)
     store = GoldenStore(settings.goldens)
     if not store.exists():

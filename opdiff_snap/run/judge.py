@@ -73,9 +73,14 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
         _check_grads(result, pending, outcome)
-    if result.verdict is Verdict.PASS and result.delegation is not None and result.delegation.fallback and \
-            (pending.require_delegated or preset.options.get("require_delegated")):
-        result.verdict, result.message = Verdict.NOT_DELEGATED, not_delegated_message(result.delegation)
+    if result.verdict is Verdict.PASS and (pending.require_delegated or preset.options.get("require_delegated")):
+        if result.delegation is not None and result.delegation.fallback:
+            result.verdict, result.message = Verdict.NOT_DELEGATED, not_delegated_message(result.delegation)
+        elif result.delegation is None and outcome.delegation_error is not None:
+            result.verdict = Verdict.NOT_DELEGATED
+            result.message = (f"it matched, but the evidence of what the delegate took could not be read "
+                              f"({outcome.delegation_error}), even from a fresh export; nothing shows that "
+                              "every op node is on the delegate.")
     return result
 
 
