@@ -137,3 +137,26 @@ def test_opdiff_ops_tables_support_per_preset_and_the_changes_after_an_upgrade(c
     assert change["op"] == "aten::diff.default" and change["preset"] == "coreml_any_fp16"
     assert (change["lowered before"], change["lowers now"]) == ("yes", "no")
     assert "coremltools 8.3.0 -> 9.0" in change["versions"]
+
+
+def test_hostile_op_support_answers_are_asked_again_not_believed(checked, tmp_path):
+    """Answers the cache did not write (another type in any field) are left out of
+    `ops --changes` and asked again: `lowers: "no"` is never read as yes."""
+    settings, _ = checked
+    cache = tmp_path / "cache"
+    shutil.copytree(settings.cache, cache)
+    store = OpSupportCache(cache)
+    preset = get_preset("coreml_any_fp16")
+    now = next(v for v in store.entries() if v.preset == preset.name and v.op == "aten::diff.default")
+    good = {k: getattr(now, k) for k in now.__dataclass_fields__}
+    for name, change in {"versions": {"versions": [1, 2]}, "op": {"op": 5}, "signature": {"signature": ["x"]},
+                         "lowers": {"lowers": "no"}, "list": None}.items():
+        body = [1] if change is None else {**good, **change, "asked": now.asked - 60}
+        (store.dir / preset.name / f"hostile-{name}.json").write_text(json.dumps(body))
+    assert sorted(v.op for v in store.entries() if v.preset == preset.name and v.op == "aten::diff.default") == [
+        "aten::diff.default"]
+    (store.dir / preset.name / f"{store.key(preset, now.op, now.signature)}.json").write_text(
+        json.dumps({**good, "lowers": "no"}))
+    assert store.get(preset, now.op, now.signature) is None
+    out = CliRunner().invoke(main, ["--cache", str(cache), "ops", "--changes", "--format", "json"])
+    assert out.exit_code == 0 and "Traceback" not in out.output, out.output

@@ -51,6 +51,27 @@ class OpVerdict:
     cached: bool = False
     asked: float = field(default_factory=time.time)   # when (orders answers across upgrades)
 
+    @classmethod
+    def from_json(cls, data: Any) -> "OpVerdict":
+        """An answer as the cache stores it, checked field by field (ValueError when it is not
+        what `OpSupportCache.put` writes: the op is then asked again); its error text cut."""
+        if not isinstance(data, dict):
+            raise ValueError("an answer must be a mapping")
+        texts = {k: data.get(k) for k in ("preset", "op", "signature")}
+        if not all(isinstance(v, str) for v in texts.values()) or not isinstance(data.get("lowers"), bool):
+            raise ValueError("an answer's preset, op, signature or lowers is of another type")
+        stage, error, versions = data.get("stage"), data.get("error", ""), data.get("versions", {})
+        if stage not in (None, "EXPORT_FAIL", "LOAD_FAIL") or not isinstance(error, str):
+            raise ValueError("an answer's stage or error is of another type")
+        if not isinstance(versions, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in versions.items()):
+            raise ValueError("an answer's versions are not names and version strings")
+        numbers = [data.get("seconds", 0.0), data.get("asked", 0.0)]
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+            raise ValueError("an answer's seconds or asked is not a number")
+        return cls(texts["preset"], texts["op"], texts["signature"], data["lowers"], stage, error[:2000],
+                   dict(versions), float(numbers[0]), bool(data.get("cached", False)), float(numbers[1]))
+
 
 @dataclass
 class UnsupportedOp:
@@ -151,7 +172,7 @@ class OpSupportCache:
     def get(self, preset: Preset, op: str, signature: str) -> OpVerdict | None:
         try:
             data = json.loads(self._path(preset, op, signature).read_text())
-            found = OpVerdict(**data)
+            found = OpVerdict.from_json(data)
         except (OSError, ValueError, TypeError):
             return None     # absent, or a torn or foreign file: ask again
         found.cached, found.seconds = True, 0.0
@@ -173,6 +194,6 @@ class OpSupportCache:
         """Every answer kept, of every version."""
         for path in sorted(self.dir.glob("*/*.json")):
             try:
-                yield OpVerdict(**json.loads(path.read_text()))
+                yield OpVerdict.from_json(json.loads(path.read_text()))
             except (OSError, ValueError, TypeError):
                 continue
