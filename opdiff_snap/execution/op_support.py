@@ -69,7 +69,7 @@ class OpVerdict:
         numbers = [data.get("seconds", 0.0), data.get("asked", 0.0)]
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
             raise ValueError("an answer's seconds or asked is not a number")
-        return cls(texts["preset"], texts["op"], texts["signature"], data["lowers"], stage, error[:2000],
+        return cls(str(texts["preset"]), str(texts["op"]), str(texts["signature"]), data["lowers"], stage, error[:2000],
                    dict(versions), float(numbers[0]), bool(data.get("cached", False)), float(numbers[1]))
 
 
