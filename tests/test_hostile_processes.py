@@ -225,3 +225,41 @@ def test_an_interrupted_installer_is_stopped_with_what_it_started(tmp_path):
         assert gone_within(arg, []) == ([], [])
     finally:
         kill_leftovers(arg)
+
+
+HUNGRY = '''\
+import time
+import torch
+
+
+class Hungry(torch.nn.Module):
+    def forward(self, x):
+        held = []
+        for _ in range(60):                        # up to 3.75 GiB, 64 MiB at a time
+            held.append(bytearray(64 * 2**20))
+            time.sleep(0.05)
+        return x + len(held)
+'''
+
+
+def test_a_worker_past_its_memory_limit_is_stopped_with_its_own_verdict(tmp_path):
+    """A test whose model grows without bound (a config of a billion layers would) is
+    stopped at the worker's memory limit, a setting, long before the job's timeout or the
+    machine's memory: the job's own verdict says so, and the other tests run."""
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "m.py").write_text(HUNGRY)
+    (tmp_path / "suites" / "s.yaml").write_text(
+        "tests:\n"
+        "  - {id: hungry, op: {type: module, path: 'file:m.py::Hungry'}, in: [{type: tensor, shape: [2], "
+        "dtype: float32}]}\n"
+        "  - {id: fine, op: aten::neg, in: [{type: tensor, shape: [2], dtype: float32}]}\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.opdiff]\nworker-memory-limit = "900MB"\n')
+    started = time.monotonic()
+    proc = run_cli(tmp_path, "record", "--format", "json", *FAST)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = {r["id"]: r for r in json.loads(proc.stdout)["results"]}
+    assert results["fine"]["status"] == "RECORDED"
+    hungry = results["hungry"]
+    assert hungry["status"] == "BASELINE_FAIL" and "more than its limit of 900MB (worker-memory-limit" in \
+        hungry["message"], hungry
+    assert time.monotonic() - started < 120

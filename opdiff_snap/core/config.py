@@ -40,6 +40,9 @@ class Settings:
     s3_endpoint: str | None = None   # an S3-compatible service other than AWS (sets AWS_ENDPOINT_URL)
     query_timeout_s: float = 300.0   # one SQL statement over the history (query, reports)
     query_memory_limit: int | None = None   # bytes for that SQL; None: half of this machine's memory
+    # bytes one worker process may hold (resident) before its job is stopped; None: 3/4 of this
+    # machine's memory shared by the workers (pool.default_worker_memory)
+    worker_memory_limit: int | None = None
 
     def with_overrides(self, **values: Any) -> "Settings":
         """Replace the fields whose value is not None."""
@@ -109,7 +112,7 @@ def load_settings(start: Path | None = None) -> Settings:
                 value = where if isinstance(where, str) else pyproject.parent / where
             else:
                 value = pyproject.parent / value
-        elif name == "query_memory_limit":
+        elif name in ("query_memory_limit", "worker_memory_limit"):
             try:
                 value = memory_size(value)
             except ValueError as exc:

@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import tempfile
 import time
 from collections import deque
@@ -34,6 +35,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Sequence
 
+from ..core.config import memory_text
 from ..core.verdicts import Verdict
 from .interpreter import (
     HELLO,
@@ -65,6 +67,35 @@ def kill_group(proc: Any) -> None:
         pass   # not a group leader yet (it has not reached serve), already gone, or no killpg here
     if proc.is_alive():
         proc.kill()
+
+
+MEMORY_POLL_S = 0.5
+MEMORY_CHECKS = sys.platform.startswith("linux")   # resident memory read from /proc
+
+
+def resident_bytes(pid: int) -> int:
+    """Resident memory of process `pid` (0 when it cannot be read: gone, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def default_worker_memory(workers: int) -> int:
+    """Three quarters of the memory this process may use (the machine's, or its cgroup's if
+    lower), shared by `workers`, and never under 1 GiB: enough for any model a machine can
+    hold once per worker, and short of taking the machine down."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 8 * 2**30
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            total = min(total, int(f.read().strip()))
+    except (OSError, ValueError):
+        pass
+    return max(2**30, total * 3 // 4 // max(1, workers))
 
 
 def wait_exit(proc: Any, timeout: float) -> None:
@@ -150,9 +181,11 @@ class WorkerPool:
 
     def __init__(self, jobs: int | None = None, timeout_s: float = 300, in_process: bool = False,
                  threads: int | None = None, cache_dir: Path | None = None, raw: bool = False,
-                 python: str | os.PathLike | None = None):
+                 python: str | os.PathLike | None = None, memory_limit: int | None = None):
         self.n = max(1, int(jobs or os.cpu_count() or 1))
         self.timeout_s = float(timeout_s)
+        # resident bytes a worker may hold while it runs a job (see resident_bytes)
+        self.memory_limit = memory_limit if memory_limit is not None else default_worker_memory(self.n)
         self.in_process = in_process
         self.cache_dir, self.raw = cache_dir, raw
         if python is not None and in_process:
@@ -349,6 +382,8 @@ class WorkerPool:
                 now = time.monotonic()
                 deadlines = [w.deadline for w in self._workers if w.job is not None]
                 deadlines += [w.started + STARTUP_TIMEOUT_S for w in self._workers if not w.ready]
+                if any_busy and MEMORY_CHECKS:   # look at the busy workers' memory this often
+                    deadlines.append(now + MEMORY_POLL_S)
                 timeout = max(0.0, min(deadlines) - now) if deadlines else None
                 for conn in wait([w.conn for w in self._workers], timeout):
                     w = next(x for x in self._workers if x.conn is conn)
@@ -385,6 +420,15 @@ class WorkerPool:
                     elif not w.ready and now >= w.started + STARTUP_TIMEOUT_S:
                         start_failures += 1
                         self._discard(w, kill=True)
+                    elif w.job is not None and not w.conn.poll() and \
+                            resident_bytes(w.proc.pid) > self.memory_limit:
+                        job, held = w.job, resident_bytes(w.proc.pid)
+                        self._discard(w, kill=True)
+                        yield stamp(job.failed(Verdict.CRASH, "MemoryLimit",
+                                               f"the worker (pid {w.proc.pid}) held {held / 2**20:.0f} MiB, more "
+                                               f"than its limit of {memory_text(self.memory_limit)} "
+                                               "(worker-memory-limit in [tool.opdiff]); it was killed and "
+                                               "replaced"), w.proc.pid)
         except GeneratorExit:
             # The consumer stopped early: jobs in flight are abandoned with their workers.
             for w in [w for w in self._workers if w.job is not None]:

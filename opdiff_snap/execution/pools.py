@@ -71,7 +71,7 @@ def open_pool(settings: Settings, *, in_process: bool = False, python: Path | No
     kind, address = parse_executor(settings.executor)
     if kind == "local":
         pool = WorkerPool(jobs=settings.jobs, timeout_s=settings.timeout_s, in_process=in_process, python=python,
-                          threads=settings.threads)
+                          threads=settings.threads, memory_limit=settings.worker_memory_limit)
         if python is not None:
             try:
                 pool.environment()

@@ -91,11 +91,35 @@ def build_config(cls: Any, path: str, config: Mapping[str, Any]) -> Any:
                               "attribute no layer reads, so the model would not be the one the suite describes. "
                               f"Fix or remove config.{key}"
                               + (f" (and {', '.join(unknown[1:])})" if unknown[1:] else "") + ".")
+        bad = next(filter(None, (_value_problem(k, v, getattr(defaults, k, None)) for k, v in config.items())), None)
+        if bad:
+            raise OpdiffError(f"{name} cannot take {bad}. Fix that value in the test's config.")
     try:
         return config_class(**config)
     except Exception as exc:
         why = " ".join(error_text(exc).split())
         raise OpdiffError(f"{name} refused the config: {why}. Fix that value in the test's config.") from exc
+
+
+# a count or size a test's model may hold in one setting: far beyond any real architecture's
+# (vocabularies of 10^5-10^6, layers of 10^2), far short of what would fill a worker's memory
+MAX_COUNT = 10_000_000
+
+
+def _value_problem(key: str, value: Any, default: Any) -> str | None:
+    """What is wrong with `value` for a setting whose default is `default`, where that is
+    knowable before the model is built: an integer setting (a size, a count) given a float,
+    a bool or text, a negative one whose default is not, or one past MAX_COUNT."""
+    if not isinstance(default, int) or isinstance(default, bool) or value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"{key}: {value!r}: it is an integer setting (default {default}), and this is a {type(value).__name__}"
+    if value < 0 <= default:
+        return f"{key}: {value}: a size or count is not negative"
+    if value > MAX_COUNT and default <= MAX_COUNT:
+        return (f"{key}: {value}: more than {MAX_COUNT:,} in one setting would not fit in a worker's memory "
+                "(a test's model is built whole, with random weights)")
+    return None
 
 
 def build_from_config(cls: Any, path: str, config: Mapping[str, Any], args: Sequence[Any],
