@@ -102,3 +102,33 @@ def test_a_timeout_is_never_kept(tmp_path):
                                     "-j", "1", "--timeout-s", "0.1", "--test-ids", "i0"])
     assert "TIMEOUT" in cli.output, cli.output
     assert _failure_records(settings) == []
+
+
+@pytest.mark.parametrize("planted", ["[1]", '{"verdict": "PASS"}', '{"verdict": "EXPORT_FAIL", "error_message": 5}'])
+def test_a_remembered_failure_of_another_shape_is_asked_again(cold, tmp_path, planted):
+    settings, _ = cold
+    cache = tmp_path / "cache"
+    shutil.copytree(settings.cache, cache)
+    for record in _failure_records(settings.with_overrides(cache=cache)):
+        record.write_text(planted)
+    again = _check(settings.with_overrides(cache=cache))
+    assert {t: r.verdict for t, r in again.items()} == FAILING
+    assert not any(r.cache_hit for r in again.values())           # asked the backend again
+
+
+@pytest.mark.parametrize("planted", ["[1]", '{"artifact": "../../elsewhere"}', '{"export_ms": "slow"}'])
+def test_a_cache_entry_of_another_shape_is_rebuilt(tmp_path, planted):
+    """An artifact cache entry whose entry.json is not what the cache writes is rebuilt,
+    and never stops the check (`[1]` used to be an internal error)."""
+    from opdiff_snap.execution.cache import ArtifactCache, holds_artifacts_of
+
+    settings = Settings(suites=SUITE.parent, goldens=REPO / "goldens", store=tmp_path / "store",
+                        cache=tmp_path / "cache", jobs=1, repeats=1)
+    first = api.check([SUITE], backends=[PRESET], test_ids=["abs"], settings=settings, in_process=True)
+    assert [r.verdict for r in first.results] == [Verdict.PASS]
+    (entry,) = sorted(Path(settings.cache).glob("*/*/entry.json"))
+    entry.write_text(planted)
+    assert not holds_artifacts_of(settings.cache, PRESET)
+    assert ArtifactCache(settings.cache).lookup(entry.parent.name) is None
+    again = api.check([SUITE], backends=[PRESET], test_ids=["abs"], settings=settings, in_process=True)
+    assert [(r.verdict, r.cache_hit) for r in again.results] == [(Verdict.PASS, False)]
