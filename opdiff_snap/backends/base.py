@@ -134,6 +134,12 @@ class Backend(Protocol):
     @property
     def can_differentiate(self) -> bool: ...
 
+    # What a standalone repro script runs for this family (cause/repro.py writes it out):
+    # source text defining `export(module, inputs)` and `load(artifact)`, or only
+    # `run(module, inputs)`; "" when the family has none, and no script is written for it.
+    repro_source: str = ""
+    repro_needs: str = ""   # what that script needs installed ("torch, onnxruntime")
+
     def availability(self, preset: Preset) -> Availability: ...
 
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],

@@ -63,7 +63,7 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     shortest such range is bisected out. Each piece runs in an isolated worker (a crash is
     a CRASH at that piece). Exit 1 when something diverges."""
     from .. import api
-    from ..cause.localize import format_report
+    from ..cause.localize_report import format_report
     from ..core.trees import json_safe
     from ..suite.model import Tolerance
 
@@ -176,9 +176,9 @@ def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, jobs, ti
     settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s)
     if changes:
         found = support_changes(OpSupportCache(settings.cache), backends)
-        rows = [(c.preset, c.op, c.signature, "yes" if c.lowered_before else "no",
-                 "yes" if c.lowers_now else "no",
-                 ", ".join(f"{k} {c.before[k]} -> {v}" for k, v in c.after.items())) for c in found]
+        rows: list[tuple] = [(c.preset, c.op, c.signature, "yes" if c.lowered_before else "no",
+                              "yes" if c.lowers_now else "no",
+                              ", ".join(f"{k} {c.before[k]} -> {v}" for k, v in c.after.items())) for c in found]
         print_table(Table(["preset", "op", "signature", "lowered before", "lowers now", "versions"], rows), fmt)
         if fmt in ("table", "markdown") and not rows:
             echo("no op call changed support between the versions in the op-support cache "
