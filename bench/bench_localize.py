@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from opdiff_snap import api
-from opdiff_snap.cause.localize import format_report
+from opdiff_snap.cause.localize_report import format_report
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite.model import Tolerance

@@ -196,3 +196,38 @@ def test_the_checks_notice_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
     with pytest.raises(AssertionError, match="suite.spy imports opdiff_snap.run.check"):
         test_every_import_follows_an_arrow()
+
+
+def _described() -> dict[str, set[str]]:
+    """Folder -> the module names its part of "What each holds" gives in backticks.
+
+    The prose runs folder by folder: a folder starts at `**name/**` or `` `name/` `` and
+    holds the backticked names up to the next folder; `a`/`b` names two modules."""
+    text = PAGE.read_text()
+    prose = text[text.index("What each holds"):text.index("## Contracts")]
+    out: dict[str, set[str]] = {}
+    folder = None
+    for token in re.finditer(r"\*\*([\w]+)/\*\*|`([\w]+)/`|\*\*[\w.]+\.py\*\*|`([\w/]+)`", prose):
+        if token.group(1) or token.group(2):
+            folder = token.group(1) or token.group(2)
+            out.setdefault(folder, set())
+        elif token.group(3) and folder is not None:
+            out[folder].update(token.group(3).split("/"))
+        else:
+            folder = None
+    return out
+
+
+def test_every_module_is_described():
+    """Each module of each folder is named, in backticks, in that folder's description."""
+    described = _described()
+    missing = []
+    for path in MODULES.values():
+        if path.name in ("__init__.py", "__main__.py") or path.parent == PACKAGE:
+            continue
+        parts = path.parent.relative_to(PACKAGE).parts
+        named = described.get(parts[0], set())
+        # a module of a nested package (cause/repro_templates/) is described by that package's name
+        if path.stem not in named and not (len(parts) > 1 and parts[1] in named):
+            missing.append(f"{parts[0]}/{path.stem}")
+    assert not missing, f"modules docs/architecture.md does not describe under their folder: {missing}"

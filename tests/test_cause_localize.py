@@ -8,7 +8,8 @@ from helpers_cause import load_case
 from helpers_cause.wrong_backend import PerturbingBackend
 
 from opdiff_snap.cause.calls import capture_calls
-from opdiff_snap.cause.localize import format_report, localize
+from opdiff_snap.cause.localize import localize
+from opdiff_snap.cause.localize_report import format_report
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict
 

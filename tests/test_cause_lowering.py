@@ -74,7 +74,7 @@ def test_the_history_answers_which_ops_block_each_preset_in_sql(checked):
 
 
 def test_localize_on_a_conversion_failure_never_names_a_submodule_that_converts(checked):
-    from opdiff_snap.cause.localize import format_report
+    from opdiff_snap.cause.localize_report import format_report
 
     settings, _ = checked
     report = api.localize("coreml_gaps", "coreml_any_fp16", goldens=settings.goldens, settings=settings)

@@ -17,13 +17,13 @@ from .app import (
     TIMEOUT_S,
     Context,
     OpdiffGroup,
-    _diff_thresholds,
-    _echo,
-    _output_file,
-    _print_table,
-    _settings,
-    _writing,
+    diff_thresholds,
+    echo,
     guarded,
+    output_file,
+    print_table,
+    settings_of,
+    writing,
 )
 
 
@@ -64,8 +64,8 @@ def runs(ctx, restore, accept_store) -> None:
     if restore and accept_store:
         raise OpdiffError("--restore and --accept-store are opposites; give one of them.")
     if restore or accept_store:
-        click.echo(api.reconcile_history(_settings(ctx), "restore" if restore else "accept"))
-    runs = api.runs(_settings(ctx))
+        click.echo(api.reconcile_history(settings_of(ctx), "restore" if restore else "accept"))
+    runs = api.runs(settings_of(ctx))
     Console().print(runs_table(runs))
     groups = api.run_groups(runs)
     if groups:
@@ -101,7 +101,7 @@ def _query_limits(f):
 
 
 def _warn(text: str) -> None:
-    _echo(f"opdiff: warning: {text}", err=True)
+    echo(f"opdiff: warning: {text}", err=True)
 
 
 @click.command()
@@ -123,12 +123,12 @@ def query(ctx, sql, schema, fmt) -> None:
     from ..analytics import Table
 
     if schema:
-        _print_table(Table(["view", "column", "type", "meaning"], api.schema(_settings(ctx), _warn)), fmt)
+        print_table(Table(["view", "column", "type", "meaning"], api.schema(settings_of(ctx), _warn)), fmt)
         return
     if not sql:
         raise OpdiffError("query needs SQL (or --schema to see the views), e.g. "
                           "opdiff query \"SELECT * FROM runs\".")
-    _print_table(api.query(sql, _settings(ctx), _warn), fmt)
+    print_table(api.query(sql, settings_of(ctx), _warn), fmt)
 
 
 @click.group(cls=OpdiffGroup)
@@ -147,14 +147,14 @@ def report_support(ctx, by, fmt, png) -> None:
     """Tests x presets, the latest verdict of each."""
     from .. import api
 
-    _output_file(png, "--png")
-    table = api.support(_settings(ctx), by, _warn)
-    _print_table(table, fmt)
+    output_file(png, "--png")
+    table = api.support(settings_of(ctx), by, _warn)
+    print_table(table, fmt)
     if png:
         from ..analytics.plots import support_heatmap
 
-        with _writing(png, "--png"):
-            _echo(f"wrote {support_heatmap(table, png)}", err=True)
+        with writing(png, "--png"):
+            echo(f"wrote {support_heatmap(table, png)}", err=True)
 
 
 @report.command("latency")
@@ -169,16 +169,16 @@ def report_latency(ctx, baseline, fmt, png_dir) -> None:
     from .. import api
 
     _output_dir(png_dir, "--png-dir")
-    rep = api.latency(_settings(ctx), baseline, _warn)
-    _print_table(rep.ratios, fmt, f"latency ratio against {rep.baseline}")
-    _print_table(rep.trend, fmt, "median inference latency per run")
+    rep = api.latency(settings_of(ctx), baseline, _warn)
+    print_table(rep.ratios, fmt, f"latency ratio against {rep.baseline}")
+    print_table(rep.trend, fmt, "median inference latency per run")
     if png_dir:
         from ..analytics.plots import latency_cdf, latency_trend_plot
 
-        with _writing(png_dir, "--png-dir"):
+        with writing(png_dir, "--png-dir"):
             png_dir.mkdir(parents=True, exist_ok=True)
-            _echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
-                  f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
+            echo(f"wrote {latency_cdf(rep, png_dir / 'latency_cdf.png')}, "
+                 f"{latency_trend_plot(rep.trend, png_dir / 'latency_trend.png')}", err=True)
 
 
 @report.command("html")
@@ -190,9 +190,9 @@ def report_html(ctx, output) -> None:
     """One self-contained HTML file: summary, support heatmap and matrix, latency, regressions."""
     from .. import api
 
-    _output_file(output, "-o/--output")
-    with _writing(output, "-o/--output"):
-        _echo(f"wrote {api.html_report(output, _settings(ctx))}")
+    output_file(output, "-o/--output")
+    with writing(output, "-o/--output"):
+        echo(f"wrote {api.html_report(output, settings_of(ctx))}")
 
 
 @report.command("site")
@@ -212,15 +212,15 @@ def report_site(ctx, output, presets, tests, since, until) -> None:
     from ..analytics.steps import HistoryFilter
 
     _output_dir(output, "-o/--output")
-    with _writing(output, "-o/--output"):
-        index = api.site(output, HistoryFilter(tuple(presets), tuple(tests), since, until), _settings(ctx), _warn)
-    _echo(f"wrote {index}")
+    with writing(output, "-o/--output"):
+        index = api.site(output, HistoryFilter(tuple(presets), tuple(tests), since, until), settings_of(ctx), _warn)
+    echo(f"wrote {index}")
 
 
 @report.command("upgrade")
 @_runs_to_compare
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("upgrade.html"), show_default=True)
-@_diff_thresholds
+@diff_thresholds
 @_query_limits
 @click.pass_context
 @guarded
@@ -228,17 +228,17 @@ def report_upgrade(ctx, run_a, run_b, by, versions, output, drift_factor, latenc
     """diff-runs A B (or --by LIB) as one self-contained HTML page, with the latency ratio per op family."""
     from .. import api
 
-    _output_file(output, "-o/--output")
-    with _writing(output, "-o/--output"):
+    output_file(output, "-o/--output")
+    with writing(output, "-o/--output"):
         path = api.diff_page(output, run_a, run_b, by=by, versions=tuple(versions) if versions else None,
                              drift_factor=drift_factor, latency_threshold=latency_threshold,
-                             settings=_settings(ctx), warn=_warn)
-    _echo(f"wrote {path}")
+                             settings=settings_of(ctx), warn=_warn)
+    echo(f"wrote {path}")
 
 
 @click.command("diff-runs")
 @_runs_to_compare
-@_diff_thresholds
+@diff_thresholds
 @FORMAT_OPTION
 @_query_limits
 @click.pass_context
@@ -249,10 +249,10 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
 
     diff = api.diff_runs(run_a, run_b, by=by, versions=tuple(versions) if versions else None,
                          drift_factor=drift_factor, latency_threshold=latency_threshold,
-                         settings=_settings(ctx), warn=_warn)
+                         settings=settings_of(ctx), warn=_warn)
     for title, table in diff.sections():
-        _print_table(table, fmt, f"{title} ({len(table)})")
-    _echo(diff.summary())
+        print_table(table, fmt, f"{title} ({len(table)})")
+    echo(diff.summary())
     sys.exit(1 if len(diff.newly_failing) else 0)
 
 
@@ -294,16 +294,16 @@ def regressions(ctx, presets, tests, since, until, versions, hosts, regressions_
 
     flt = HistoryFilter(tuple(presets), tuple(tests), since, until, tuple(versions), tuple(hosts))
     params = StepParams(penalty=penalty, min_ratio=min_ratio, noise_k=noise_k, drift_factor=drift_factor)
-    found = api.regressions(flt, params, _settings(ctx), _warn)
+    found = api.regressions(flt, params, settings_of(ctx), _warn)
     if regressions_only:
         found = [f for f in found if f.direction == REGRESSION]
     if fmt in ("table", "markdown"):
         groups = group_by_change(found)
-        _print_table(groups_table(groups), fmt, f"changes ({len(groups)})")
-    _print_table(findings_table(found), fmt, f"findings ({len(found)})")
+        print_table(groups_table(groups), fmt, f"changes ({len(groups)})")
+    print_table(findings_table(found), fmt, f"findings ({len(found)})")
     n = sum(f.direction == REGRESSION for f in found)
     if fmt in ("table", "markdown"):
         rest = len(found) - n
-        _echo(f"{n} regression{'s' if n != 1 else ''}, {rest} other change{'s' if rest != 1 else ''} "
-              "at environment changes")
+        echo(f"{n} regression{'s' if n != 1 else ''}, {rest} other change{'s' if rest != 1 else ''} "
+             "at environment changes")
     sys.exit(1 if n else 0)

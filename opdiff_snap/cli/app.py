@@ -18,7 +18,7 @@ from ..core.limits import FlagError, Number
 from ..core.safetext import printable
 
 
-def _echo(text: str, err: bool = False) -> None:
+def echo(text: str, err: bool = False) -> None:
     """A line for the terminal: whatever in it came from goldens, the history or a library
     is shown with its control characters escaped (newlines and tabs kept)."""
     click.echo(printable(text, lines=True), err=err)
@@ -42,7 +42,7 @@ def guarded(fn):
         except OpdiffError as exc:
             if debug:
                 traceback.print_exc()
-            _echo(f"opdiff: error: {exc}", err=True)
+            echo(f"opdiff: error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except BrokenPipeError:  # output piped into `head` and the like
             sys.stderr = None
@@ -51,15 +51,15 @@ def guarded(fn):
             # a run says what stays of it (history.RunWriter), a query what it stopped; anything else
             # promises nothing
             if isinstance(exc, Interrupted):
-                _echo(f"opdiff: {exc}", err=True)
+                echo(f"opdiff: {exc}", err=True)
             else:
-                _echo(f"opdiff: interrupted; {exc}" if str(exc) else "opdiff: interrupted.", err=True)
+                echo(f"opdiff: interrupted; {exc}" if str(exc) else "opdiff: interrupted.", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug of ours or of a library: say so plainly
             if debug:
                 traceback.print_exc()
-            _echo(f"opdiff: internal error: {type(exc).__name__}: {exc}. Re-run with --debug for the "
-                  "traceback and report it; nothing already recorded was changed.", err=True)
+            echo(f"opdiff: internal error: {type(exc).__name__}: {exc}. Re-run with --debug for the "
+                 "traceback and report it; nothing already recorded was changed.", err=True)
             sys.exit(3)
 
     return wrapper
@@ -150,7 +150,7 @@ NON_NEGATIVE = Number(limits.NON_NEGATIVE)
 POSITIVE = Number(limits.POSITIVE)
 
 
-def _output_file(path: Path | None, flag: str) -> Path | None:
+def output_file(path: Path | None, flag: str) -> Path | None:
     """A file a command is about to write: a directory there is refused before any work."""
     if path is not None and path.is_dir():
         raise OpdiffError(f"{flag} {path} is a directory; give the path of a file to write.")
@@ -158,7 +158,7 @@ def _output_file(path: Path | None, flag: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def _writing(path: Path, flag: str):
+def writing(path: Path, flag: str):
     """Turn an OSError while writing `path` into a clear error."""
     try:
         yield
@@ -166,11 +166,11 @@ def _writing(path: Path, flag: str):
         raise OpdiffError(f"{flag} {path}: cannot write it ({exc.strerror or exc}).") from None
 
 
-def _patterns(values: tuple[str, ...]) -> list[str] | None:
+def patterns(values: tuple[str, ...]) -> list[str] | None:
     return list(values) or None
 
 
-def _settings(ctx: click.Context, **overrides) -> Settings:
+def settings_of(ctx: click.Context, **overrides) -> Settings:
     found = ctx.find_object(Context)
     assert found is not None, "the main group makes the context"
     return found.settings.with_overrides(**overrides)
@@ -200,13 +200,13 @@ def main(ctx: click.Context, debug: bool, suites_dir, goldens, store, cache, s3_
         settings = load_settings().with_overrides(suites=suites_dir, goldens=goldens, store=store, cache=cache,
                                                   s3_endpoint=s3_endpoint)
     except OpdiffError as exc:
-        _echo(f"opdiff: error: {exc}", err=True)
+        echo(f"opdiff: error: {exc}", err=True)
         sys.exit(2)
     apply_endpoint(settings)
     ctx.obj = Context(debug, settings)
 
 
-def _executor_option(fn):
+def executor_option(fn):
     """--executor on every command that runs jobs: where they run (kept in the settings)."""
 
     def keep(ctx: click.Context, param, value):
@@ -228,7 +228,7 @@ def _executor_option(fn):
                              "a node with the hardware its preset needs (docs/distributed.md).")(fn)
 
 
-def _python_option(fn):
+def python_option(fn):
     """--python on every command that runs jobs in local workers: the interpreter they run under."""
     return click.option("--python", "python", type=click.Path(path_type=Path),
                         help="Run the workers under this interpreter (another venv, conda or uv environment): "
@@ -240,7 +240,7 @@ FORMAT_OPTION = click.option("--format", "fmt", type=click.Choice(["table", "csv
                              default="table", show_default=True)
 
 
-def _diff_thresholds(f):
+def diff_thresholds(f):
     """What counts as drift and as a latency change in a diff."""
     f = click.option("--latency-threshold", type=NON_NEGATIVE, default=0.25, show_default=True,
                      help="Relative latency change that counts (never below 3x the repeat spread).")(f)
@@ -248,9 +248,9 @@ def _diff_thresholds(f):
                         help="max_abs growth that counts as drift.")(f)
 
 
-def _print_table(table, fmt: str, title: str | None = None) -> None:
+def print_table(table, fmt: str, title: str | None = None) -> None:
     from ..analytics import format_table
 
     if title and fmt in ("table", "markdown"):
-        _echo(f"\n{title}")
-    _echo(format_table(table, fmt))
+        echo(f"\n{title}")
+    echo(format_table(table, fmt))

@@ -16,15 +16,15 @@ from .app import (
     POSITIVE,
     SEED,
     TIMEOUT_S,
-    _echo,
-    _executor_option,
-    _output_file,
-    _patterns,
-    _print_table,
-    _python_option,
-    _settings,
-    _writing,
+    echo,
+    executor_option,
     guarded,
+    output_file,
+    patterns,
+    print_table,
+    python_option,
+    settings_of,
+    writing,
 )
 
 ENTRIES = Number(limits.ENTRIES)
@@ -49,8 +49,8 @@ ENTRIES = Number(limits.ENTRIES)
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@_python_option
-@_executor_option
+@python_option
+@executor_option
 @click.pass_context
 @guarded
 def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, jobs, timeout_s,
@@ -63,21 +63,21 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     shortest such range is bisected out. Each piece runs in an isolated worker (a crash is
     a CRASH at that piece). Exit 1 when something diverges."""
     from .. import api
-    from ..cause.localize import format_report
+    from ..cause.localize_report import format_report
     from ..core.trees import json_safe
     from ..suite.model import Tolerance
 
     given = (atol, rtol, baseline_factor)
     report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,
                           tolerance=Tolerance(*given) if any(v is not None for v in given) else None,
-                          goldens=_settings(ctx).goldens, settings=_settings(ctx, jobs=jobs, timeout_s=timeout_s),
+                          goldens=settings_of(ctx).goldens, settings=settings_of(ctx, jobs=jobs, timeout_s=timeout_s),
                           in_process=in_process, trust_goldens=trust_goldens, python=python)
     if fmt == "json":
         import json
 
         click.echo(json.dumps(json_safe(report.to_json()), indent=1))
     else:
-        _echo(format_report(report))
+        echo(format_report(report))
     sys.exit(1 if report.found else 0)
 
 
@@ -104,12 +104,12 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
 
     suffix = f"_node{node.strip()}" if node else ""
     out = output or Path(f"repro_{re.sub(r'[^A-Za-z0-9_]+', '_', test_id)[:80]}_{backend}{suffix}.py")
-    _output_file(out, "-o/--output")
-    with _writing(out, "-o/--output"):
+    output_file(out, "-o/--output")
+    with writing(out, "-o/--output"):
         path = api.repro(test_id, backend, out, seed=seed, preset_options=preset_options,
-                         goldens=_settings(ctx).goldens, trust_goldens=trust_goldens, node=node, scope=scope,
-                         timeout_s=_settings(ctx).timeout_s, suites=_settings(ctx).suites)
-    _echo(f"wrote {path}; run: python {path}")
+                         goldens=settings_of(ctx).goldens, trust_goldens=trust_goldens, node=node, scope=scope,
+                         timeout_s=settings_of(ctx).timeout_s, suites=settings_of(ctx).suites)
+    echo(f"wrote {path}; run: python {path}")
 
 
 @click.command()
@@ -122,22 +122,22 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
               help="Entries perturbed per tensor (a seeded sample beyond this).")
 @click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
 @click.option("--timeout-s", type=TIMEOUT_S, help="Per-test timeout in seconds (>= 0.1).")
-@_python_option
-@_executor_option
+@python_option
+@executor_option
 @click.pass_context
 @guarded
 def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout_s, python) -> None:
     """Autograd against central finite differences in float64 on the baseline; exit 1 on a mismatch."""
     from .. import api
 
-    reports = api.gradcheck(list(suites) or None, test_ids=_patterns(test_ids), tags=_patterns(tags),
+    reports = api.gradcheck(list(suites) or None, test_ids=patterns(test_ids), tags=patterns(tags),
                             seed=seed, eps=eps, max_entries=max_entries,
-                            settings=_settings(ctx, jobs=jobs, timeout_s=timeout_s), python=python)
+                            settings=settings_of(ctx, jobs=jobs, timeout_s=timeout_s), python=python)
     for rep in reports:
-        _echo(rep.format())
+        echo(rep.format())
     failed = [r.test_id for r in reports if not r.passed]
-    _echo(f"{len(reports) - len(failed)} of {len(reports)} tests pass gradcheck"
-          + (f"; failing: {', '.join(failed)}" if failed else ""))
+    echo(f"{len(reports) - len(failed)} of {len(reports)} tests pass gradcheck"
+         + (f"; failing: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
 
 
@@ -155,8 +155,8 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout
 @click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
 @click.option("--timeout-s", type=TIMEOUT_S, help="Per-test timeout in seconds (>= 0.1).")
 @FORMAT_OPTION
-@_python_option
-@_executor_option
+@python_option
+@executor_option
 @click.pass_context
 @guarded
 def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, jobs, timeout_s, fmt, python) -> None:
@@ -173,35 +173,35 @@ def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, jobs, ti
     from ..cause.lowering import support_changes
     from ..execution.op_support import OpSupportCache
 
-    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s)
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s)
     if changes:
         found = support_changes(OpSupportCache(settings.cache), backends)
-        rows = [(c.preset, c.op, c.signature, "yes" if c.lowered_before else "no",
-                 "yes" if c.lowers_now else "no",
-                 ", ".join(f"{k} {c.before[k]} -> {v}" for k, v in c.after.items())) for c in found]
-        _print_table(Table(["preset", "op", "signature", "lowered before", "lowers now", "versions"], rows), fmt)
+        rows: list[tuple] = [(c.preset, c.op, c.signature, "yes" if c.lowered_before else "no",
+                              "yes" if c.lowers_now else "no",
+                              ", ".join(f"{k} {c.before[k]} -> {v}" for k, v in c.after.items())) for c in found]
+        print_table(Table(["preset", "op", "signature", "lowered before", "lowers now", "versions"], rows), fmt)
         if fmt in ("table", "markdown") and not rows:
-            _echo("no op call changed support between the versions in the op-support cache "
-                  f"({settings.cache}).")
+            echo("no op call changed support between the versions in the op-support cache "
+                 f"({settings.cache}).")
         return
     names = list(backends) or [p.name for p in all_presets() if availability(p).can_export]
-    table, surveyed = api.ops(list(suites) or None, backends=names, test_ids=_patterns(test_ids),
-                              tags=_patterns(tags), seed=seed, settings=settings, python=python)
+    table, surveyed = api.ops(list(suites) or None, backends=names, test_ids=patterns(test_ids),
+                              tags=patterns(tags), seed=seed, settings=settings, python=python)
     if per_test:
         rows = [(t.test_id, u.op, u.signature, u.count, *[_cell(u.lowers.get(p)) for p in names], u.source)
                 for t in surveyed for u in t.uses]
-        _print_table(Table(["test", "op", "signature", "nodes", *names, "source"], rows), fmt)
+        print_table(Table(["test", "op", "signature", "nodes", *names, "source"], rows), fmt)
     else:
         rows = [(r.op, len(r.tests), r.nodes, *[r.support[p] for p in names], ", ".join(r.tests[:3])
                  + (f" (+{len(r.tests) - 3})" if len(r.tests) > 3 else ""), r.source) for r in table]
-        _print_table(Table(["op", "tests", "nodes", *names, "in", "first source"], rows), fmt)
+        print_table(Table(["op", "tests", "nodes", *names, "in", "first source"], rows), fmt)
     failed = [t for t in surveyed if t.error]
     asked = sum(t.asked for t in surveyed)
     if fmt in ("table", "markdown"):
-        _echo(f"{len(table)} ops in {len(surveyed) - len(failed)} tests; {asked} op calls lowered alone now, "
-              "the rest answered by the op-support cache or by their whole graph lowering.")
+        echo(f"{len(table)} ops in {len(surveyed) - len(failed)} tests; {asked} op calls lowered alone now, "
+             "the rest answered by the op-support cache or by their whole graph lowering.")
         for t in failed[:10]:
-            _echo(f"  {t.test_id}: no ATen graph ({t.error})", err=True)
+            echo(f"  {t.test_id}: no ATen graph ({t.error})", err=True)
     blocked = any(cell == "no" or "/" in cell for r in table for cell in r.support.values())
     sys.exit(1 if blocked or failed else 0)
 

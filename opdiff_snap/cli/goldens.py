@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from ..core.verdicts import GoldenState, Verdict
-from .app import JOBS, SEED, OpdiffGroup, _echo, _executor_option, _patterns, _settings, guarded
+from .app import JOBS, SEED, OpdiffGroup, echo, executor_option, guarded, patterns, settings_of
 
 
 @click.group(cls=OpdiffGroup)
@@ -25,10 +25,10 @@ def goldens_ls(ctx, test_ids) -> None:
     from .. import api
     from .output import goldens_table
 
-    settings = _settings(ctx)
-    rows = api.goldens(settings, _patterns(test_ids))
+    settings = settings_of(ctx)
+    rows = api.goldens(settings, patterns(test_ids))
     Console().print(goldens_table(rows))
-    _echo(f"{sum(len(r.infos) for r in rows)} goldens of {len(rows)} tests in {settings.goldens}")
+    echo(f"{sum(len(r.infos) for r in rows)} goldens of {len(rows)} tests in {settings.goldens}")
 
 
 @goldens.command("show")
@@ -41,7 +41,7 @@ def goldens_show(ctx, test_id, seed) -> None:
     from .. import api
     from .output import describe_golden
 
-    describe_golden(Console(), api.golden(test_id, seed, _settings(ctx)))
+    describe_golden(Console(), api.golden(test_id, seed, settings_of(ctx)))
 
 
 @goldens.command("prune")
@@ -52,10 +52,10 @@ def goldens_prune(ctx, yes) -> None:
     """Remove goldens whose tests no longer exist in the suites (dry run unless --yes)."""
     from .. import api
 
-    orphans = api.prune(_settings(ctx), delete=yes)
+    orphans = api.prune(settings_of(ctx), delete=yes)
     for info in orphans:
-        _echo(f"{'deleted' if yes else 'would delete'} {info.test_id} seed={info.seed}")
-    _echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
+        echo(f"{'deleted' if yes else 'would delete'} {info.test_id} seed={info.seed}")
+    echo(f"{len(orphans)} orphaned goldens{'' if yes else ' (dry run; --yes deletes them)'}")
 
 
 @goldens.command("reference")
@@ -66,7 +66,7 @@ def goldens_prune(ctx, yes) -> None:
 @click.option("--trust-goldens", is_flag=True,
               help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
                    "user packages, ops with effects); they run in workers, and the run says which.")
-@_executor_option
+@executor_option
 @click.pass_context
 @guarded
 def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> None:
@@ -76,15 +76,15 @@ def goldens_reference(ctx, test_ids, force, jobs, in_process, trust_goldens) -> 
     stored outputs is the baseline's own rounding error, which check then allows for."""
     from .. import api
 
-    results = api.add_references(None, test_ids=_patterns(test_ids), force=force, in_process=in_process,
-                                 trust_goldens=trust_goldens, settings=_settings(ctx, jobs=jobs))
+    results = api.add_references(None, test_ids=patterns(test_ids), force=force, in_process=in_process,
+                                 trust_goldens=trust_goldens, settings=settings_of(ctx, jobs=jobs))
     counts: dict[Verdict, int] = {}
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
         if r.verdict is Verdict.BASELINE_FAIL or (r.verdict is Verdict.RECORDED and "added" not in r.message):
-            _echo(f"{r.verdict.value} {r.test_id} seed={r.seed}: {r.message}")
-    _echo(f"{counts.get(Verdict.RECORDED, 0)} goldens measured, {counts.get(Verdict.KEPT, 0)} already had a "
-          f"reference, {counts.get(Verdict.BASELINE_FAIL, 0)} could not be rebuilt")
+            echo(f"{r.verdict.value} {r.test_id} seed={r.seed}: {r.message}")
+    echo(f"{counts.get(Verdict.RECORDED, 0)} goldens measured, {counts.get(Verdict.KEPT, 0)} already had a "
+         f"reference, {counts.get(Verdict.BASELINE_FAIL, 0)} could not be rebuilt")
     sys.exit(1 if counts.get(Verdict.BASELINE_FAIL) else 0)
 
 
@@ -100,11 +100,11 @@ def goldens_verify(ctx) -> None:
     UNCHECKED when a file: module it names is not found from here)."""
     from .. import api
 
-    findings, n = api.verify(_settings(ctx))
+    findings, n = api.verify(settings_of(ctx))
     for f in findings:
-        _echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
+        echo(f"{f.kind} {f.info.test_id} seed={f.info.seed}: {f.message}")
     corrupt, stale, unchecked = (len({f.info.key for f in findings if f.kind is kind})
                                  for kind in (GoldenState.CORRUPT, GoldenState.STALE, GoldenState.UNCHECKED))
-    _echo(f"{n} goldens checked, {corrupt} corrupt" + (f", {stale} stale" if stale else "")
-          + (f", {unchecked} with a spec hash not checked from here" if unchecked else ""))
+    echo(f"{n} goldens checked, {corrupt} corrupt" + (f", {stale} stale" if stale else "")
+         + (f", {unchecked} with a spec hash not checked from here" if unchecked else ""))
     sys.exit(1 if corrupt or stale else 0)

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .app import _echo, guarded
+from .app import echo, guarded
 
 
 @click.group("import")
@@ -56,4 +56,4 @@ def opinfo(ops, dtypes, max_samples, max_elements, out, all_ops) -> None:
     for why, n in report.skip_reasons().most_common():
         reasons.add_row(str(n), why)
     console.print(reasons)
-    _echo(f"imported {report.samples} samples of {report.ops} ops into {len(report.files)} suites under {out}")
+    echo(f"imported {report.samples} samples of {report.ops} ops into {len(report.files)} suites under {out}")

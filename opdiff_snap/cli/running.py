@@ -18,16 +18,16 @@ from .app import (
     NON_NEGATIVE,
     POSITIVE,
     TIMEOUT_S,
-    _diff_thresholds,
-    _echo,
-    _executor_option,
-    _output_file,
-    _patterns,
-    _print_table,
-    _python_option,
-    _settings,
-    _writing,
+    diff_thresholds,
+    echo,
+    executor_option,
     guarded,
+    output_file,
+    patterns,
+    print_table,
+    python_option,
+    settings_of,
+    writing,
 )
 
 REPEATS = Number(limits.REPEATS)
@@ -35,7 +35,8 @@ WARMUP = Number(limits.WARMUP)
 SEED_COUNT = Number(limits.SEED_COUNT)
 
 
-def _seed_list(text: str | None) -> list[int] | None:
+def parse_seed_list(text: str | None) -> list[int] | None:
+    """`--seed-list 0,3,7`: the seeds, each once, in the order given (None when not given)."""
     if not text:
         return None
     seeds = []
@@ -128,12 +129,12 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
     from .output import ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary, report_json, write_junit
 
     fail_on = parse_fail_on(fail_on_text)
-    _output_file(Path(junit) if junit else None, "--junit")
+    output_file(Path(junit) if junit else None, "--junit")
     console = make_console(sys.stderr if fmt == "json" else sys.stdout)
     with ProgressDisplay(console, None, label, verbose) as progress:
         report = runner(progress)
     if fmt == "json":
-        _echo(report_json(report))
+        echo(report_json(report))
     else:
         print_summary(console, report)
     if junit:
@@ -154,7 +155,7 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @_run_options
 @_opdiff_options
-@_executor_option
+@executor_option
 @click.pass_context
 @guarded
 def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, timeout_s, repeats, warmup,
@@ -178,10 +179,10 @@ def record(ctx, suites, baseline, preset_options, force, fail_on, junit, jobs, t
             raise OpdiffError("give --preset-options or opdiff's --backend-overrides-*, not both.")
         preset_options = overrides
     seeds = _opdiff_seeds(seeds, num_sampled_inputs)
-    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     _run_and_report(ctx, lambda listener: api.record(
         list(suites) or None, baseline=baseline, preset_options=preset_options, seeds=seeds,
-        seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags), force=force,
+        seed_list=parse_seed_list(seed_list), test_ids=patterns(test_ids), tags=patterns(tags), force=force,
         skips=_parse_skips(opdiff_skips), in_process=in_process, settings=settings, argv=sys.argv[1:],
         listener=listener),
         fmt, verbose, fail_on, junit, f"record {baseline}")
@@ -222,7 +223,7 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 (default: all but "
                                 + ", ".join(v.value for v in reversed(PRECEDENCE) if v in NOT_FAILING) + ").")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
-@_python_option
+@python_option
 @click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _shard(value, ctx, param),
               help="Run the K-th of N shards of the planned jobs (with --run-group).")
 @click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it).")
@@ -231,7 +232,7 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
                    "NOT_DELEGATED (per preset: the option require_delegated).")
 @_run_options
 @_opdiff_options
-@_executor_option
+@executor_option
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
@@ -260,10 +261,10 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
 
     given = (atol, rtol, baseline_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
-    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
-        seeds=seeds, seed_list=_seed_list(seed_list), test_ids=_patterns(test_ids), tags=_patterns(tags),
+        seeds=seeds, seed_list=parse_seed_list(seed_list), test_ids=patterns(test_ids), tags=patterns(tags),
         skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
         use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
         argv=sys.argv[1:], listener=listener, python=python, shard=shard,
@@ -332,7 +333,7 @@ class _UpgradeUI:
 @click.option("--rerun-current", is_flag=True, help="Check this environment again even when a fresh run exists.")
 @click.option("--html", type=click.Path(path_type=Path), help="Also write the comparison as one HTML page.")
 @_rounds_options
-@_diff_thresholds
+@diff_thresholds
 @_jobs_and_selection
 @FORMAT_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
@@ -351,23 +352,23 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, r
     from .. import api
     from .output import make_console
 
-    _output_file(html, "--html")
+    output_file(html, "--html")
     console = make_console(sys.stderr if fmt in ("csv", "json") else sys.stdout)
-    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
     rep = api.upgrade(list(withs), backends=list(backends), suites=list(suites) or None,
-                      preset_options=_preset_options(preset_options), test_ids=_patterns(test_ids),
-                      tags=_patterns(tags), seeds=seeds, seed_list=_seed_list(seed_list), settings=settings,
+                      preset_options=_preset_options(preset_options), test_ids=patterns(test_ids),
+                      tags=patterns(tags), seeds=seeds, seed_list=parse_seed_list(seed_list), settings=settings,
                       argv=sys.argv[1:], rerun_current=rerun_current, drift_factor=drift_factor,
                       latency_threshold=latency_threshold, rounds=rounds, min_ratio=min_ratio,
                       ui=_UpgradeUI(console, verbose))
     how = "reused" if rep.env.reused else f"built with {rep.env.installer}"
-    _echo(f"\nenvironment {rep.env.root} ({how} in {rep.env.seconds:.1f} s)", err=fmt in ("csv", "json"))
+    echo(f"\nenvironment {rep.env.root} ({how} in {rep.env.seconds:.1f} s)", err=fmt in ("csv", "json"))
     for title, table in rep.diff.sections():
-        _print_table(table, fmt, f"{title} ({len(table)})")
-    _echo(rep.diff.summary(), err=fmt in ("csv", "json"))
+        print_table(table, fmt, f"{title} ({len(table)})")
+    echo(rep.diff.summary(), err=fmt in ("csv", "json"))
     if html:
-        with _writing(html, "--html"):
-            _echo(f"wrote {api.write_diff_page(rep.diff, html)}")
+        with writing(html, "--html"):
+            echo(f"wrote {api.write_diff_page(rep.diff, html)}")
     sys.exit(1 if len(rep.diff.newly_failing) else 0)
 
 
@@ -400,14 +401,14 @@ def compare_envs(ctx, suites, python_b, python_a, backends, preset_options, roun
     from .output import make_console
 
     console = make_console(sys.stderr if fmt in ("csv", "json") else sys.stdout)
-    settings = _settings(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
-    selection = Selection(list(suites) or None, _patterns(test_ids), _patterns(tags), seeds, _seed_list(seed_list))
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    selection = Selection(list(suites) or None, patterns(test_ids), patterns(tags), seeds, parse_seed_list(seed_list))
     rep = api.compare_envs(python_b, backends=list(backends), python_a=python_a, selection=selection,
                            preset_options=_preset_options(preset_options), rounds=rounds, min_ratio=min_ratio,
                            drift_factor=drift_factor, settings=settings, argv=sys.argv[1:],
                            ui=_UpgradeUI(console, verbose))
     for title, table in rep.diff.sections():
-        _print_table(table, fmt, f"{title} ({len(table)})")
-    _echo(rep.diff.summary() + f"; latency over {len(rep.pairs)} interleaved rounds "
-          f"(95 % interval beyond {min_ratio}x)", err=fmt in ("csv", "json"))
+        print_table(table, fmt, f"{title} ({len(table)})")
+    echo(rep.diff.summary() + f"; latency over {len(rep.pairs)} interleaved rounds "
+         f"(95 % interval beyond {min_ratio}x)", err=fmt in ("csv", "json"))
     sys.exit(1 if len(rep.diff.newly_failing) else 0)

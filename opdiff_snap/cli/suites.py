@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .app import TIMEOUT_S, _echo, _executor_option, _patterns, _python_option, _settings, guarded
+from .app import TIMEOUT_S, echo, executor_option, guarded, patterns, python_option, settings_of
 
 
 @click.command("list-presets")
@@ -31,13 +31,13 @@ def list_tests(ctx, suites, test_ids, tags, long_) -> None:
     """Expanded test ids of SUITES (default: every suite under ./suites), in order."""
     from .. import api
 
-    for case in api.list_tests([Path(s) for s in suites] or None, test_ids=_patterns(test_ids),
-                               tags=_patterns(tags), settings=_settings(ctx)):
+    for case in api.list_tests([Path(s) for s in suites] or None, test_ids=patterns(test_ids),
+                               tags=patterns(tags), settings=settings_of(ctx)):
         if long_:
-            _echo(f"{case.id}\t{case.test_type}\tseeds={list(case.seeds)}\t"
-                  f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
+            echo(f"{case.id}\t{case.test_type}\tseeds={list(case.seeds)}\t"
+                 f"tags={','.join(case.tags)}\t{case.spec_hash[:12]}")
         else:
-            _echo(case.id)
+            echo(case.id)
 
 
 @click.command()
@@ -45,8 +45,8 @@ def list_tests(ctx, suites, test_ids, tags, long_) -> None:
 @click.option("--imports", is_flag=True,
               help="Also import every user path (file: modules, packages) in a worker process.")
 @click.option("--timeout-s", type=TIMEOUT_S, help="Per-import timeout in seconds.")
-@_python_option
-@_executor_option
+@python_option
+@executor_option
 @click.pass_context
 @guarded
 def validate(ctx, suites, imports, timeout_s, python) -> None:
@@ -57,5 +57,5 @@ def validate(ctx, suites, imports, timeout_s, python) -> None:
     from .. import api
 
     cases = api.validate([Path(s) for s in suites] or None, imports=imports,
-                         settings=_settings(ctx, timeout_s=timeout_s), python=python)
-    _echo(f"ok: {len(cases)} tests")
+                         settings=settings_of(ctx, timeout_s=timeout_s), python=python)
+    echo(f"ok: {len(cases)} tests")
