@@ -156,7 +156,7 @@ def test_a_hostile_ledger_is_named_and_left_out(tmp_path, ledger, says):
 
 def test_a_huge_stored_reason_is_capped(tmp_path):
     from opdiff_snap.goldens import GoldenStore, store_key
-    from opdiff_snap.goldens.store import REASON_MAX_CHARS
+    from opdiff_snap.goldens.ledger import REASON_MAX_CHARS
 
     root = _project(tmp_path)
     with contextlib.chdir(root):

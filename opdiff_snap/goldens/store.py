@@ -17,7 +17,6 @@ local write is done before it returns (a rename costs less than a thread hand-of
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,53 +31,16 @@ from ..storage import StorageError, Stray, occupied_by_file, open_place
 from ..storage.units import UnitMissing, open_units
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
 from .keys import seed_of_key, store_key, unknown_entry
+from .ledger import LEDGER, BaselineFailure, Ledger
 from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
 from .packed import META, PackError, pack, packed_objects, parse_metadata, read_data, unpack
 from .validate import definition_findings
 from .validate import problems as metadata_problems
 
 ROOT_ATTRS = {"opdiff_snap_goldens": {"format": FORMAT, "layout": "docs/goldens-layout.md"}}
-FAILURES = "baseline_failures"   # root attribute of older stores: store key -> BaselineFailure
-LEDGER = ".baseline-failures"    # one object per (test, seed) the baseline failed on: <key>.json
-LEDGER_ENTRY_MAX_BYTES = 1 << 16
-REASON_MAX_CHARS = 4000          # of a stored reason, as written and as read
 DEBRIS_MAX_AGE_S = 3600.0
 WRITE_THREADS = 16                  # goldens written into a remote store at once
 WRITES_OUTSTANDING = 2 * WRITE_THREADS   # handed over and not yet written, at most (bounds the memory held)
-
-
-@dataclass(frozen=True)
-class BaselineFailure:
-    """Why record could not write the golden of (test_id, seed)."""
-
-    test_id: str
-    seed: int
-    spec_hash: str
-    baseline: str
-    reason: str
-    at: str           # when (UTC, ISO 8601)
-
-    @classmethod
-    def from_json(cls, raw: Any) -> "BaselineFailure":
-        """An entry as stored, checked field by field like golden data (ValueError says
-        what is wrong); its reason capped at REASON_MAX_CHARS."""
-        if not isinstance(raw, dict):
-            raise ValueError(f"an entry must be a mapping, not {type(raw).__name__}")
-        fields = {"test_id": str, "seed": int, "spec_hash": str, "baseline": str, "reason": str, "at": str}
-        missing = [f for f in fields if f not in raw]
-        if missing:
-            raise ValueError(f"an entry lacks {', '.join(missing)}")
-        for name, kind in fields.items():
-            value = raw[name]
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise ValueError(f"its {name} is {type(value).__name__}, not {kind.__name__}")
-        return cls(**{f: raw[f] for f in fields}).capped()
-
-    def capped(self) -> "BaselineFailure":
-        if len(self.reason) <= REASON_MAX_CHARS:
-            return self
-        cut = len(self.reason) - REASON_MAX_CHARS
-        return dataclasses.replace(self, reason=f"{self.reason[:REASON_MAX_CHARS]} [... {cut} more characters]")
 
 
 class GoldenWriteError(OpdiffError):
@@ -100,8 +62,6 @@ class Finding:
 class GoldenStore:
     def __init__(self, root: Path | str):
         self._ready = False
-        self._failures: dict[str, BaselineFailure] | None = None
-        self._ledger_problems: list[str] = []
         if occupied_by_file(root):
             raise OpdiffError(f"the golden store {root} is a file, not a folder: point --goldens "
                               "(or [tool.opdiff] goldens) at the folder that holds the goldens "
@@ -110,6 +70,7 @@ class GoldenStore:
         self.root: Path | str = self.place.location
         # the goldens and their zarr.json, read as the place suits (a remote store: in one batch)
         self.units = open_units(self.place, META, keep=(META,))
+        self.ledger = Ledger(self.place)
         self._writer: ThreadPoolExecutor | None = None
         self._slots = threading.BoundedSemaphore(WRITES_OUTSTANDING)
 
@@ -284,95 +245,26 @@ class GoldenStore:
                                    f"recorded: {exc}") from None
 
     def baseline_failures(self) -> dict[str, BaselineFailure]:
-        """Store key -> why the baseline failed when (test, seed) was last recorded: one
-        object each under LEDGER (so concurrent writers of other tests lose nothing), or,
-        in stores written before, the root group's attribute. Either way it lives in the
-        store, so goldens copied elsewhere still say it. Entries that are not what record
-        writes are left out and named by `ledger_problems`."""
-        if self._failures is None:
-            self._failures, self._ledger_problems = {}, []
-            try:
-                attrs = json.loads(self.place.get(META)).get("attributes", {})
-            except (StorageError, OSError, ValueError, AttributeError):
-                attrs = {}
-            legacy = attrs.get(FAILURES) if isinstance(attrs, dict) else None
-            if legacy is not None and not isinstance(legacy, dict):
-                self._ledger_problems.append(f"the root attribute {FAILURES} is a {type(legacy).__name__}, not "
-                                             "a mapping of golden keys to entries; it is ignored")
-                legacy = None
-            for key, raw in (legacy or {}).items():
-                self._take(key, raw, f"{FAILURES}[{key!r}]")
-            try:
-                entries = self.place.list(LEDGER)
-            except (StorageError, OSError):
-                entries = []
-            for entry in entries:
-                key = entry.key.rsplit("/", 1)[-1]
-                if not key.endswith(".json") or key.startswith("."):
-                    continue
-                try:
-                    raw = json.loads(self.place.get(entry.key, max_bytes=LEDGER_ENTRY_MAX_BYTES))
-                except (StorageError, OSError, ValueError) as exc:
-                    why = _why(exc) if isinstance(exc, OSError) else type(exc).__name__
-                    self._ledger_problems.append(f"{printable(entry.key)}: unreadable ({why}); it is ignored")
-                    continue
-                self._take(key.removesuffix(".json"), raw, printable(entry.key))
-        return self._failures
-
-    def _take(self, key: str, raw: Any, where: str) -> None:
-        try:
-            failure = BaselineFailure.from_json(raw)
-        except ValueError as exc:
-            self._ledger_problems.append(f"{where}: {exc}; it is ignored")
-            return
-        belongs = store_key(failure.test_id, failure.seed)
-        if belongs != key:
-            self._ledger_problems.append(f"{where}: it names test {failure.test_id!r} seed {failure.seed}, whose "
-                                         f"entry belongs under {belongs}; it is ignored")
-            return
-        assert self._failures is not None
-        self._failures[key] = failure
+        """Store key -> why the baseline failed when (test, seed) was last recorded
+        (goldens/ledger.py: kept in the store, one entry per test and seed)."""
+        return self.ledger.failures()
 
     def ledger_problems(self) -> list[str]:
         """What is wrong with the stored baseline failures (each entry left out)."""
-        self.baseline_failures()
-        return list(self._ledger_problems)
+        return self.ledger.problems()
 
     def note_baseline(self, test_id: str, seed: int, failure: BaselineFailure | None) -> None:
         """Remember that the baseline failed on (test, seed), or forget it (None) once a
-        golden is written. One object per entry: writers of other tests never race."""
-        key = store_key(test_id, seed)
-        known = self.baseline_failures()
-        if failure is None and key not in known:
-            return
+        golden is written."""
         try:
             self._ensure_root()
-            if failure is None:
-                known.pop(key, None)
-                self.place.delete(f"{LEDGER}/{key}.json")
-                self._forget_legacy(key)
-            else:
-                failure = failure.capped()
-                known[key] = failure
-                self.place.put(f"{LEDGER}/{key}.json", json.dumps(dataclasses.asdict(failure)).encode())
+            self.ledger.note(store_key(test_id, seed), failure)
         except OSError as exc:
             raise GoldenWriteError(f"cannot note in the golden store {self.root} that the baseline failed on "
                                    f"test '{test_id}' seed {seed} ({_why(exc)}).") from None
         except StorageError as exc:
             raise GoldenWriteError(f"cannot note in the golden store {self.root} that the baseline failed on "
                                    f"test '{test_id}' seed {seed}: {exc}") from None
-
-    def _forget_legacy(self, key: str) -> None:
-        """Drop `key` from an older store's root attribute, where it may still be."""
-        body = json.loads(self.place.get(META))
-        attrs = body.get("attributes")
-        legacy = attrs.get(FAILURES) if isinstance(attrs, dict) else None
-        if not isinstance(legacy, dict) or key not in legacy:
-            return
-        legacy.pop(key)
-        if not legacy:
-            attrs.pop(FAILURES)
-        self.place.put(META, json.dumps(body, separators=(",", ":")).encode())
 
     # ------------------------------------------------------------------ writes
 

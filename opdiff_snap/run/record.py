@@ -52,7 +52,7 @@ from ..execution.prepare import nest_residuals, restore_outputs
 from ..execution.runner import Job
 from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
-from ..goldens.store import BaselineFailure
+from ..goldens.ledger import BaselineFailure
 from ..history.writer import RunWriter
 from ..storage.runs import utc_now
 from ..suite import load_suites, select
