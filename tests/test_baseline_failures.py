@@ -144,7 +144,8 @@ def test_a_hostile_ledger_is_named_and_left_out(tmp_path, ledger, says):
         key = store_key("raises", 0)
         planted = {key: next(iter(ledger.values()))} if isinstance(ledger, dict) else ledger
         _root_attrs(root, lambda a: a.update(baseline_failures=planted))
-        checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True)
+        with pytest.warns(RuntimeWarning, match="the golden store's baseline failures: "):
+            checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True)
         assert {r.test_id: r.verdict.value for r in checked.results} == {"fine": "PASS", "raises": "NO_GOLDEN",
                                                                          "unreadable": "NO_GOLDEN"}
         res = CliRunner().invoke(main, ["goldens", "verify"])

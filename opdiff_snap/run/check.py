@@ -109,6 +109,8 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
                           "torch_cpu_fp32` first, or point --goldens at an existing store.")
+    for problem in store.ledger_problems():
+        warn(listener, f"the golden store's baseline failures: {problem} (`opdiff goldens verify` lists them)")
     # the workers start, and warm up the backends of presets that will export, while the run is planned
     pool = make_pool(settings, running.in_process, listener, running.python)
     try:

@@ -149,6 +149,9 @@ def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Seq
                           f"matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}. "
                           "See `opdiff list-tests` for the ids.")
     store = GoldenStore(settings.goldens)
+    for problem in store.ledger_problems():
+        warn(listener, f"the golden store's baseline failures: {problem}; this record writes over what it "
+                       "records again")
     planned = list(plan(cases, store, preset, seeds=sel.seeds, seed_list=sel.seed_list, force=request.force,
                         skips=request.skips))
     if any(item.verdict is None for item in planned):
