@@ -1,5 +1,6 @@
-"""Compare the items of two history run files apart from timings, ids and the time and
-process id in a library's log lines.
+"""Compare the items of two history run files apart from timings, ids, the time and
+process id in a library's log lines (and where a log's tail happens to be cut), and the
+folder of the checkout that made them.
 
 usage: python same_items.py A.jsonl B.jsonl
 """
@@ -11,6 +12,12 @@ import sys
 STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+")   # a runtime's own log time
 LOG_LINE = re.compile(r"^[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*$", re.M)
 
+# a path into the checkout the run came from (source lines of a survey): two checkouts differ there
+CHECKOUT = re.compile(r"/[^\s\"']*?/opdiff_snap/")
+# what a worker's log says after a failure is its tail, cut at a byte count: where the first
+# line is cut depends on the length of the process ids before it
+TAIL = re.compile(r"(backend output:\n)[^\n]*\n")
+
 # timings, ids, and whether the result came from the artifact cache (a cached failure says so)
 DROP = {"run_id", "ts", "times_all", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "repro", "cache_hit"}
 
@@ -21,6 +28,7 @@ def clean(value):
     if isinstance(value, list):
         return [clean(v) for v in value]
     if isinstance(value, str):
+        value = CHECKOUT.sub("<checkout>/opdiff_snap/", TAIL.sub(r"\1<cut line>\n", value))
         return STAMP.sub("<time>", LOG_LINE.sub("<log line>", value))
     return value
 
