@@ -19,7 +19,6 @@ until it ends.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
@@ -29,7 +28,7 @@ from typing import Any, Iterator
 
 import duckdb
 
-from ..core.config import Settings, memory_text
+from ..core.config import Settings, memory_text, usable_memory
 from ..core.errors import OpdiffError
 
 SCOPE = "query can only read the `runs` and `results` views"
@@ -173,17 +172,8 @@ class Limits:
 
 
 def default_memory() -> int:
-    """Half of the memory this process may use: the machine's, or its cgroup's if lower."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        total = 8 * 2**30
-    try:
-        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
-            total = min(total, int(f.read().strip()))
-    except (OSError, ValueError):
-        pass   # no cgroup v2 limit ("max"), or not Linux
-    return max(2**28, total // 2)
+    """Half of the memory this process may use (core.config.usable_memory)."""
+    return max(2**28, usable_memory() // 2)
 
 
 def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,

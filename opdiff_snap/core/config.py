@@ -143,6 +143,21 @@ def memory_size(text: object) -> int:
     return size
 
 
+def usable_memory() -> int:
+    """The memory this process may use: the machine's, or its cgroup's if lower (8 GiB when
+    neither can be read)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 8 * 2**30
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            total = min(total, int(f.read().strip()))
+    except (OSError, ValueError):
+        pass   # no cgroup v2 limit ("max"), or not Linux
+    return total
+
+
 def memory_text(size: int) -> str:
     """A size in bytes as the largest unit that writes it without a fraction ('512MB',
     '2GiB'), else in GiB or MiB with one decimal."""

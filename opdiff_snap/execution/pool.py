@@ -35,7 +35,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Sequence
 
-from ..core.config import memory_text
+from ..core.config import memory_text, usable_memory
 from ..core.verdicts import Verdict
 from .interpreter import (
     HELLO,
@@ -86,16 +86,7 @@ def default_worker_memory(workers: int) -> int:
     """Three quarters of the memory this process may use (the machine's, or its cgroup's if
     lower), shared by `workers`, and never under 1 GiB: enough for any model a machine can
     hold once per worker, and short of taking the machine down."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        total = 8 * 2**30
-    try:
-        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
-            total = min(total, int(f.read().strip()))
-    except (OSError, ValueError):
-        pass
-    return max(2**30, total * 3 // 4 // max(1, workers))
+    return max(2**30, usable_memory() * 3 // 4 // max(1, workers))
 
 
 def wait_exit(proc: Any, timeout: float) -> None:
