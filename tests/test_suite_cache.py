@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -28,7 +29,7 @@ FIELDS = ("id", "suite", "call", "inputs", "kwargs", "pair", "device", "impl", "
 
 
 class Counted:
-    """Counts the reads (whole, or to hash them) of YAML files, and the parses."""
+    """Counts the reads (whole, or to hash them) of YAML files by absolute path, and the parses."""
 
     def __init__(self, monkeypatch):
         self.reads: list[str] = []
@@ -37,12 +38,12 @@ class Counted:
 
         def counted_read(path):
             if str(path).endswith((".yaml", ".yml")):
-                self.reads.append(str(path))
+                self.reads.append(os.path.abspath(path))
             return read(path)
 
         def counted_digest(path):
             if str(path).endswith((".yaml", ".yml")):
-                self.reads.append(str(path))
+                self.reads.append(os.path.abspath(path))
             return digest(path)
 
         def counted_parse(text):

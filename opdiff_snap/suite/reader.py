@@ -30,7 +30,7 @@ class SuiteReader:
         key = os.path.abspath(path)
         if key not in self._data:
             try:
-                self._data[key] = read_yaml_bytes(Path(key))
+                self._data[key] = read_yaml_bytes(Path(path))
             except OSError as exc:
                 self._data[key] = exc
         found = self._data[key]
@@ -61,7 +61,7 @@ class SuiteReader:
                 try:   # read as a suite is (kept for its parse), so it is read once
                     data = self.data(Path(key))
                 except OSError:
-                    pass
+                    del self._data[key]   # a reader of the file meets the failure itself
             if isinstance(data, bytes) and len(data) <= MAX_DOCUMENT_BYTES and os.path.isfile(key):
                 self._digests[key] = hashlib.sha256(data).hexdigest()
             else:
