@@ -93,10 +93,10 @@ def presets() -> list:
 def list_tests(suites: Sequence[Path] | None = None, *, test_ids=None, tags=None,
                settings: Settings | None = None) -> list[TestCase]:
     """The expanded, selected test cases of the suites (default: every suite under settings.suites)."""
-    from .suite import load_suites, select
-    from .suite.given import given_suites
+    from .suite import select
+    from .suite.given import given_cases
 
-    return select(load_suites(given_suites(suites, (settings or Settings()).suites)), test_ids, tags)
+    return select(given_cases(suites, (settings or Settings()).suites), test_ids, tags)
 
 
 def golden(test_id: str, seed: int = 0, settings: Settings | None = None) -> Golden:

@@ -356,6 +356,20 @@ def test_golden_moved_under_another_key_is_corrupt(store):
     assert "belongs under" in problem
 
 
+def test_an_index_of_some_keys_holds_their_entries_as_the_whole_index_does(store):
+    for test_id in ("a", "b", "moved", "garbled"):
+        store.write(make_golden(test_id=test_id))
+    os.rename(store.root / store_key("moved", 0), store.root / store_key("y", 0))
+    meta = store.root / store_key("garbled", 0) / "zarr.json"
+    meta.write_bytes(meta.read_bytes()[:40])
+    (store.root / "stray.txt").write_text("")
+    whole = {i.key: i for i in store.index()}
+    some = {store_key(t, 0) for t in ("a", "y", "garbled", "absent")} | {"stray.txt"}
+    assert store.index(only=some) == [i for i in store.index() if i.key in some]
+    assert {i.key for i in store.index(only=some)} == some - {store_key("absent", 0)}
+    assert all(whole[i.key] == i for i in store.index(only=some))
+
+
 def test_golden_rewritten_by_zarr_in_another_form_still_reads(store):
     """The fast reader knows the store's own form only; anything else goes through zarr."""
     import zarr

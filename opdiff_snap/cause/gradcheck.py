@@ -9,8 +9,8 @@ from ..core.config import Settings
 from ..core.errors import OpdiffError
 from ..execution.gradients import GradcheckReport, GradcheckTask
 from ..run.session import make_pool
-from ..suite import load_suites, select
-from ..suite.given import given_suites
+from ..suite import select
+from ..suite.given import given_cases
 
 
 def gradcheck_tests(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps: float = 1e-6,
@@ -20,7 +20,7 @@ def gradcheck_tests(suites=None, *, test_ids=None, tags=None, seed: int = 0, eps
     suite order, checked in the pool of `settings` (executor, jobs, timeout_s), its
     workers under `python` when given."""
     settings = settings or Settings()
-    cases = select(load_suites(given_suites(suites, settings.suites)), test_ids, tags)
+    cases = select(given_cases(suites, settings.suites), test_ids, tags)
     if not test_ids:
         cases = [c for c in cases if c.grad]
     if not cases:

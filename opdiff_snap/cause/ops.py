@@ -10,8 +10,8 @@ from ..backends.registry import get_preset
 from ..core.config import Settings
 from ..core.errors import OpdiffError
 from ..run.session import make_pool
-from ..suite import load_suites, select
-from ..suite.given import given_suites
+from ..suite import select
+from ..suite.given import given_cases
 from .lowering import OpRow, OpsTask, TestOps, op_table
 
 
@@ -23,7 +23,7 @@ def survey_ops(suites=None, *, backends: Sequence[str], test_ids=None, tags=None
     only where its whole graph does not lower."""
     settings = settings or Settings()
     presets = [get_preset(b) for b in backends]
-    cases = select(load_suites(given_suites(suites, settings.suites)), test_ids, tags)
+    cases = select(given_cases(suites, settings.suites), test_ids, tags)
     if not cases:
         raise OpdiffError("no test selected: check the suites, --test-ids and --tags.")
     tasks = [OpsTask(c.id, c, presets, settings.cache, seed) for c in cases]

@@ -8,6 +8,7 @@ from ..goldens import GoldenStore
 from ..goldens.cases import GoldenCases
 from ..goldens.model import Golden
 from ..suite import TestCase, suite_paths
+from ..suite.reader import SuiteReader
 
 
 def golden_case(test_id: str, seed: int, goldens: Path | str = Path("goldens"), trust_goldens: bool = False,
@@ -17,6 +18,7 @@ def golden_case(test_id: str, seed: int, goldens: Path | str = Path("goldens"), 
     the trust rules of goldens/cases.py: only the suites under `suites` may vouch for
     code the definition names)."""
     golden = GoldenStore(goldens).read(test_id, seed)
-    vouching = GoldenCases(trust_goldens, suite_paths(None, Path(suites)))
+    reader = SuiteReader()
+    vouching = GoldenCases(trust_goldens, suite_paths(None, Path(suites), reader), reader)
     case = vouching.case(test_id, seed, golden.definition, golden.suite)
     return case, golden

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from ..core.errors import OpdiffError
 from ..suite import case_from_definition, load_suites
 from ..suite.model import TestCase
+from ..suite.reader import SuiteReader
 from ..suite.trust import described, untrusted_paths
 
 
@@ -42,9 +43,10 @@ class GoldenCases:
     """Rebuild TestCases from stored definitions (see the module docstring). `suites`:
     the suite files the user pointed at, the only ones that may vouch for a golden."""
 
-    def __init__(self, trust: bool = False, suites: Sequence[Path] = ()):
+    def __init__(self, trust: bool = False, suites: Sequence[Path] = (), reader: SuiteReader | None = None):
         self.trust = trust
         self.suites = list(suites)
+        self.reader = reader   # the command's reads of its suites (each file read once)
         self.imported: dict[str, None] = {}          # paths allowed by --trust-goldens, in order
         self._vouching: dict[str, TestCase] | None = None
 
@@ -65,5 +67,5 @@ class GoldenCases:
     def vouching(self) -> dict[str, TestCase]:
         """Test id -> test case of the suites pointed at, loaded on first need."""
         if self._vouching is None:
-            self._vouching = {c.id: c for c in load_suites(self.suites)} if self.suites else {}
+            self._vouching = {c.id: c for c in load_suites(self.suites, reader=self.reader)} if self.suites else {}
         return self._vouching

@@ -10,6 +10,7 @@ from ..core.config import Settings
 from ..core.errors import OpdiffError
 from ..core.verdicts import GoldenState, worst_state
 from ..suite import load_suites, suite_paths
+from ..suite.reader import SuiteReader
 from ..suite.selection import id_matches, parse_patterns
 from .model import GoldenInfo, golden_state
 from .store import Finding, GoldenStore
@@ -27,8 +28,9 @@ class GoldenRow:
 
 def current_hashes(settings: Settings) -> dict[str, str] | None:
     """test id -> spec hash of every test in the project's suites (None: there are none)."""
-    paths = suite_paths(None, settings.suites)
-    return {c.id: c.spec_hash for c in load_suites(paths, check_names=False)} if paths else None
+    reader = SuiteReader()
+    paths = suite_paths(None, settings.suites, reader)
+    return {c.id: c.spec_hash for c in load_suites(paths, check_names=False, reader=reader)} if paths else None
 
 
 def golden_rows(settings: Settings | None = None, test_ids: Sequence[str] | None = None) -> list[GoldenRow]:

@@ -22,7 +22,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from ..core.errors import OpdiffError
 from ..core.safetext import printable, unsafe_char
@@ -104,14 +104,17 @@ class GoldenStore:
             return GoldenInfo(test_id, seed, "", "", "", "", {}, "", key,
                               problem=f"malformed attributes ({exc!r})")
 
-    def index(self) -> list[GoldenInfo]:
+    def index(self, only: Collection[str] | None = None) -> list[GoldenInfo]:
         """Every golden, sorted by test id then seed. Everything else in the store is
         included too, with `problem` set and whatever id could be recovered: a golden whose
         metadata cannot be read, one stored under another golden's key (its id edited),
         one whose id holds control characters, and every entry that is no golden at all
-        (a file, a symbolic link, a folder without zarr.json)."""
+        (a file, a symbolic link, a folder without zarr.json). With `only`, the entries
+        under those keys alone, the same as in the whole index (the others are not read)."""
         infos = []
         keys, strays = self._survey()
+        if only is not None:
+            keys, strays = [k for k in keys if k in only], [s for s in strays if s.name in only]
         for key in keys:
             try:
                 infos.append(self._checked_info(key))

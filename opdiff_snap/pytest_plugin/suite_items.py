@@ -37,12 +37,14 @@ class SuitePlan:
             return
         from ..run.check_plan import plan_from_goldens, plan_from_suites
         from ..suite import load_suites, suite_paths
+        from ..suite.reader import SuiteReader
 
         settings = run.settings
         store = run.goldens
-        self.suite_paths = suite_paths(None, settings.suites)
+        reader = SuiteReader()
+        self.suite_paths = suite_paths(None, settings.suites, reader)
         if self.suite_paths:
-            plan = plan_from_suites(load_suites(self.suite_paths), store, report_orphans=True)
+            plan = plan_from_suites(load_suites(self.suite_paths, reader=reader), store, report_orphans=True)
         elif store.exists():
             plan = plan_from_goldens(store)
         else:

@@ -28,9 +28,11 @@ from ..goldens import GoldenStore
 from ..goldens.cases import GoldenCases
 from ..history.runs import ItemKey, RunFile, read_run
 from ..history.writer import RunWriter
+from ..storage import StorageError, open_tiers
 from ..suite import load_suites
 from ..suite import suite_paths as find_suites
 from ..suite.model import Tolerance
+from ..suite.reader import SuiteReader
 from ..suite.selection import check_seeds
 from .check_job import item_work
 from .check_plan import CheckPlan, plan_from_goldens, plan_from_suites
@@ -115,7 +117,7 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     pool = make_pool(settings, running.in_process, listener, running.python)
     try:
         pool.prestart([p for p in presets if not (use_cache and holds_artifacts_of(settings.cache, p.name))])
-        suite_paths, plan, golden_cases = _plan(request, store, settings, listener)
+        suite_paths, plan, golden_cases = _plan(request, store, settings, listener, suite_reader(settings, use_cache))
         # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
         env = pool.environment()
         if pool.python is not None:
@@ -156,15 +158,16 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
 
 
-def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listener: Listener | None
-          ) -> tuple[list[Path], CheckPlan, GoldenCases]:
+def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listener: Listener | None,
+          reader: SuiteReader) -> tuple[list[Path], CheckPlan, GoldenCases]:
     """The check's plan: from the suites, or from the goldens alone when there are none."""
     sel = request.selection
-    suite_paths = find_suites(sel.suites, settings.suites)
+    suite_paths = find_suites(sel.suites, settings.suites, reader)
     golden_cases = GoldenCases(trust=request.trust_goldens)   # used only when no suite is given
     if suite_paths:
-        plan = plan_from_suites(load_suites(suite_paths), store, seeds=sel.seeds, seed_list=sel.seed_list,
-                                test_ids=sel.test_ids, tags=sel.tags, report_orphans=not sel.suites)
+        plan = plan_from_suites(load_suites(suite_paths, reader=reader), store, seeds=sel.seeds,
+                                seed_list=sel.seed_list, test_ids=sel.test_ids, tags=sel.tags,
+                                report_orphans=not sel.suites)
     else:
         plan = plan_from_goldens(store, seeds=sel.seeds, seed_list=sel.seed_list, test_ids=sel.test_ids,
                                  tags=sel.tags, cases=golden_cases)
@@ -206,6 +209,17 @@ def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset],
         {p.name: p.to_json() for p in presets}, run_settings, env=env, plan=identity,
         run_group=request.run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None)
     return writer, planned, set()
+
+
+def suite_reader(settings: Settings, use_cache: bool) -> SuiteReader:
+    """How a run reads its suites: each file once, and with the artifact cache in use,
+    expansions kept in its local folder too (suite/cache.py)."""
+    if not use_cache:
+        return SuiteReader()
+    try:
+        return SuiteReader(open_tiers(settings.cache).root)
+    except StorageError:
+        return SuiteReader()
 
 
 def cache_usable(settings: Settings, listener: Listener | None) -> bool:

@@ -101,16 +101,20 @@ def plan_from_suites(cases: list[TestCase], store: GoldenStore, *, seeds: int | 
     """Selected cases x seeds against the store. With `report_orphans` (every suite of the
     project was loaded and nothing narrowed the selection), goldens of tests that no
     longer exist are STALE and unreadable ones CORRUPT."""
-    by_key = {info.key: info for info in store.index()}
+    selected = [(case, seeds_for(case, seeds, seed_list)) for case in select(cases, test_ids, tags)]
+    orphans = report_orphans and not test_ids and not tags
+    # a narrowed check reads the metadata of the goldens it selects, not of every golden
+    wanted = None if orphans else {store_key(case.id, seed) for case, chosen in selected for seed in chosen}
+    by_key = {info.key: info for info in store.index(only=wanted)}
     failures = store.baseline_failures()
     plan = CheckPlan()
     claimed: set[str] = set()
-    for case in select(cases, test_ids, tags):
-        for seed in seeds_for(case, seeds, seed_list):
+    for case, chosen in selected:
+        for seed in chosen:
             key = store_key(case.id, seed)
             claimed.add(key)
             plan.items.append(plan_item(case, seed, by_key.get(key), failures.get(key)))
-    if report_orphans and not test_ids and not tags:
+    if orphans:
         current = {c.id: c.spec_hash for c in cases}
         for key, info in sorted(by_key.items()):
             state = golden_state(info, current)

@@ -58,6 +58,7 @@ from ..storage.runs import utc_now
 from ..suite import load_suites, select
 from ..suite import suite_paths as find_suites
 from ..suite.model import Invocation, RecordedGrads, TestCase
+from ..suite.reader import SuiteReader
 from ..suite.selection import check_seeds, seeds_for, skip_reason
 from .pipeline import Pipeline, Running, Selection, Sinks
 from .session import make_pool, set_total, settings_json, warn
@@ -138,11 +139,12 @@ def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Seq
     if local and not (avail.can_export and avail.can_run):
         raise OpdiffError(f"preset '{preset.name}' cannot be the baseline on this machine: {avail.reason}. "
                           "Pick a preset that runs here (see `opdiff list-presets`).")
-    suite_paths = find_suites(sel.suites, settings.suites)
+    reader = SuiteReader()
+    suite_paths = find_suites(sel.suites, settings.suites, reader)
     if not suite_paths:
         raise OpdiffError(f"no suites found under {settings.suites}. Give suite files, or create "
                           "suites there (see docs/suite-format.md).")
-    all_cases = load_suites(suite_paths)
+    all_cases = load_suites(suite_paths, reader=reader)
     cases = select(all_cases, sel.test_ids, sel.tags)
     if not cases and sel.narrowed:
         raise OpdiffError(f"no test among the {len(all_cases)} of {', '.join(map(str, suite_paths))} "
@@ -309,8 +311,9 @@ def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[s
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}; nothing to add references to.")
-    paths = find_suites(suites, settings.suites)
-    rebuild = GoldenCases(trust_goldens, paths)
+    reader = SuiteReader()
+    paths = find_suites(suites, settings.suites, reader)
+    rebuild = GoldenCases(trust_goldens, paths, reader)
     known = rebuild.vouching()   # the suites pointed at: loaded once, also to vouch
     patterns = parse_patterns(test_ids) if test_ids else None
     preset = get_preset("torch_cpu_fp32")

@@ -9,8 +9,8 @@ from pathlib import Path
 from ..core.config import Settings
 from ..core.errors import Problem, SuiteError
 from ..execution.probe import ImportProbe
-from ..suite import TestCase, load_suites
-from ..suite.given import given_suites
+from ..suite import TestCase
+from ..suite.given import given_cases
 from ..suite.unsettled import unsettled_paths
 from .session import make_pool
 
@@ -20,7 +20,7 @@ def validate(suites=None, *, imports: bool = False, settings: Settings | None = 
     """The tests of the suites (default: every suite under `settings.suites`), or SuiteError.
     The pool is that of `settings.executor`, its workers under `python` when given."""
     settings = settings or Settings()
-    cases = load_suites(given_suites(suites, settings.suites))
+    cases = given_cases(suites, settings.suites)
     unsettled = {p.key: p for p in unsettled_paths(cases, imports)}
     problems = []
     if unsettled:

@@ -4,7 +4,8 @@ The names here need no torch; `construct` (user code) and `materialize` (seeded 
 are imported from their modules by the code that runs jobs."""
 
 from .discover import discover_suites, suite_paths
-from .expand import case_from_definition, load_suites
+from .expand import case_from_definition
+from .load import load_suites
 from .model import Call, Invocation, TestCase, Tolerance
 from .selection import select
 

@@ -17,8 +17,10 @@ from .extensions import parse_extension
 from .fields import EXTENSION_KEYS, TOP_KEYS
 from .files import display_path
 from .problems import BAD, Problems, Where, check_keys
+from .reader import SuiteReader
+from .reads import note
 from .resolve import NodeResolver
-from .yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
+from .yamlload import YamlSyntaxError
 
 EXT_DEFAULTS: dict[str, Any] = {"tolerance": {}, "seeds": [0], "tags": [], "skip": {}, "grad": False}
 
@@ -41,15 +43,17 @@ class Document:
     tests: list[RawTest] = field(default_factory=list)
 
 
-def read_suite_file(path: Path, problems: Problems, where: Where | None = None) -> Any:
-    """The file's YAML value, or BAD (with the problem recorded)."""
+def read_suite_file(path: Path, problems: Problems, where: Where | None = None,
+                    reader: SuiteReader | None = None) -> Any:
+    """The file's YAML value, or BAD (with the problem recorded). Through `reader`, a file
+    is read and parsed once however often it is asked for."""
     disp = display_path(path)
+    note("read", os.path.abspath(path))
     if path.exists() and not path.is_file() and not path.is_dir():
         return problems.add(where or Where(disp), f"suite file {disp}: not a regular file (a pipe or "
                                                   "device?); name a YAML file here")
     try:
-        text = read_yaml_file(path)
-        value, dups = load_yaml_text(text)
+        value, dups = (reader or SuiteReader()).parsed(path)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             msg = "file not found"
@@ -68,17 +72,20 @@ def read_suite_file(path: Path, problems: Problems, where: Where | None = None) 
 
 
 def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Path, ...] = (),
-                  defaults: dict | None = None, via: Where | None = None) -> None:
+                  defaults: dict | None = None, via: Where | None = None,
+                  reader: SuiteReader | None = None) -> None:
     """Load `path` and its includes into `doc` (depth-first, includes first). `stack` is
     the chain of including files (resolved), top-level suite first."""
+    reader = reader or SuiteReader()
     path = Path(os.path.normpath(path))
     disp = display_path(path)
     real = path.resolve()
+    note("resolve", path)
     if real in stack:
         chain = " -> ".join(display_path(p) for p in stack + (real,))
         problems.add(via or Where(disp), f"include cycle: {chain}; remove one of these includes")
         return
-    data = read_suite_file(path, problems, via)
+    data = read_suite_file(path, problems, via, reader)
     if data is BAD:
         return
     top = Where(disp, mark=getattr(data, "mark", None))
@@ -115,7 +122,7 @@ def load_document(path: Path, problems: Problems, doc: Document, stack: tuple[Pa
         else:
             for i, name in enumerate(items):
                 w = wi if isinstance(inc, str) else wi.at(inc, i)
-                load_document(path.parent / name, problems, doc, stack + (real,), own, w)
+                load_document(path.parent / name, problems, doc, stack + (real,), own, w, reader)
 
     dims = data.get("dims")
     if dims is not None:

@@ -15,12 +15,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import OpdiffError, SuiteError
+from ..core.errors import OpdiffError
 from ..core.safetext import printable, unsafe_char
-from .document import EXT_DEFAULTS, Document, RawTest, chain_text, load_document, plain_number
+from .document import EXT_DEFAULTS, Document, RawTest, plain_number
 from .extensions import parse_extension
 from .fields import DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, dtype_family
-from .files import SearchRoots, display_path
+from .files import SearchRoots
 from .model import Call, TestCase, Tolerance
 from .problems import BAD, Problems, Where, check_keys, plain
 from .resolve import NodeResolver, path_checker
@@ -347,58 +347,34 @@ def case_from_definition(test_id: str, definition: dict, suite_path: Path,
     `import_dirs` default to those of a run of `suite_path` from the current directory."""
     d = json.loads(json.dumps(definition))
     try:
-        call = _call(d["call"])
-        pair = _call(d["pair"]) if d.get("pair") else None
         suite_path = Path(suite_path)
         if import_dirs is None:
             import_dirs = SearchRoots.for_suite(suite_path).import_dirs
         sources = file_modules(d, suite_path.parent)
-        return TestCase(
-            id=test_id, suite=suite_path, call=call, inputs=tuple(d["inputs"]), kwargs=d["kwargs"],
-            pair=pair, device=d.get("device", "cpu"), impl=d.get("impl"), out=d.get("out"),
-            cast_input0_to_complex=bool(d.get("cast_input0_to_complex", False)),
-            tolerance={k: Tolerance(v.get("atol"), v.get("rtol"), v.get("baseline_factor"))
-                       for k, v in d.get("tolerance", {}).items()},
-            seeds=tuple(d.get("seeds", [0])), tags=tuple(d.get("tags", [])), skip=dict(d.get("skip", {})),
-            grad=bool(d.get("grad", False)), definition=d, spec_hash=spec_hash(d, sources),
-            source_files=sources, import_dirs=tuple(import_dirs))
+        return assemble_case(test_id, d, suite_path, sources, spec_hash(d, sources), tuple(import_dirs))
     except (KeyError, TypeError, AttributeError) as exc:
         raise OpdiffError(f"test '{test_id}': its stored definition is malformed ({type(exc).__name__}: {exc}); "
                           "re-record it with --force.") from None
 
 
+def assemble_case(test_id: str, d: dict, suite_path: Path, sources: tuple[Path, ...], spec: str,
+                  import_dirs: tuple[Path, ...]) -> TestCase:
+    """A TestCase of a canonical definition (JSON values, owned by the case) and what was
+    found for it: its `file:` modules and spec hash. Raises KeyError, TypeError or
+    AttributeError on a malformed definition."""
+    call = _call(d["call"])
+    pair = _call(d["pair"]) if d.get("pair") else None
+    return TestCase(
+        id=test_id, suite=suite_path, call=call, inputs=tuple(d["inputs"]), kwargs=d["kwargs"],
+        pair=pair, device=d.get("device", "cpu"), impl=d.get("impl"), out=d.get("out"),
+        cast_input0_to_complex=bool(d.get("cast_input0_to_complex", False)),
+        tolerance={k: Tolerance(v.get("atol"), v.get("rtol"), v.get("baseline_factor"))
+                   for k, v in d.get("tolerance", {}).items()},
+        seeds=tuple(d.get("seeds", [0])), tags=tuple(d.get("tags", [])), skip=dict(d.get("skip", {})),
+        grad=bool(d.get("grad", False)), definition=d, spec_hash=spec, source_files=sources,
+        import_dirs=import_dirs)
+
+
 def _call(c: dict) -> Call:
     return Call(kind=c["kind"], target=c["target"], args=tuple(c.get("args", [])),
                 kwargs=dict(c.get("kwargs", {})), impl=c.get("impl"), config=c.get("config"))
-
-
-def load_suites(paths: list[Path], check_names: bool = True) -> list[TestCase]:
-    """Load, validate and expand suites; every problem of every file in one SuiteError.
-    `check_names=False` leaves out resolving op names and dotted paths (which imports
-    torch), for a caller that wants only ids and spec hashes (the goldens' states)."""
-    problems = Problems()
-    import_cache: dict = {}
-    cases: list[TestCase] = []
-    seen: dict[str, tuple[TestCase, RawTest]] = {}
-    for p in paths:
-        doc = Document()
-        load_document(Path(p), problems, doc)
-        for case, rt in Expander(doc, problems, import_cache, SearchRoots.for_suite(Path(p)), check_names).cases():
-            if case.id in seen:
-                first = seen[case.id][1]
-                if first.chain != rt.chain and first.suite == rt.suite and first.index == rt.index:
-                    why = (f"the same test reached twice, through {chain_text(first.chain)} and "
-                           f"{chain_text(rt.chain)}; include that file once, from a file both include")
-                else:
-                    why = (f"also defined in {display_path(seen[case.id][0].suite)}"
-                           f" (reached through {chain_text(first.chain)}); give one of them another id")
-                problems.add(Where(display_path(case.suite), test_id=case.id),
-                             f"duplicate test id '{case.id}': {why}")
-                continue
-            seen[case.id] = (case, rt)
-            cases.append(case)
-    if len(problems):
-        raise SuiteError(list(problems))
-    return cases
-
-

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import OpdiffError
+from .reads import note
 
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 
@@ -81,7 +82,11 @@ def find_file(rel: str, suite_dir: Path, roots: SearchRoots) -> Path:
         candidates = [Path(rel)]
     else:
         candidates = [d / rel for d in roots.lookup_dirs(suite_dir)]
+    for c in candidates:
+        note("probe", os.path.abspath(c))
     found = [Path(os.path.normpath(c)) for c in candidates if c.is_file()]
+    for f in found:
+        note("read", os.path.abspath(f))
     if not found:
         tried = ", ".join(display_path(Path(os.path.normpath(c))) for c in candidates)
         raise OpdiffError(f"file:{rel}: file not found; looked in {tried}. Write the path relative to the "

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import suggest
+from .reads import note
 
 
 class Kind(str, enum.Enum):
@@ -133,6 +134,7 @@ def kind_of(obj: object) -> Kind:
 def package_files(module_name: str) -> list[Path]:
     """Candidate source files of a dotted module, found without importing anything."""
     top, _, rest = module_name.partition(".")
+    note("spec", top)
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
@@ -145,6 +147,7 @@ def package_files(module_name: str) -> list[Path]:
     for root in spec.submodule_search_locations or []:
         base = Path(root).joinpath(*rest.split("."))
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            note("probe", os.path.abspath(candidate))
             if candidate.is_file():
                 out.append(candidate)
     return out
@@ -157,6 +160,7 @@ def _bases_say_plain(node: ast.ClassDef) -> bool:
 
 def locate_in_file(file: Path, name: str, display: str, depth: int = 0) -> Located:
     """Find top-level `name` in a Python file by parsing it."""
+    note("read", os.path.abspath(file))
     try:
         source = file.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -191,6 +195,7 @@ def locate_in_file(file: Path, name: str, display: str, depth: int = 0) -> Locat
     if found is not None:
         return found
     if lazy:
+        note("walk", os.path.abspath(file.parent))
         exports = lazy_exports(str(file.parent))
         if name in exports:
             target = file.parent / exports[name]
@@ -276,6 +281,7 @@ def _follow(node: ast.stmt, alias: ast.alias, file: Path, at: str, depth: int) -
             base = base.parent
         target = base.joinpath(*(node.module or "").split(".")) if node.module else base
         for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+            note("probe", os.path.abspath(candidate))
             if candidate.is_file():
                 try:
                     return locate_in_file(candidate, alias.name, str(candidate), depth + 1)

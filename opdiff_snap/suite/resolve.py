@@ -262,6 +262,7 @@ def path_checker(problems: Problems, suite_dir: Path, cache: dict,
     With `locate=False` a dotted path is taken as written (torch's are not imported)."""
     from .files import display_path, find_file, split_file_path
     from .locate import NotFound, locate_dotted, locate_in_file, problem
+    from .reads import noting, replay
 
     def check(path: Any, where: Where, module: bool) -> Any:
         if not isinstance(path, str) or not path:
@@ -269,19 +270,22 @@ def path_checker(problems: Problems, suite_dir: Path, cache: dict,
                                        f"got {path!r}")
         key = (path, str(suite_dir), module)
         if key not in cache:
-            try:
-                if path.startswith("file:"):
-                    rel, name = split_file_path(path)
-                    found = find_file(rel, suite_dir, roots)
-                    canon = f"file:{Path(os.path.relpath(found, os.path.abspath(suite_dir))).as_posix()}::{name}"
-                    cache[key] = (problem(locate_in_file(found, name, display_path(found)), path, module), canon)
-                elif not locate:
-                    cache[key] = (None, path)
-                else:
-                    cache[key] = (problem(locate_dotted(path), path, module), path)
-            except (OpdiffError, NotFound) as exc:
-                cache[key] = (str(exc), path)
-        error, canon = cache[key]
+            with noting() as seen:   # what the answer rests on, for the suite cache
+                try:
+                    if path.startswith("file:"):
+                        rel, name = split_file_path(path)
+                        found = find_file(rel, suite_dir, roots)
+                        canon = f"file:{Path(os.path.relpath(found, os.path.abspath(suite_dir))).as_posix()}::{name}"
+                        answer = (problem(locate_in_file(found, name, display_path(found)), path, module), canon)
+                    elif not locate:
+                        answer = (None, path)
+                    else:
+                        answer = (problem(locate_dotted(path), path, module), path)
+                except (OpdiffError, NotFound) as exc:
+                    answer = (str(exc), path)
+            cache[key] = (*answer, tuple(seen))
+        error, canon, seen = cache[key]
+        replay(seen)
         if error is not None:
             return problems.add(where, error)
         return canon

@@ -14,6 +14,8 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from .reads import note
+
 NON_OUTPUT_KEYS = ("tolerance", "seeds", "tags", "skip")
 
 
@@ -38,6 +40,7 @@ def file_modules(definition: Mapping[str, Any], suite_dir: Path) -> tuple[Path, 
     out: dict[Path, None] = {}
     for p in _paths(dict(definition)):
         rel = p[len("file:"):].partition("::")[0]
+        note("resolve", suite_dir / rel)
         out[(suite_dir / rel).resolve()] = None
     return tuple(out)
 
@@ -56,6 +59,7 @@ def _hash_file(h: Any, path: Path) -> None:
     """Stream a regular file into `h`. Anything else (missing, a device such as
     /dev/zero, a FIFO, a folder) hashes as a marker, so the golden reads as stale
     instead of the read never ending: a golden's definition chooses these paths."""
+    note("read", path)
     try:
         # opened without blocking (a FIFO opens at once) and judged by what was opened, so a
         # file swapped for a pipe between a check and the open cannot block the read

@@ -198,8 +198,18 @@ def _convert(node: yaml.Node, duplicates: list[tuple[str, Mark]], depth: int = 0
 def read_yaml_file(path: Path) -> str:
     """The text of a YAML file: at most MAX_DOCUMENT_BYTES of UTF-8. Raises OSError when
     it cannot be read, YamlSyntaxError when it is too big or not UTF-8."""
+    return yaml_text(read_yaml_bytes(path))
+
+
+def read_yaml_bytes(path: Path) -> bytes:
+    """The bytes of a YAML file, at most one past MAX_DOCUMENT_BYTES (a pipe or a device
+    named as a suite is not read to its end). Raises OSError when it cannot be read."""
     with open(path, "rb") as f:
-        data = f.read(MAX_DOCUMENT_BYTES + 1)
+        return f.read(MAX_DOCUMENT_BYTES + 1)
+
+
+def yaml_text(data: bytes) -> str:
+    """A YAML file's bytes as text; raises YamlSyntaxError when they are too many or not UTF-8."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise YamlSyntaxError([(f"the file is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB, the "
                                 "most a suite may hold; split it into several files", None)])

@@ -1,0 +1,91 @@
+"""A warm check of one test with every shipped suite on disk: what planning costs.
+
+    python bench/bench_plan.py [-b torch_cpu_fp32 -b onnx_cpu_fp32] [--runs 3] [--before REV]
+
+Runs `opdiff check -b PRESET --test-ids abs -j 1` in the repository root (its suites/ and
+goldens/), with a fresh artifact cache and history store in a temporary folder: one check
+to fill the cache, then `--runs` warm checks, timed whole (interpreter start, imports,
+planning, the worker, the run). `--before REV` runs the same checks on the package as it
+is at git revision REV (extracted with `git archive` into a temporary folder, put first on
+PYTHONPATH), for a before/after comparison on the same machine. Prints JSON, with the
+1-minute load average before each check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_check(tree: Path, work: Path, preset: str, test_id: str) -> dict:
+    load = os.getloadavg()[0]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+    # -P: the package comes from `tree` (PYTHONPATH), not from the folder the check runs in
+    cmd = [sys.executable, "-P", "-m", "opdiff_snap.cli", "--cache", str(work / "cache"), "--store",
+           str(work / "store"), "check", "-b", preset, "--test-ids", test_id, "-j", "1"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    verdicts = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("[1/1]")]
+    return {"wall_s": round(wall, 2), "load_1min": round(load, 2), "verdicts": verdicts}
+
+
+def measure(tree: Path, preset: str, runs: int, test_id: str) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="opdiff-bench-plan-"))
+    try:
+        first = one_check(tree, work, preset, test_id)
+        warm = [one_check(tree, work, preset, test_id) for _ in range(runs)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    walls = sorted(w["wall_s"] for w in warm)
+    return {"first": first, "warm": warm, "warm_median_s": walls[len(walls) // 2]}
+
+
+def extract(rev: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "opdiff_snap"], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-b", "--backend", action="append", help="preset (repeatable; default torch_cpu_fp32)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--test-id", default="abs")
+    ap.add_argument("--before", metavar="REV", help="also measure the package at this git revision")
+    args = ap.parse_args()
+    presets = args.backend or ["torch_cpu_fp32"]
+    suites = sorted(p for p in (ROOT / "suites").rglob("*") if p.suffix in (".yaml", ".yml"))
+    out: dict = {"command": f"opdiff check -b PRESET --test-ids {args.test_id} -j 1", "cpus": os.cpu_count(),
+                 "suite_files": len(suites), "suite_bytes": sum(p.stat().st_size for p in suites)}
+    trees = {"after": ROOT}
+    scratch = Path(tempfile.mkdtemp(prefix="opdiff-bench-plan-tree-")) if args.before else None
+    try:
+        if args.before and scratch is not None:
+            trees = {"before": extract(args.before, scratch), **trees}
+            out["before"] = args.before
+        for preset in presets:
+            out[preset] = {name: measure(tree, preset, args.runs, args.test_id) for name, tree in trees.items()}
+            if "before" in trees:
+                before, after = (out[preset][n]["warm_median_s"] for n in ("before", "after"))
+                out[preset]["after/before"] = round(after / before, 3)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
