@@ -192,20 +192,64 @@ def test_empty_store_answers(tmp_path):
 
 
 
-def test_ctrl_c_while_the_history_loads_is_a_stopped_query(tmp_path, monkeypatch):
-    """Ctrl-C while DuckDB loads the history on the calling thread reaches us as DuckDB's
+LOADING_INTERRUPTED = """
+import os, signal, sys, threading, time
+from opdiff_snap.analytics import connect, views
+
+def slow(con, *args, **kwargs):   # loading that takes long enough for the user to give up
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:   # short statements: never longer than this, interrupted or not
+        con.execute("SELECT count(*) FROM range(3000000) a, range(300) b").fetchall()
+
+views._update = slow
+try:
+    connect(sys.argv[1])
+except KeyboardInterrupt as exc:
+    print("KeyboardInterrupt:", exc)
+except BaseException as exc:
+    print(type(exc).__name__ + ":", exc)
+"""
+
+
+def test_ctrl_c_while_the_history_loads_is_a_stopped_query(tmp_path):
+    """A real Ctrl-C while DuckDB loads the history on the main thread reaches us as DuckDB's
     RuntimeError, not as a KeyboardInterrupt: it still says the query was stopped, so the
-    command exits 130 with our message."""
-    import signal
+    command exits 130 with our message. (A fresh interpreter: signals reach only the main
+    thread, and the loading must be the first DuckDB work of the process.)"""
+    import subprocess
+    import sys
+
+    _run(tmp_path, "a", 1)
+    proc = subprocess.run([sys.executable, "-c", LOADING_INTERRUPTED, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout.strip() == "KeyboardInterrupt: the query was stopped; nothing was written.", \
+        proc.stdout + proc.stderr[-2000:]
+
+
+def test_duckdb_s_own_interrupt_while_the_history_loads_is_a_stopped_query(tmp_path, monkeypatch):
+    """The same for DuckDB's InterruptException (its connection interrupted from elsewhere)."""
     import threading
+    import time
 
     from opdiff_snap.analytics import views
 
     _run(tmp_path, "a", 1)
 
-    def slow(con, *args, **kwargs):   # loading that takes long enough for the user to give up
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-        con.execute("SELECT count(*) FROM range(10000000) a, range(100000) b, range(1000) c").fetchall()
+    def slow(con, *args, **kwargs):
+        stop = threading.Event()
+
+        def interrupt():
+            while not stop.wait(0.05):
+                con.interrupt()
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                con.execute("SELECT count(*) FROM range(3000000) a, range(300) b").fetchall()
+        finally:
+            stop.set()
 
     monkeypatch.setattr(views, "_update", slow)
     with pytest.raises(KeyboardInterrupt) as caught:
