@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..core.environment import PLUGIN_GROUP
 from ..core.errors import OpdiffError, suggest
 from ..core.limits import OPTION_INT, Range
 from .base import Availability, Backend, PluginBackend, Preset, surface_problem
@@ -36,7 +37,7 @@ from .inductor import InductorBackend
 from .onnx import OnnxBackend
 from .torch_eager import TorchEagerBackend
 
-ENTRY_POINT_GROUP = "opdiff_snap.backends"
+ENTRY_POINT_GROUP = PLUGIN_GROUP   # core.environment reports the versions of its distributions
 
 _BUILTIN: tuple[Backend, ...] = (TorchEagerBackend(), InductorBackend(), OnnxBackend(),
                                  ExecuTorchBackend(), CoreMLBackend())
