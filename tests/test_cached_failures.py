@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers_check import shipped_goldens
 
 from opdiff_snap import api
 from opdiff_snap.cli import main
@@ -27,15 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarnin
 
 
 def _project(root: Path) -> Settings:
-    """The shipped goldens of the failing tests, copied (no record needed)."""
-    goldens = root / "goldens"
-    goldens.mkdir(parents=True)
-    shutil.copy(REPO / "goldens" / "zarr.json", goldens)
-    for test_id in FAILING:
-        (golden,) = (REPO / "goldens").glob(f"{test_id}-*-s0")
-        shutil.copytree(golden, goldens / golden.name)
-    return Settings(suites=SUITE.parent, goldens=goldens, store=root / "store", cache=root / "cache",
-                    jobs=1, repeats=1)
+    return shipped_goldens(root, FAILING)
 
 
 def _check(settings: Settings, **options):

@@ -118,12 +118,12 @@ def test_a_failure_quotes_what_the_backend_printed_during_that_job():
 
 def test_warm_up_runs_each_presets_backend_and_leaves_the_random_stream_alone():
     from opdiff_snap.backends.registry import get_preset
-    from opdiff_snap.execution.warmup import warm_up
+    from opdiff_snap.execution.warmup import WarmUp, warm_up
 
     torch.manual_seed(7)
     expected = torch.rand(3)
     torch.manual_seed(7)
-    spent = warm_up([get_preset("torch_cpu_fp32")])
+    spent = warm_up([WarmUp(get_preset("torch_cpu_fp32"))])
     assert list(spent) == ["torch_cpu_fp32"] and spent["torch_cpu_fp32"] >= 0
     torch.testing.assert_close(torch.rand(3), expected)
 
@@ -131,9 +131,10 @@ def test_warm_up_runs_each_presets_backend_and_leaves_the_random_stream_alone():
 @pytest.mark.slow
 def test_warm_workers_serve_the_same_results():
     from opdiff_snap.backends.registry import get_preset
+    from opdiff_snap.execution.warmup import WarmUp
 
     with WorkerPool(jobs=1, timeout_s=120) as pool:
-        pool.prestart([get_preset("onnx_cpu_fp32")])
+        pool.prestart([WarmUp(get_preset("onnx_cpu_fp32"))])
         outcomes = list(pool.run(relu_jobs(2, preset="onnx_cpu_fp32")))
     assert pool.started_workers == 1
     for o in outcomes:

@@ -18,8 +18,9 @@ CHECKOUT = re.compile(r"/[^\s\"']*?/opdiff_snap/")
 # line is cut depends on the length of the process ids before it
 TAIL = re.compile(r"(backend output:\n)[^\n]*\n")
 
-# timings, ids, and whether the result came from the artifact cache (a cached failure says so)
-DROP = {"run_id", "ts", "times_all", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "repro", "cache_hit"}
+# timings, ids, whether the result came from the artifact cache (a cached failure says so), and the
+# size of the batch that compiled its artifact
+DROP = {"run_id", "ts", "times_all", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "repro", "cache_hit", "batch"}
 
 
 def clean(value):

@@ -47,6 +47,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "infer_ms": "median inference time over the repeats, ms",
         "infer_ms_all": "every timed repeat, ms",
         "cache_hit": "true when the exported artifact came from the cache",
+        "batch": "how many tests one exporter call compiled this test's artifact with (its export_ms is its "
+                 "share of that call); NULL: exported alone. Only a PASS comes from a batch's artifact",
         "error_class": "exception class of a failure",
         "error_message": "failure message",
         "delegation": "delegating presets (ExecuTorch with XNNPACK, CoreML, MPS): {delegate, blobs, ops: list of "

@@ -73,6 +73,16 @@ class Artifact:
 
 
 @dataclass
+class Piece:
+    """One test of a batch compiled in one exporter call (Backend.export_batch): its flat
+    module, its example inputs, and how many tensors it returns."""
+
+    module: torch.nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    outputs: int
+
+
+@dataclass
 class DelegatedOp:
     """One ATen op of a lowered program: how many of its nodes the delegate took and how
     many stayed on the runtime's own kernels, and where those come from in the model."""
@@ -235,6 +245,25 @@ class Backend:
         names of the plugin's own. Only the Ray executor routes on it. Default: nothing."""
         return frozenset()
 
+    def prepare_runtime(self, preset: Preset) -> None:
+        """Import what loading and running `preset`'s artifacts needs (not the exporter), so
+        that a worker pays it before its first job and `load_ms` times the load alone.
+        Default: nothing."""
+
+    def batches(self, preset: Preset) -> bool:
+        """Whether `export_batch` can compile several tests of `preset` in one exporter
+        call. Default False: each test is exported alone."""
+        return False
+
+    def export_batch(self, pieces: Sequence[Piece], preset: Preset, workdir: Path) -> list[Artifact | None]:
+        """Export every piece in one exporter call (each piece on its own inputs, nothing
+        shared between them) and give each its own artifact in its own folder under
+        `workdir`, loadable alone exactly like `export`'s: the list holds one per piece, in
+        order, None where that piece's artifact could not be made (it is then exported
+        alone). Raises when the call itself fails (the caller halves the batch). Called
+        only where `batches` is True."""
+        raise NotImplementedError(f"the {self.family} backend does not compile batches")
+
     def delegates(self, preset: Preset) -> bool:
         """Whether the preset hands programs to a delegate, so that `--require-delegated`
         has something to hold it to. Default False."""
@@ -339,6 +368,18 @@ class PluginBackend(Backend):
         if "requires" in self.defined:
             return self.plugin.requires(preset)
         return super().requires(preset)
+
+    def prepare_runtime(self, preset: Preset) -> None:
+        if "prepare_runtime" in self.defined:
+            self.plugin.prepare_runtime(preset)
+
+    def batches(self, preset: Preset) -> bool:
+        if "batches" in self.defined and "export_batch" in self.defined:
+            return bool(self.plugin.batches(preset))
+        return super().batches(preset)
+
+    def export_batch(self, pieces: Sequence[Piece], preset: Preset, workdir: Path) -> list[Artifact | None]:
+        return self.plugin.export_batch(pieces, preset, workdir)
 
     def delegates(self, preset: Preset) -> bool:
         if "delegates" in self.defined:

@@ -121,3 +121,23 @@ def script_source(imports: Sequence[str], constants: Mapping[str, Any], function
     parts = ["\n".join(imports), "\n".join(f"{name} = {value!r}" for name, value in constants.items())]
     parts += [inspect.getsource(f).rstrip("\n") for f in functions]
     return "\n" + "\n\n\n".join(p for p in parts if p) + "\n" + glue
+
+
+class Pieces(torch.nn.Module):
+    """Several flat modules as one, for an exporter call that compiles a batch of tests:
+    forward takes every piece's inputs one after the other and returns every piece's
+    outputs one after the other. Nothing flows between pieces."""
+
+    def __init__(self, modules: Sequence[torch.nn.Module], arity: Sequence[int]):
+        super().__init__()
+        self.pieces = torch.nn.ModuleList(modules)
+        self.arity = list(arity)
+        self.training = any(m.training for m in modules)   # each piece keeps the mode it was given
+
+    def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outs: list[torch.Tensor] = []
+        start = 0
+        for module, n in zip(self.pieces, self.arity):
+            outs.extend(as_output_list(module(*args[start:start + n])))
+            start += n
+        return tuple(outs)

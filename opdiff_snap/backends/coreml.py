@@ -83,6 +83,9 @@ class CoreMLBackend(Backend):
         mlmodel.save(str(workdir / PACKAGE_NAME))
         return Artifact(path=workdir)
 
+    def prepare_runtime(self, preset: Preset) -> None:
+        import coremltools  # noqa: F401
+
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         if not IS_MACOS:
             raise RuntimeError(NOT_MACOS)

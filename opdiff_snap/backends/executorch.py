@@ -128,6 +128,11 @@ class ExecuTorchBackend(Backend):
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"{DELEGATION_FILE} cannot be read ({exc.__class__.__name__})") from None
 
+    def prepare_runtime(self, preset: Preset) -> None:
+        from executorch.runtime import Runtime
+
+        Runtime.get()
+
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         avail = self.availability(preset)
         if not avail.can_run:

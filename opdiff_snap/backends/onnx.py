@@ -9,13 +9,22 @@ from __future__ import annotations
 import functools
 import importlib.util
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from ..core.limits import THREADS, Range
-from .base import CUDA, MACOS, Artifact, Availability, Backend, Preset, Runnable
-from .common import cast_inputs, cast_module, contiguous_cpu, reduced_dtype, script_source, single_file, thread_budget
+from .base import CUDA, MACOS, Artifact, Availability, Backend, Piece, Preset, Runnable
+from .common import (
+    Pieces,
+    cast_inputs,
+    cast_module,
+    contiguous_cpu,
+    reduced_dtype,
+    script_source,
+    single_file,
+    thread_budget,
+)
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
              "coreml": "CoreMLExecutionProvider"}
@@ -89,6 +98,45 @@ class OnnxBackend(Backend):
         onnx_export(cast_module(module, dtype), cast_inputs(inputs, dtype), preset.options, workdir / MODEL_FILE)
         return Artifact(path=workdir)
 
+    def prepare_runtime(self, preset: Preset) -> None:
+        import onnxruntime  # noqa: F401
+
+    def batches(self, preset: Preset) -> bool:
+        return not preset.options.get("external_data")   # a batch splits one in-memory model
+
+    def export_batch(self, pieces: Sequence[Piece], preset: Preset, workdir: Path) -> list[Artifact | None]:
+        """One torch.onnx.export of every piece (inputs named b<i>_in<j>), then one model per
+        piece cut out of it: the nodes its outputs need, its inputs renamed in0, in1, ..."""
+        import onnx
+
+        dtype = reduced_dtype(preset)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        batch = Pieces([cast_module(p.module, dtype) for p in pieces], [len(p.inputs) for p in pieces])
+        names = [f"b{i}_in{j}" for i, p in enumerate(pieces) for j in range(len(p.inputs))]
+        args = cast_inputs([t for p in pieces for t in p.inputs], dtype)
+        onnx_export(batch, args, preset.options, workdir / MODEL_FILE, input_names=names)
+        model = onnx.load(str(workdir / MODEL_FILE))
+        (workdir / MODEL_FILE).unlink()
+        outputs = [o.name for o in model.graph.output]
+        if len(outputs) != sum(p.outputs for p in pieces):
+            raise RuntimeError(f"the batch's graph has {len(outputs)} outputs; its pieces return "
+                               f"{sum(p.outputs for p in pieces)}")
+        artifacts: list[Artifact | None] = []
+        start = 0
+        for i, piece in enumerate(pieces):
+            own = {f"b{i}_in{j}": f"in{j}" for j in range(len(piece.inputs))}
+            try:
+                cut = piece_model(model, own, outputs[start:start + piece.outputs])
+                folder = workdir / f"piece{i}"
+                folder.mkdir()
+                onnx.save(cut, str(folder / MODEL_FILE))
+                artifacts.append(Artifact(path=folder))
+            except (ValueError, onnx.checker.ValidationError, OSError):
+                artifacts.append(None)
+            start += piece.outputs
+        return artifacts
+
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         import numpy as np
 
@@ -117,15 +165,15 @@ def onnx_providers(options: Mapping[str, Any], device: str) -> list[str]:
 
 
 def onnx_export(model: torch.nn.Module, args: tuple[torch.Tensor, ...], options: Mapping[str, Any],
-                path: Path) -> None:
+                path: Path, input_names: list[str] | None = None) -> None:
     """torch.onnx.export of `model` on `args` (both already in the preset's dtype) to `path`,
-    with the preset's exporter options; inputs are named in0, in1, ..."""
+    with the preset's exporter options; inputs are named in0, in1, ... (or `input_names`)"""
     dynamo = bool(options.get("dynamo", True))
     target: Any = model
     if dynamo and options.get("use_default_decompositions"):
         target = torch.export.export(model, args, strict=bool(options.get("export_strict"))).run_decompositions()
     kwargs: dict[str, Any] = {
-        "input_names": [f"in{i}" for i in range(len(args))],
+        "input_names": input_names or [f"in{i}" for i in range(len(args))],
         "opset_version": int(options.get("opset", 20)),
         "dynamo": dynamo,
         "external_data": bool(options.get("external_data", False)),
@@ -183,6 +231,63 @@ def _to_numpy(t: torch.Tensor):
         raise TypeError("ONNX Runtime's Python feeds cannot carry bfloat16 inputs (NumPy has no "
                         "bfloat16); this test needs a float32 or float16 input for ONNX presets")
     return t.numpy()
+
+
+def piece_model(model: Any, inputs: Mapping[str, str], outputs: Sequence[str]) -> Any:
+    """The part of `model` that computes `outputs` (graph output names) from the graph
+    inputs named in `inputs`, which are renamed to its values; opsets, functions and
+    metadata kept. ValueError when those outputs need any other graph input."""
+    import onnx
+    from onnx import helper
+
+    graph = model.graph
+    producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
+    needed, keep, todo = set(outputs), set(), list(outputs)
+    while todo:
+        at = producer.get(todo.pop())
+        if at is None or at in keep:
+            continue
+        keep.add(at)
+        for name in _reads(graph.node[at]):
+            if name and name not in needed:
+                needed.add(name)
+                todo.append(name)
+    graph_inputs = [v for v in graph.input if v.name in needed]
+    foreign = [v.name for v in graph_inputs if v.name not in inputs]
+    if foreign:
+        raise ValueError(f"the piece's outputs read other pieces' inputs ({', '.join(foreign)})")
+    by_name = {o.name: o for o in graph.output}
+    cut = helper.make_graph(
+        [graph.node[i] for i in sorted(keep)], graph.name, graph_inputs, [by_name[n] for n in outputs],
+        initializer=[t for t in graph.initializer if t.name in needed],
+        value_info=[v for v in graph.value_info if v.name in needed],
+        sparse_initializer=[t for t in graph.sparse_initializer if t.values.name in needed])
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    out.graph.CopyFrom(cut)
+    _rename(out.graph, inputs)
+    onnx.checker.check_model(out)
+    return out
+
+
+def _reads(node: Any) -> list[str]:
+    """Every name a node reads, those its subgraphs (If, Loop, Scan) read from outside included."""
+    names = list(node.input)
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            for inner in sub.node:
+                names.extend(_reads(inner))
+    return names
+
+
+def _rename(graph: Any, names: Mapping[str, str]) -> None:
+    for value in [*graph.input, *graph.output]:
+        value.name = names.get(value.name, value.name)
+    for node in graph.node:
+        node.input[:] = [names.get(n, n) for n in node.input]
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                _rename(sub, names)
 
 
 _REPRO_GLUE = '''

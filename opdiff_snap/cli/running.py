@@ -31,6 +31,7 @@ from .app import (
 )
 
 REPEATS = Number(limits.REPEATS)
+BATCH = Number(limits.BATCH)
 WARMUP = Number(limits.WARMUP)
 SEED_COUNT = Number(limits.SEED_COUNT)
 
@@ -67,6 +68,11 @@ def _jobs_and_selection(fn):
         click.option("--seeds", type=SEED_COUNT, help="Use seeds 0..N-1 instead of each test's."),
         click.option("--seed-list", help="Use exactly these seeds, e.g. 0,3,7."),
     ])
+
+
+def _batch_option(fn):
+    return click.option("--batch", type=BATCH, help="Tests one exporter call may compile together, each then "
+                        "loaded and run alone (default 32; 1: export each test alone).")(fn)
 
 
 def _run_options(fn):
@@ -230,13 +236,14 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--require-delegated", is_flag=True,
               help="An op node left off the delegate (ExecuTorch with XNNPACK, CoreML, MPS) fails the result: "
                    "NOT_DELEGATED (per preset: the option require_delegated).")
+@_batch_option
 @_run_options
 @_opdiff_options
 @executor_option
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
-          fail_on, junit, python, shard, run_group, require_delegated, jobs,
+          fail_on, junit, python, shard, run_group, require_delegated, batch, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
@@ -261,7 +268,7 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
 
     given = (atol, rtol, baseline_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
-    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup, batch=batch)
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
         seeds=seeds, seed_list=parse_seed_list(seed_list), test_ids=patterns(test_ids), tags=patterns(tags),
@@ -334,13 +341,14 @@ class _UpgradeUI:
 @click.option("--html", type=click.Path(path_type=Path), help="Also write the comparison as one HTML page.")
 @_rounds_options
 @diff_thresholds
+@_batch_option
 @_jobs_and_selection
 @FORMAT_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
 @click.pass_context
 @guarded
 def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, rounds, min_ratio, drift_factor,
-            latency_threshold, jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt,
+            latency_threshold, batch, jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt,
             verbose) -> None:
     """Check the goldens in an environment with --with packages replaced, and here; diff the two.
 
@@ -354,7 +362,7 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, r
 
     output_file(html, "--html")
     console = make_console(sys.stderr if fmt in ("csv", "json") else sys.stdout)
-    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup, batch=batch)
     rep = api.upgrade(list(withs), backends=list(backends), suites=list(suites) or None,
                       preset_options=_preset_options(preset_options), test_ids=patterns(test_ids),
                       tags=patterns(tags), seeds=seeds, seed_list=parse_seed_list(seed_list), settings=settings,
@@ -381,13 +389,14 @@ def upgrade(ctx, suites, withs, backends, preset_options, rerun_current, html, r
 @click.option("--preset-options", multiple=True, help="PRESET=JSON (string or file path); repeatable.")
 @_rounds_options
 @click.option("--drift-factor", type=POSITIVE, default=10.0, show_default=True, help="max_abs growth that counts.")
+@_batch_option
 @_jobs_and_selection
 @FORMAT_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Print every result, passing ones too.")
 @click.pass_context
 @guarded
 def compare_envs(ctx, suites, python_b, python_a, backends, preset_options, rounds, min_ratio, drift_factor,
-                 jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
+                 batch, jobs, timeout_s, repeats, warmup, test_ids, tags, seeds, seed_list, fmt, verbose) -> None:
     """Check the goldens under two environments in interleaved rounds (A, B, A, B, ...) and
     compare: verdicts and drift from the first round, latency from all of them with a 95 %
     interval. The same environment twice (A/A) reports no latency change. Exit 1 when something
@@ -401,7 +410,7 @@ def compare_envs(ctx, suites, python_b, python_a, backends, preset_options, roun
     from .output import make_console
 
     console = make_console(sys.stderr if fmt in ("csv", "json") else sys.stdout)
-    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup)
+    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup, batch=batch)
     selection = Selection(list(suites) or None, patterns(test_ids), patterns(tags), seeds, parse_seed_list(seed_list))
     rep = api.compare_envs(python_b, backends=list(backends), python_a=python_a, selection=selection,
                            preset_options=_preset_options(preset_options), rounds=rounds, min_ratio=min_ratio,

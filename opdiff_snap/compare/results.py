@@ -51,6 +51,7 @@ class Result:
     infer_ms: float | None = None      # median of infer_ms_all
     infer_ms_all: list[float] = field(default_factory=list)
     cache_hit: bool = False
+    batch: int | None = None           # its artifact was compiled with this many tests in one call
     tolerance: Tolerance | None = None
     metrics: Metrics | None = None     # the comparison's, with the control, b vs a and gradients beside
     # EXPORT_FAIL / LOAD_FAIL: every op of the test's graph the preset cannot lower alone
@@ -80,7 +81,7 @@ class Result:
         """This result with what the worker measured and, when it failed, why."""
         self.export_ms, self.load_ms = outcome.export_ms, outcome.load_ms
         self.infer_ms, self.infer_ms_all = outcome.infer_ms, list(outcome.infer_ms_all)
-        self.cache_hit = outcome.cache_hit
+        self.cache_hit, self.batch = outcome.cache_hit, outcome.batch
         self.error_class = outcome.error_class
         if outcome.error_message:
             self.message = outcome.error_message

@@ -19,7 +19,7 @@ from .limits import setting
 LOCATIONS = ("goldens", "store", "cache")   # may be s3:// URLs
 # the numeric settings and their ranges (the same as their flags')
 NUMBERS = {"jobs": limits.JOBS, "threads": limits.THREADS, "timeout_s": limits.TIMEOUT_S,
-           "repeats": limits.REPEATS, "warmup": limits.WARMUP,
+           "repeats": limits.REPEATS, "warmup": limits.WARMUP, "batch": limits.BATCH,
            "query_timeout_s": limits.TIMEOUT_S}
 
 
@@ -36,6 +36,8 @@ class Settings:
     timeout_s: float = 300.0
     repeats: int = 5
     warmup: int = 1
+    # tests one exporter call may compile together (execution/batch.py); 1: each alone
+    batch: int = 32
     executor: str = "local"   # local | ray | ray://HOST:PORT (parse_executor)
     s3_endpoint: str | None = None   # an S3-compatible service other than AWS (sets AWS_ENDPOINT_URL)
     query_timeout_s: float = 300.0   # one SQL statement over the history (query, reports)

@@ -101,6 +101,7 @@ class Outcome:
     error_class: str | None = None
     error_message: str | None = None
     cache_hit: bool = False
+    batch: int | None = None         # its artifact came from one exporter call for this many tests
     worker_pid: int | None = None
     worker_node: str | None = None   # the Ray node that ran it (execution/ray_pool.py)
     # with Job.reference: the float64 outputs, flat like `outputs` (None for an output

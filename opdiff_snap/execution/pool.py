@@ -50,7 +50,7 @@ from .job import Task, WorkerContext
 from .worker import STOP, serve, stamp
 
 if TYPE_CHECKING:
-    from ..backends.base import Preset
+    from .warmup import WarmUp
 
 STARTUP_TIMEOUT_S = 120.0   # a worker that cannot import torch in this long is broken
 MAX_START_FAILURES = 3      # consecutive workers dying before ready: give up on the jobs
@@ -194,7 +194,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._logs: tempfile.TemporaryDirectory | None = None
         self.started_workers = 0   # how many processes were spawned (replacements included)
-        self.warm: tuple[Preset, ...] = ()   # presets each new worker warms up before its hello
+        self.warm: tuple[WarmUp, ...] = ()   # what each new worker warms up before its hello
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "WorkerPool":
@@ -234,7 +234,7 @@ class WorkerPool:
         except OSError:
             pass
 
-    def prestart(self, warm: Sequence[Preset] = ()) -> None:
+    def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
         """Start the workers now, so they import torch and warm up the `warm` presets'
         backends (warmup.py; replacements too) before the first job comes."""
         self.warm = tuple(warm)

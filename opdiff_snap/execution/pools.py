@@ -22,6 +22,7 @@ from .pool import WorkerPool
 
 if TYPE_CHECKING:
     from ..backends.base import Preset
+    from .warmup import WarmUp
 
 
 class Pool(Protocol):
@@ -42,7 +43,7 @@ class Pool(Protocol):
     def run(self, tasks: Iterable[Task]) -> Generator[Any, None, None]:
         """Each task's result, in completion order (see job.Task)."""
 
-    def prestart(self, warm: Sequence[Preset] = ()) -> None:
+    def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
         """Start the workers now and warm up the backends of `warm`, while the caller plans."""
 
     def environment(self) -> dict:

@@ -40,7 +40,7 @@ from .ray_cluster import Node, connect, first_line
 from .ray_node import NodeWorker
 
 if TYPE_CHECKING:
-    from ..backends.base import Preset
+    from .warmup import WarmUp
 
 SLIVER = 0.001            # of each required resource an actor asks Ray for
 ACTOR_GRACE_S = STARTUP_TIMEOUT_S + 60.0   # beyond the job timeout, before the parent gives up on an actor
@@ -220,12 +220,12 @@ class RayPool:
         self._actors.append(actor)
         return actor
 
-    def prestart(self, warm: Sequence[Preset] = ()) -> None:
+    def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
         """Actors start with their first job's kind; each warms up the run's presets of its family."""
         self.warm = tuple(warm)
 
     def warm_for(self, item: _Item) -> tuple:
-        return tuple(p for p in self.warm if p.family == item.family)
+        return tuple(w for w in self.warm if w.preset.family == item.family)
 
     def _retire(self, actor: _Actor) -> None:
         if actor in self._actors:

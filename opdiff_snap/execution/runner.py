@@ -72,6 +72,10 @@ class Job:
     grads: str | list | None = None
     # run this flat module instead of the case's (a part of the test, say, for localize)
     prepared: Prepared | None = None
+    # the size of the batch that compiled its artifact in this run (execution/batch.py), whose
+    # export time it reports as its own; `alone`: export it by itself, whatever a batch made
+    batched: int = 0
+    alone: bool = False
 
     def cache_in(self, context: WorkerContext) -> Path | str | None:
         """The job's artifact cache as the machine running it has it (None: no cache)."""
@@ -174,6 +178,10 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
     use_cache = job.cache_dir is not None and backend.serializes
     cache = ArtifactCache(job.cache_dir) if job.cache_dir is not None and use_cache else None
     key = cache_key(job) if cache is not None else ""
+    if cache is not None and job.alone:
+        made = cache.lookup(key)
+        if made is not None and made.batch:
+            cache.evict(key)
     if cache is not None:
         t0 = time.perf_counter()
         known = cache.failure(key)
@@ -188,13 +196,18 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
             workdir = tmp / f"work{attempt}" if tmp is not None else Path(tempfile.gettempdir())
             step = export_and_load(backend, job.preset, prepared, workdir, load=avail.can_run, threads=threads)
         cache_hit = cached is not None and cached.hit
+        batch = cached.batch if cached is not None and cache_hit else None
+        reported_hit = cache_hit
+        if batch and job.batched and cached is not None and cached.export_ms is not None:
+            # compiled for this run: its export is the job's share of the batch's call
+            reported_hit, step.export_ms = False, cached.export_ms
         if step.delegation_error is not None and cache is not None and cache_hit and attempt == 0:
             cache.evict(key)   # a cached artifact whose delegation evidence is unreadable: rebuilt once
             continue
         if step.status is Verdict.EXPORT_FAIL:
             assert step.error is not None
             return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, step.error), step.error)
-        timings = {"export_ms": step.export_ms, "cache_hit": cache_hit}
+        timings = {"export_ms": step.export_ms, "cache_hit": reported_hit}
         if step.status is Verdict.LOAD_FAIL:
             assert step.error is not None
             if cache is not None and cache_hit and attempt == 0:
@@ -207,8 +220,8 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
             out = _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
         else:
             out = _infer(job, step.runnable, prepared, export_ms=step.export_ms, load_ms=step.load_ms,
-                         cache_hit=cache_hit)
-        out.delegation, out.delegation_error = step.delegation, step.delegation_error
+                         cache_hit=reported_hit)
+        out.delegation, out.delegation_error, out.batch = step.delegation, step.delegation_error, batch
         return out
     raise AssertionError("unreachable")
 
@@ -221,13 +234,15 @@ class _Cached:
     def __init__(self, cache: ArtifactCache, key: str, job: Job):
         self.cache, self.key, self.job = cache, key, job
         self.hit = False
+        self.batch: int | None = None           # the hit entry's batch size (None: made alone)
+        self.export_ms: float | None = None     # the hit entry's own export time
 
     def __call__(self, export: Export) -> tuple[Artifact, float]:
         t0 = time.perf_counter()
         entry = self.cache.lookup(self.key)
         if entry is not None:
             artifact = entry.artifact()
-            self.hit = True
+            self.hit, self.batch, self.export_ms = True, entry.batch, entry.export_ms
             return artifact, (time.perf_counter() - t0) * 1e3
         entry, export_ms = self.cache.store(
             self.key, export, {"test": self.job.case.id, "seed": self.job.seed, "preset": self.job.preset.name})

@@ -41,7 +41,7 @@ from .interpreter import HELLO, WORKER_PROTOCOL
 from .job import Explained, Stamped, Task, WorkerContext
 
 if TYPE_CHECKING:
-    from ..backends.base import Preset
+    from .warmup import WarmUp
 
 STOP = b"stop"              # the parent's last message to an idle worker
 WATCHDOG_S = 0.5            # how often a worker looks whether its parent is still there
@@ -60,7 +60,7 @@ def hello_message(threads: int) -> bytes:
 
 
 def serve(conn: Connection, threads: int, log_path: str | None = None,
-          cache_dir: str | None = None, warm: Sequence[Preset] = ()) -> None:
+          cache_dir: str | None = None, warm: Sequence[WarmUp] = ()) -> None:
     """Entry point of a worker process. Its stdout and stderr (exporter chatter, library
     warnings, a native crash's last words) go to `log_path`, never into the run's output;
     the parent quotes the tail of that log when the worker dies."""
@@ -85,7 +85,7 @@ def _stop(signum, frame) -> None:
 
 
 def _serve(conn: Connection, threads: int, log_path: str | None, cache_dir: str | None,
-           warm: Sequence[Preset] = ()) -> None:
+           warm: Sequence[WarmUp] = ()) -> None:
     if log_path:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         sys.stdout.flush()

@@ -32,9 +32,9 @@ from ..compare.results import Result, RunReport
 from ..core.config import Settings, load_settings
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
-from ..execution.cache import holds_artifacts_of
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
+from ..execution.warmup import warm_ups
 from ..goldens import GoldenStore
 from ..history.runs import check_store_dir
 from ..history.writer import RunWriter
@@ -213,8 +213,7 @@ class SessionRun:
         controller = self.worker_id is None and bool(getattr(self.config.option, "numprocesses", None))
         if self.options.backends and not controller:
             cached = self.use_cache and Path(str(self.settings.cache)).exists()
-            self.dispatcher.pool.prestart([p for p in self.presets
-                                           if not (cached and holds_artifacts_of(self.settings.cache, p.name))])
+            self.dispatcher.pool.prestart(warm_ups(self.presets, self.settings.cache if cached else None))
 
     def submit(self, key: str, make: Callable[[], Task | Ready]) -> None:
         self.dispatcher.submit(key, make)

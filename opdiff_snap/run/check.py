@@ -11,6 +11,7 @@ that was interrupted is resumed only with the same plan (run/plan_identity.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -22,8 +23,12 @@ from ..backends.registry import backend_for, get_preset
 from ..compare.results import Listener, Result, RunReport
 from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
-from ..execution.cache import cache_unusable, holds_artifacts_of
+from ..core.verdicts import Verdict
+from ..execution.batch import compile_ahead
+from ..execution.cache import cache_unusable
+from ..execution.job import Outcome
 from ..execution.runner import Job
+from ..execution.warmup import warm_ups
 from ..goldens import GoldenStore
 from ..goldens.cases import GoldenCases
 from ..history.runs import ItemKey, RunFile, read_run
@@ -116,7 +121,7 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     # the workers start, and warm up the backends of presets that will export, while the run is planned
     pool = make_pool(settings, running.in_process, listener, running.python)
     try:
-        pool.prestart([p for p in presets if not (use_cache and holds_artifacts_of(settings.cache, p.name))])
+        pool.prestart(warm_ups(presets, settings.cache if use_cache else None))
         suite_paths, plan, golden_cases = _plan(request, store, settings, listener, suite_reader(settings, use_cache))
         # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
         env = pool.environment()
@@ -151,11 +156,35 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
 
     with writer:
         sinks = Sinks(listener, writer)
-        Pipeline(judge, sinks).drive(pool, work())
+        stream: list | Iterator = work()
+        if settings.batch > 1 and use_cache:
+            stream = list(stream)
+            try:
+                _compile_ahead(pool, [thing[0] for thing in stream if isinstance(thing, tuple)], settings, listener)
+            except BaseException:
+                pool.close()
+                raise
+        Pipeline(judge, sinks, again=_alone_unless_passed).drive(pool, stream)
         wall = time.perf_counter() - started
         all_present(writer, planned)
         writer.end(RunReport(writer.run_id, writer.path, "check", sinks.results, wall).counts(), wall)
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
+
+
+def _compile_ahead(pool: Any, jobs: Sequence[Job], settings: Settings, listener: Listener | None) -> None:
+    """Compile the jobs' artifacts in batches first, where their presets can (execution/batch.py)."""
+    done = compile_ahead(pool, jobs, settings.batch)
+    if done.batches:
+        notice(listener, f"compiled {done.tests} of {len(jobs)} tests in {done.calls} exporter calls "
+                         f"({done.export_ms / 1e3:.1f} s; --batch {settings.batch})")
+
+
+def _alone_unless_passed(job: Job, outcome: Outcome, result: Result) -> Job | None:
+    """A test whose artifact a batch compiled and that did not PASS runs again alone: only
+    that run's verdict counts."""
+    if outcome.batch and result.verdict is not Verdict.PASS:
+        return dataclasses.replace(job, alone=True, batched=0)
+    return None
 
 
 def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listener: Listener | None,

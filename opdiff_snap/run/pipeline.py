@@ -75,14 +75,19 @@ class Sinks:
 
 @dataclass
 class Pipeline(Generic[C]):
-    """One run's work through a pool: `judge(context, outcome)` makes each job's Result."""
+    """One run's work through a pool: `judge(context, outcome)` makes each job's Result.
+    `again(job, outcome, result)`, where given, may answer a job to run instead of taking
+    that result (a test whose batch-compiled artifact did not PASS, run alone): those run
+    after the rest, and their results are the ones kept."""
 
     judge: Callable[[C, Outcome], Result]
     sink: Callable[[Result], None]
+    again: Callable[[Job, Outcome, Result], Job | None] | None = None
 
     def drive(self, pool: Pool, work: Iterable[Result | tuple[Job, C]]) -> None:
         """Run the work's jobs in `pool` (closed at the end) and hand every result to the sink."""
-        pending: dict[str, C] = {}
+        pending: dict[str, tuple[Job, C]] = {}
+        retries: list[Job] = []
 
         def jobs() -> Iterator[Job]:
             for thing in work:
@@ -90,9 +95,18 @@ class Pipeline(Generic[C]):
                     self.sink(thing)
                     continue
                 job, context = thing
-                pending[job.key] = context
+                pending[job.key] = (job, context)
                 yield job
 
         with pool:
             for outcome in pool.run(jobs()):
-                self.sink(self.judge(pending.pop(outcome.key), outcome))
+                job, context = pending.pop(outcome.key)
+                result = self.judge(context, outcome)
+                retry = self.again(job, outcome, result) if self.again is not None else None
+                if retry is None:
+                    self.sink(result)
+                else:
+                    pending[retry.key] = (retry, context)
+                    retries.append(retry)
+            for outcome in pool.run(retries):
+                self.sink(self.judge(pending.pop(outcome.key)[1], outcome))

@@ -24,7 +24,7 @@ def make_pool(settings: Settings, in_process: bool = False, listener: Listener |
 def settings_json(settings: Settings, in_process: bool, cache: bool, pool: Pool) -> dict[str, Any]:
     out: dict[str, Any] = {"jobs": settings.jobs, "repeats": settings.repeats, "warmup": settings.warmup,
                            "timeout_s": settings.timeout_s, "in_process": in_process, "cache": cache,
-                           "threads": pool.threads}
+                           "threads": pool.threads, "batch": settings.batch}
     if pool.python:
         out["python"] = str(pool.python)
     out.update(pool.describe())   # where a Ray run ran: its executor and nodes

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from opdiff_snap.core.config import Settings
+
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 PYTHON = sys.executable
@@ -77,3 +79,17 @@ def flip_byte(path: Path, offset: int = 3) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def shipped_goldens(root: Path, test_ids) -> Settings:
+    """A project holding copies of the shipped goldens of `test_ids` (seed 0; no record
+    needed), its suites the shipped ones, checked one job at a time with one repeat."""
+    repo = TESTS.parent
+    goldens = root / "goldens"
+    goldens.mkdir(parents=True)
+    shutil.copy(repo / "goldens" / "zarr.json", goldens)
+    for test_id in test_ids:
+        (golden,) = (repo / "goldens").glob(f"{test_id}-*-s0")
+        shutil.copytree(golden, goldens / golden.name)
+    return Settings(suites=repo / "suites", goldens=goldens, store=root / "store", cache=root / "cache",
+                    jobs=1, repeats=1)

@@ -1,0 +1,158 @@
+"""Compiling tests in batches never changes a verdict: real ONNX export of the shipped
+goldens of a few core_aten tests, checked with batches and alone. `i0` cannot be exported
+(EXPORT_FAIL) and sits in a batch with passing tests; `mm_bf16` exports but does not load
+(LOAD_FAIL); `logcumsumexp` and `native_batch_norm_eval` run and do not PASS."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from helpers_check import shipped_goldens
+from onnx import TensorProto, helper
+
+from opdiff_snap import api
+from opdiff_snap.backends.onnx import piece_model
+from opdiff_snap.backends.registry import get_preset
+from opdiff_snap.cli import main
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.execution.batch import CompileBatch, plan_batches
+from opdiff_snap.execution.cache import ArtifactCache, cache_key
+from opdiff_snap.execution.runner import Job
+from opdiff_snap.goldens import GoldenStore
+from opdiff_snap.suite import load_suites
+
+REPO = Path(__file__).resolve().parents[1]
+SUITE = REPO / "suites" / "core_aten.yaml"
+PASSING = ["abs", "neg", "acos", "add_broadcast"]
+OTHERS = {"i0": Verdict.EXPORT_FAIL, "mm_bf16": Verdict.LOAD_FAIL, "logcumsumexp": Verdict.MISMATCH,
+          "native_batch_norm_eval": Verdict.SHAPE_MISMATCH}
+TESTS = [*PASSING[:2], *OTHERS, *PASSING[2:]]
+PRESET = "onnx_cpu_fp32"
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+def _project(root: Path) -> Settings:
+    return shipped_goldens(root, TESTS)
+
+
+def _check(settings: Settings, batch: int) -> dict:
+    from dataclasses import replace
+
+    report = api.check([SUITE], backends=[PRESET], test_ids=TESTS, settings=replace(settings, batch=batch),
+                       in_process=True)
+    return {r.test_id: r for r in report.results}
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    batched = _project(tmp_path_factory.mktemp("batched"))
+    alone = _project(tmp_path_factory.mktemp("alone"))
+    return batched, _check(batched, 8), _check(alone, 1)
+
+
+def test_batched_and_alone_give_the_same_verdicts_and_messages(both):
+    _, batched, alone = both
+    assert set(batched) == set(alone) == set(TESTS)
+    for test_id in TESTS:
+        b, a = batched[test_id], alone[test_id]
+        assert b.verdict is a.verdict, (test_id, b.message, a.message)
+        assert b.message == a.message, test_id
+        assert b.error_class == a.error_class, test_id
+        assert (b.metrics and b.metrics.max_abs) == (a.metrics and a.metrics.max_abs), test_id
+    for test_id in PASSING:
+        assert alone[test_id].verdict is Verdict.PASS
+    for test_id, verdict in OTHERS.items():
+        assert alone[test_id].verdict is verdict, alone[test_id].message
+
+
+def test_passing_tests_ran_on_their_batch_artifact_and_the_others_alone(both):
+    settings, batched, alone = both
+    # in suite order, a passing test that ended in a half with `i0` was exported alone too
+    from_batches = [t for t in PASSING if batched[t].batch is not None]
+    assert len(from_batches) >= 2
+    for test_id in from_batches:
+        r = batched[test_id]
+        assert r.batch >= 2 and not r.cache_hit and r.export_ms is not None
+        assert alone[test_id].batch is None
+    for test_id in OTHERS:
+        assert batched[test_id].batch is None, test_id   # its verdict is from a run alone
+    # what the cache keeps for a test rerun alone was made alone
+    entries = [json.loads(p.read_text()) for p in Path(settings.cache).glob("*/*/entry.json")]
+    by_test = {e["test"]: e for e in entries}
+    for test_id in ("logcumsumexp", "native_batch_norm_eval"):
+        assert "batch" not in by_test[test_id]
+    for test_id in from_batches:
+        assert by_test[test_id]["batch"] >= 2
+
+
+def test_a_warm_re_check_loads_every_artifact_and_exports_nothing(both):
+    settings, first, _ = both
+    again = _check(settings, 8)
+    for test_id in TESTS:
+        assert again[test_id].verdict is first[test_id].verdict
+        assert again[test_id].cache_hit, test_id
+    runs = sorted((Path(settings.store) / "runs").glob("*.jsonl"))
+    items = [json.loads(line) for line in runs[-1].read_text().splitlines()]
+    assert all(d["cache_hit"] for d in items if d.get("type") == "item")
+
+
+def _jobs(settings: Settings, ids: list[str]) -> list[Job]:
+    cases = {c.id: c for c in load_suites([SUITE])}
+    store = GoldenStore(settings.goldens)
+    preset = get_preset(PRESET)
+    return [Job(case=cases[t], seed=0, invocation=store.read(t, 0).invocation, preset=preset,
+                cache_dir=settings.cache, key=t) for t in ids]
+
+
+def test_a_failing_export_halves_its_batch_until_it_stands_alone(tmp_path):
+    settings = _project(tmp_path)
+    ids = [*PASSING[:2], "i0", *PASSING[2:]]
+    compiled = CompileBatch("b", get_preset(PRESET), _jobs(settings, ids), settings.cache).run()
+    assert set(compiled.batches) == set(PASSING)
+    assert compiled.calls >= 3    # the whole, then its halves
+    cache = ArtifactCache(settings.cache)
+    (i0,) = _jobs(settings, ["i0"])
+    assert cache.lookup(cache_key(i0)) is None and cache.failure(cache_key(i0)) is None   # left to its job
+
+
+def test_batches_are_planned_by_size_leaving_out_what_is_cached(tmp_path):
+    settings = _project(tmp_path)
+    jobs = _jobs(settings, TESTS)
+    assert plan_batches(jobs, 1) == []
+    sizes = [len(b.jobs) for b in plan_batches(jobs, 3)]
+    assert sizes == [3, 3, 2]
+    CompileBatch("b", get_preset(PRESET), jobs[:2], settings.cache).run()
+    assert sum(len(b.jobs) for b in plan_batches(jobs, 32)) == len(jobs) - 2
+    eager = [Job(case=j.case, seed=0, invocation=j.invocation, preset=get_preset("torch_cpu_fp32"),
+                 cache_dir=settings.cache, key=j.key) for j in jobs]
+    assert plan_batches(eager, 32) == []    # eager torch exports nothing worth batching
+
+
+def test_batch_must_be_a_whole_number_of_at_least_one(tmp_path):
+    result = CliRunner().invoke(main, ["--goldens", str(tmp_path), "check", "-b", PRESET, "--batch", "0"])
+    assert result.exit_code == 2
+    assert "--batch" in result.output
+
+
+def _value(name: str) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+
+
+def test_a_piece_is_cut_with_only_its_own_inputs_renamed():
+    nodes = [helper.make_node("Relu", ["b0_in0"], ["r"]), helper.make_node("Add", ["b1_in0", "b1_in1"], ["s"]),
+             helper.make_node("Mul", ["b0_in0", "b1_in0"], ["m"])]
+    graph = helper.make_graph(nodes, "batch", [_value("b0_in0"), _value("b1_in0"), _value("b1_in1")],
+                              [_value("r"), _value("s"), _value("m")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    second = piece_model(model, {"b1_in0": "in0", "b1_in1": "in1"}, ["s"])
+    assert [v.name for v in second.graph.input] == ["in0", "in1"]
+    assert [n.op_type for n in second.graph.node] == ["Add"]
+    assert list(second.graph.node[0].input) == ["in0", "in1"]
+    with pytest.raises(ValueError, match="other pieces' inputs"):
+        piece_model(model, {"b0_in0": "in0"}, ["m"])
