@@ -129,6 +129,9 @@ def test_batches_are_planned_by_size_leaving_out_what_is_cached(tmp_path):
     assert sizes == [3, 3, 2]
     CompileBatch("b", get_preset(PRESET), jobs[:2], settings.cache).run()
     assert sum(len(b.jobs) for b in plan_batches(jobs, 32)) == len(jobs) - 2
+    # a test that failed on the preset before (other library versions, say) is left out
+    ArtifactCache(settings.cache).note_failed(jobs[-1], True)
+    assert jobs[-1].key not in [j.key for b in plan_batches(jobs, 32) for j in b.jobs]
     eager = [Job(case=j.case, seed=0, invocation=j.invocation, preset=get_preset("torch_cpu_fp32"),
                  cache_dir=settings.cache, key=j.key) for j in jobs]
     assert plan_batches(eager, 32) == []    # eager torch exports nothing worth batching

@@ -139,3 +139,30 @@ def test_warm_workers_serve_the_same_results():
     assert pool.started_workers == 1
     for o in outcomes:
         check_relu(o)
+
+
+def test_a_preset_whose_artifacts_are_cached_warms_up_its_runtime_only(tmp_path):
+    """The worker imports ONNX Runtime before its first job (so load_ms times the load), and
+    not the exporter, which a check that only loads never uses."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from opdiff_snap.backends.registry import get_preset\n"
+            "from opdiff_snap.execution.warmup import WarmUp, warm_up\n"
+            "warm_up([WarmUp(get_preset('onnx_cpu_fp32'), export=False)])\n"
+            "print('onnxruntime' in sys.modules, 'onnxscript' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "False"], out.stderr[-2000:]
+
+
+def test_warm_ups_export_only_for_presets_without_cached_artifacts(tmp_path):
+    from opdiff_snap.backends.registry import get_preset
+    from opdiff_snap.execution.warmup import warm_ups
+
+    entry = tmp_path / "ab" / "abcd"
+    entry.mkdir(parents=True)
+    (entry / "entry.json").write_text('{"export_ms": 1.0, "preset": "onnx_cpu_fp32"}')
+    presets = [get_preset("onnx_cpu_fp32"), get_preset("onnx_cpu_fp16")]
+    assert [w.export for w in warm_ups(presets, tmp_path)] == [False, True]
+    assert [w.export for w in warm_ups(presets, None)] == [True, True]

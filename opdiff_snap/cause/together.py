@@ -20,30 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-import torch
-
+from ..backends.common import Pieces
 from ..core.verdicts import Verdict
 from ..execution.job import WorkerContext
 from .alone import Piece, PieceResult, PieceTask, cut_failed, judge, prepare_piece, run_prepared
 
 MOST = 48   # pieces in one batch at most: a failing batch is halved, so this bounds the retries
-
-
-class _Together(torch.nn.Module):
-    """forward(*inputs of piece 0, *inputs of piece 1, ...) -> (*outputs of piece 0, ...)."""
-
-    def __init__(self, parts: list[torch.nn.Module], arity: list[int]):
-        super().__init__()
-        self.parts = torch.nn.ModuleList(parts)
-        self.arity = arity
-
-    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outputs: list[torch.Tensor] = []
-        at = 0
-        for part, n in zip(self.parts, self.arity):
-            outputs.extend(part(*inputs[at:at + n]))
-            at += n
-        return tuple(outputs)
 
 
 @dataclass
@@ -91,7 +73,7 @@ class BatchTask:
         if kept:
             inputs = [t for _, _, p in kept for t in p.inputs]
             try:
-                whole = prepare_call({"a": _Together([p.module for _, _, p in kept],
+                whole = prepare_call({"a": Pieces([p.module for _, _, p in kept],
                                                      [len(p.inputs) for _, _, p in kept])},
                                      inputs, {}, f"test '{head.case.id}' {len(kept)} pieces together")
             except Exception as exc:

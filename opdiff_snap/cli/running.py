@@ -72,7 +72,7 @@ def _jobs_and_selection(fn):
 
 def _batch_option(fn):
     return click.option("--batch", type=BATCH, help="Tests one exporter call may compile together, each then "
-                        "loaded and run alone (default 32; 1: export each test alone).")(fn)
+                        "loaded and run alone (default 16; 1: export each test alone).")(fn)
 
 
 def _run_options(fn):

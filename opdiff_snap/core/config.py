@@ -37,7 +37,7 @@ class Settings:
     repeats: int = 5
     warmup: int = 1
     # tests one exporter call may compile together (execution/batch.py); 1: each alone
-    batch: int = 32
+    batch: int = 16
     executor: str = "local"   # local | ray | ray://HOST:PORT (parse_executor)
     s3_endpoint: str | None = None   # an S3-compatible service other than AWS (sets AWS_ENDPOINT_URL)
     query_timeout_s: float = 300.0   # one SQL statement over the history (query, reports)

@@ -152,8 +152,9 @@ def job_bytes(job: Job) -> int:
 def plan_batches(jobs: Sequence[Job], size: int) -> list[CompileBatch]:
     """The batches to compile `jobs` in: by preset, in order, at most `size` tests and
     BATCH_BYTES each; jobs whose preset does not batch, that use no cache, or that hold
-    more than ALONE_BYTES, or whose artifact (or failure) is cached already are left out
-    (their jobs load it, or export alone)."""
+    more than ALONE_BYTES, whose artifact (or failure) is cached already, or whose test
+    failed on the preset before, with any library versions, are left out (their jobs load
+    it, or export alone)."""
     from ..backends.registry import backend_for
     from .cache import ArtifactCache, cache_key
 
@@ -181,7 +182,7 @@ def plan_batches(jobs: Sequence[Job], size: int) -> list[CompileBatch]:
             continue
         cache = caches.setdefault(str(job.cache_dir), ArtifactCache(job.cache_dir))
         key = cache_key(job)
-        if cache.lookup(key) is not None or cache.failure(key) is not None:
+        if cache.lookup(key) is not None or cache.failure(key) is not None or cache.failed_before(job):
             continue
         group = (name, str(job.cache_dir))
         members, held = open_.get(group, ([], 0))

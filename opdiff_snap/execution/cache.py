@@ -276,6 +276,28 @@ class ArtifactCache:
         except OSError:
             pass
 
+    def _hint_path(self, job: Subject) -> Path:
+        name = hashlib.sha256(f"{job.case.id}\0{job.seed}\0{job.preset.name}".encode()).hexdigest()
+        return self.root / "failures" / "tests" / name[:2] / name
+
+    def failed_before(self, job: Subject) -> bool:
+        """Whether `job`'s test failed to export or load on its preset at some earlier time,
+        whatever the library versions were then (a batch leaves it out: it would likely
+        fail the batch again)."""
+        return self._hint_path(job).is_file()
+
+    def note_failed(self, job: Subject, failed: bool) -> None:
+        """Keep (or drop) the hint that `job`'s test fails to export or load on its preset."""
+        path = self._hint_path(job)
+        try:
+            if failed:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
     def evict(self, key: str, shared: bool = True) -> None:
         """Remove an entry (one that does not load: from the shared cache too)."""
         if shared:

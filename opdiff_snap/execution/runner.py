@@ -206,7 +206,7 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
             continue
         if step.status is Verdict.EXPORT_FAIL:
             assert step.error is not None
-            return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, step.error), step.error)
+            return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, step.error), step.error, job)
         timings = {"export_ms": step.export_ms, "cache_hit": reported_hit}
         if step.status is Verdict.LOAD_FAIL:
             assert step.error is not None
@@ -215,7 +215,7 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
                 continue
             out = _fail(job, Verdict.LOAD_FAIL, step.error, **timings)
             out.delegation = step.delegation
-            return _remember(cache, key, out, step.error)
+            return _remember(cache, key, out, step.error, job)
         if step.runnable is None:
             out = _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
         else:
@@ -246,12 +246,16 @@ class _Cached:
             return artifact, (time.perf_counter() - t0) * 1e3
         entry, export_ms = self.cache.store(
             self.key, export, {"test": self.job.case.id, "seed": self.job.seed, "preset": self.job.preset.name})
+        if self.cache.failed_before(self.job):
+            self.cache.note_failed(self.job, False)   # it exports now: it may join a batch again
         return entry.artifact(), export_ms
 
 
-def _remember(cache: ArtifactCache | None, key: str, out: Outcome, exc: Exception) -> Outcome:
-    """Keep a deterministic EXPORT_FAIL / LOAD_FAIL under the job's cache key."""
+def _remember(cache: ArtifactCache | None, key: str, out: Outcome, exc: Exception, job: Job) -> Outcome:
+    """Keep a deterministic EXPORT_FAIL / LOAD_FAIL under the job's cache key, and the hint
+    that the test fails on this preset (batch.plan_batches leaves it out next time)."""
     if cache is not None and deterministic(exc):
+        cache.note_failed(job, True)
         delegation = out.delegation.to_json() if out.delegation is not None else None
         cache.remember_failure(key, FailureRecord(out.status.value if out.status else "", out.error_class,
                                                   out.error_message, delegation))

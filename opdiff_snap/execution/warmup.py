@@ -15,7 +15,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
