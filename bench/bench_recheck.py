@@ -7,7 +7,8 @@ models; `--every 1`: all 530), and runs the real CLI on the shipped goldens: a c
 (empty artifact cache), then two warm re-checks over the cache it filled. Walls include
 the whole command (interpreter, planning, workers). `--opdiff` runs another build of the
 CLI (say, the previous commit's tree) for a before/after comparison of the JSONL with
-tools/same_items.py. Prints a JSON summary with the 1-minute load average before each step.
+tools/same_items.py. Prints a JSON summary with the 1-minute load average before each step,
+and the median and largest `load_ms` of each check.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ def check(opdiff: list[str], ids: list[str], preset: str, jobs: int, work: Path)
     items = [d for d in items if d.get("type") == "item"]
     verdicts = Counter(d["status"] for d in items)
     cached_failures = sum(1 for d in items if d["status"] in ("EXPORT_FAIL", "LOAD_FAIL") and d.get("cache_hit"))
+    loads = sorted(d["load_ms"] for d in items if d.get("load_ms") is not None)
     return {"wall_s": round(wall, 1), "load_1min": round(load, 2), "verdicts": dict(verdicts),
-            "cached_failures": cached_failures, "run": str(runs[-1])}
+            "cached_failures": cached_failures, "run": str(runs[-1]),
+            "load_ms_median": round(loads[len(loads) // 2], 2) if loads else None,
+            "load_ms_max": round(loads[-1], 2) if loads else None}
 
 
 def main() -> None:
