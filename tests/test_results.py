@@ -21,7 +21,7 @@ SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
 # The item line as docs/architecture.md documents it ("History format"): renaming a field
 # of Result changes these keys, and this test says so.
 ITEM_KEYS = {"id", "seed", "preset", "status", "error_message", "test_type", "suite", "spec_hash", "tags",
-             "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit",
+             "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "batch",
              "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous", "backends",
              "times_all", "diff_all"}
 
@@ -35,7 +35,7 @@ def full() -> Result:
     return Result("add__x", 3, "onnx_cpu_fp32", Verdict.MISMATCH, "out: 1 of 4 elements outside",
                   test_type="op", suite="suites/core.yaml", spec_hash="ab12", tags=["binary"],
                   baseline="torch_cpu_fp32", error_class="Mismatch", export_ms=812.3, load_ms=9.1,
-                  infer_ms=0.061, infer_ms_all=[0.06, 0.062], cache_hit=True,
+                  infer_ms=0.061, infer_ms_all=[0.06, 0.062], cache_hit=True, batch=16,
                   tolerance=Tolerance(1e-5, 1.3e-6, 4.0), metrics=metrics,
                   unsupported_ops=[UnsupportedOp("aten::diff.default", 2, "EXPORT_FAIL", "Unsupported fx node diff",
                                                  ["f32[3, 8], 1, -1"], ["m.py:4 in forward: torch.diff(x)"],

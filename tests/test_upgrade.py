@@ -51,7 +51,12 @@ def no_traceback(proc) -> None:
 
 
 def run_files(root: Path) -> list[Path]:
-    return sorted((root / "store" / "runs").glob("*.jsonl"))
+    """The run files in the order the runs started (their ids say only the second)."""
+    def started(path: Path) -> str:
+        with path.open() as f:
+            return json.loads(f.readline())["started"]
+
+    return sorted((root / "store" / "runs").glob("*.jsonl"), key=started)
 
 
 def other_onnxruntime() -> str:

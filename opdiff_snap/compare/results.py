@@ -27,7 +27,7 @@ from .metrics import Metrics
 # field name -> key in the item line, where they differ
 JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
 # the fields repeated in opdiff's per-backend `res` object
-RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "error_class",
+RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "batch", "error_class",
               "message", "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous")
 
 
