@@ -10,13 +10,16 @@ from pathlib import Path
 
 import onnx
 import pytest
+import torch
 from click.testing import CliRunner
 from helpers_check import shipped_goldens
 from onnx import TensorProto, helper
 
 from opdiff_snap import api
+from opdiff_snap.backends.base import Piece as BackendPiece
+from opdiff_snap.backends.base import PiecesFailed
 from opdiff_snap.backends.onnx import piece_model
-from opdiff_snap.backends.registry import get_preset
+from opdiff_snap.backends.registry import backend_for, get_preset
 from opdiff_snap.cli import main
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.verdicts import Verdict
@@ -110,12 +113,12 @@ def _jobs(settings: Settings, ids: list[str]) -> list[Job]:
                 cache_dir=settings.cache, key=t) for t in ids]
 
 
-def test_a_failing_export_halves_its_batch_until_it_stands_alone(tmp_path):
+def test_a_failing_export_is_taken_out_of_its_batch_and_left_to_its_job(tmp_path):
     settings = _project(tmp_path)
     ids = [*PASSING[:2], "i0", *PASSING[2:]]
     compiled = CompileBatch("b", get_preset(PRESET), _jobs(settings, ids), settings.cache).run()
     assert set(compiled.batches) == set(PASSING)
-    assert compiled.calls >= 3    # the whole, then its halves
+    assert compiled.calls == 2    # the whole; the exporter named i0's node, so the others once more
     cache = ArtifactCache(settings.cache)
     (i0,) = _jobs(settings, ["i0"])
     assert cache.lookup(cache_key(i0)) is None and cache.failure(cache_key(i0)) is None   # left to its job
@@ -159,3 +162,40 @@ def test_a_piece_is_cut_with_only_its_own_inputs_renamed():
     assert list(second.graph.node[0].input) == ["in0", "in1"]
     with pytest.raises(ValueError, match="other pieces' inputs"):
         piece_model(model, {"b0_in0": "in0"}, ["m"])
+
+
+class _Unary(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return (self.fn(torch.sin(x) * 2),)
+
+
+def test_the_onnx_exporter_names_the_piece_it_failed_on(tmp_path):
+    preset = get_preset(PRESET)
+    fns = [torch.cos, torch.tanh, torch.special.i0, torch.tanh]
+    pieces = [BackendPiece(_Unary(fn).eval(), (torch.randn(3),), 1) for fn in fns]
+    with pytest.raises(PiecesFailed) as failed:
+        backend_for(preset).export_batch(pieces, preset, tmp_path)
+    assert failed.value.pieces == [2]
+
+
+def test_a_batch_whose_failure_names_no_piece_is_halved(tmp_path, monkeypatch):
+    from opdiff_snap.backends.onnx import OnnxBackend
+
+    settings = _project(tmp_path)
+    real = OnnxBackend.export_batch
+
+    def anonymous(self, pieces, preset, workdir):
+        try:
+            return real(self, pieces, preset, workdir)
+        except PiecesFailed as exc:
+            raise RuntimeError("the exporter failed somewhere") from exc.__cause__
+
+    monkeypatch.setattr(OnnxBackend, "export_batch", anonymous)
+    ids = [*PASSING[:2], "i0", *PASSING[2:]]
+    compiled = CompileBatch("b", get_preset(PRESET), _jobs(settings, ids), settings.cache).run()
+    assert set(compiled.batches) == set(PASSING)
+    assert compiled.calls >= 3    # the whole, then its halves

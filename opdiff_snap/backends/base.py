@@ -82,6 +82,15 @@ class Piece:
     outputs: int
 
 
+class PiecesFailed(Exception):
+    """What `Backend.export_batch` may raise when it can tell which pieces made its call
+    fail (indices into its `pieces`): the caller compiles the others again without them."""
+
+    def __init__(self, pieces: Sequence[int], message: str = ""):
+        super().__init__(message or f"pieces {list(pieces)} failed the batch")
+        self.pieces = list(pieces)
+
+
 @dataclass
 class DelegatedOp:
     """One ATen op of a lowered program: how many of its nodes the delegate took and how
@@ -260,8 +269,9 @@ class Backend:
         shared between them) and give each its own artifact in its own folder under
         `workdir`, loadable alone exactly like `export`'s: the list holds one per piece, in
         order, None where that piece's artifact could not be made (it is then exported
-        alone). Raises when the call itself fails (the caller halves the batch). Called
-        only where `batches` is True."""
+        alone). Raises PiecesFailed when the call fails and the backend can tell which
+        pieces made it fail, anything else when it cannot (the caller halves the batch).
+        Called only where `batches` is True."""
         raise NotImplementedError(f"the {self.family} backend does not compile batches")
 
     def delegates(self, preset: Preset) -> bool:

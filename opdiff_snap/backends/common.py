@@ -141,3 +141,28 @@ class Pieces(torch.nn.Module):
             outs.extend(as_output_list(module(*args[start:start + n])))
             start += n
         return tuple(outs)
+
+
+def pieces_at_fault(exc: BaseException) -> list[int]:
+    """The pieces of a `Pieces` module whose graph nodes an exporter was working on when it
+    raised `exc` (or the exceptions it chains): the FX nodes among the local variables of
+    the frames it unwound, by the module path their metadata records (`pieces.<i>`).
+    Empty when it names none; a hint only, never a verdict."""
+    import re
+
+    found: set[int] = set()
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        tb = current.__traceback__
+        while tb is not None:
+            for value in tb.tb_frame.f_locals.values():
+                if isinstance(value, torch.fx.Node):
+                    for path, *_ in (value.meta.get("nn_module_stack") or {}).values():
+                        match = re.match(r"pieces\.(\d+)(\.|$)", str(path))
+                        if match:
+                            found.add(int(match.group(1)))
+            tb = tb.tb_next
+        current = current.__cause__ or current.__context__
+    return sorted(found)

@@ -14,12 +14,13 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..core.limits import THREADS, Range
-from .base import CUDA, MACOS, Artifact, Availability, Backend, Piece, Preset, Runnable
+from .base import CUDA, MACOS, Artifact, Availability, Backend, Piece, PiecesFailed, Preset, Runnable
 from .common import (
     Pieces,
     cast_inputs,
     cast_module,
     contiguous_cpu,
+    pieces_at_fault,
     reduced_dtype,
     script_source,
     single_file,
@@ -115,7 +116,13 @@ class OnnxBackend(Backend):
         batch = Pieces([cast_module(p.module, dtype) for p in pieces], [len(p.inputs) for p in pieces])
         names = [f"b{i}_in{j}" for i, p in enumerate(pieces) for j in range(len(p.inputs))]
         args = cast_inputs([t for p in pieces for t in p.inputs], dtype)
-        onnx_export(batch, args, preset.options, workdir / MODEL_FILE, input_names=names)
+        try:
+            onnx_export(batch, args, preset.options, workdir / MODEL_FILE, input_names=names)
+        except Exception as exc:
+            at_fault = pieces_at_fault(exc)
+            if at_fault:
+                raise PiecesFailed(at_fault) from exc
+            raise
         model = onnx.load(str(workdir / MODEL_FILE))
         (workdir / MODEL_FILE).unlink()
         outputs = [o.name for o in model.graph.output]

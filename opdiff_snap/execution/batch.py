@@ -3,9 +3,10 @@ then given its own artifact in the artifact cache, so that its job only loads an
 
 What an exporter call costs is mostly per call (seconds of tracing and pass setup for a
 handful of milliseconds of graph), so a check hands a worker a `CompileBatch` of the jobs
-it will run, before it runs them. A batch whose call fails is halved until the failing
-tests stand alone; a test left alone is not compiled here at all, so that its job exports
-it exactly as it always has (its verdict, message and survey are what they are alone).
+it will run, before it runs them. A batch whose call fails loses the tests the backend
+names as its cause, or else is halved until the failing tests stand alone; a test left
+alone is not compiled here at all, so that its job exports it exactly as it always has
+(its verdict, message and survey are what they are alone).
 Nothing a batch makes is ever a verdict: a job that finds its artifact made by a batch
 and does not PASS is rerun alone (run/check.py), and that run is its verdict.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..backends.base import Artifact, Piece, Preset
+from ..backends.base import Artifact, Piece, PiecesFailed, Preset
 from ..core.verdicts import Verdict
 from .job import WorkerContext
 
@@ -86,8 +87,9 @@ class CompileBatch:
 
 
 def _compile(todo: list, backend: Any, preset: Preset, cache: Any, out: Compiled) -> None:
-    """Compile `todo` in one call; when the call fails, each half the same way, down to
-    tests that stand alone (left to their jobs)."""
+    """Compile `todo` in one call; when the call fails, the others again without the
+    pieces the backend names (PiecesFailed), or else each half the same way, down to tests
+    that stand alone (left to their jobs)."""
     stack = [todo]
     while stack:
         part = stack.pop()
@@ -103,16 +105,29 @@ def _compile(todo: list, backend: Any, preset: Preset, cache: Any, out: Compiled
                     artifacts = backend.export_batch([piece for _, _, piece in part], preset, Path(tmp))
                 if len(artifacts) != len(part):
                     raise RuntimeError(f"export_batch gave {len(artifacts)} artifacts for {len(part)} pieces")
+            except PiecesFailed as exc:
+                out.export_ms += (time.perf_counter() - t0) * 1e3
+                at_fault = {i for i in exc.pieces if 0 <= i < len(part)}
+                rest = [item for i, item in enumerate(part) if i not in at_fault]
+                if at_fault and rest:   # the others again, without the pieces at fault
+                    stack.append(rest)
+                else:
+                    stack.extend(_halves(part))
+                continue
             except Exception:
                 out.export_ms += (time.perf_counter() - t0) * 1e3
-                half = len(part) // 2
-                stack.extend([part[half:], part[:half]])
+                stack.extend(_halves(part))
                 continue
             spent = (time.perf_counter() - t0) * 1e3
             out.export_ms += spent
             for (job, key, _), artifact in zip(part, artifacts):
                 if artifact is not None and _publish(cache, key, job, artifact, spent / len(part), len(part)):
                     out.batches[job.key] = len(part)
+
+
+def _halves(part: list) -> list[list]:
+    half = len(part) // 2
+    return [part[half:], part[:half]]
 
 
 def _publish(cache: Any, key: str, job: Job, artifact: Artifact, export_ms: float, size: int) -> bool:
