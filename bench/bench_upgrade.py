@@ -3,6 +3,7 @@ exports in both environments, the second reuses the environment, the artifact ca
 the fresh check of this environment.
 
     python bench/bench_upgrade.py [--with onnxruntime==1.30.0] [-b onnx_cpu_fp32] [--test-ids 'a*;b']
+                                  [--suites 'suites/*.yaml']
                                   [--work DIR]   # keep the store and cache there (default: a temp dir)
 
 Runs the real CLI on the shipped suites and goldens of this checkout (or the tests named)
@@ -13,6 +14,7 @@ hits, and whether the check here was run or reused. Prints the load average befo
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -47,6 +49,7 @@ def main() -> None:
     ap.add_argument("-b", "--backend", dest="backends", action="append", default=None)
     ap.add_argument("--test-ids", default=None)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--suites", default="", help="a glob under the repository root (default: every shipped suite)")
     args = ap.parse_args()
     withs = args.withs or ["onnxruntime==1.30.0"]
     backends = args.backends or ["onnx_cpu_fp32"]
@@ -56,6 +59,8 @@ def main() -> None:
            *(x for w in withs for x in ("--with", w)), *(x for b in backends for x in ("-b", b))]
     if args.test_ids:
         cmd += ["--test-ids", args.test_ids]
+    if args.suites:
+        cmd += sorted(glob.glob(args.suites, root_dir=ROOT))
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env = {**os.environ, "PYTHONPATH": path}
     for n in (1, 2):

@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backends.base import Artifact, Piece, PiecesFailed, Preset
 from ..core.verdicts import Verdict
@@ -164,12 +164,14 @@ def job_bytes(job: Job) -> int:
     return total
 
 
-def plan_batches(jobs: Sequence[Job], size: int) -> list[CompileBatch]:
+def plan_batches(jobs: Sequence[Job], size: int, look: bool = True) -> list[CompileBatch]:
     """The batches to compile `jobs` in: by preset, in order, at most `size` tests and
     BATCH_BYTES each; jobs whose preset does not batch, that use no cache, or that hold
     more than ALONE_BYTES, whose artifact (or failure) is cached already, or whose test
     failed on the preset before, with any library versions, are left out (their jobs load
-    it, or export alone)."""
+    it, or export alone). `look` False: this process cannot tell what is cached, since the
+    workers run other library versions (their cache keys differ); each CompileBatch then
+    leaves out what its worker finds cached."""
     from ..backends.registry import backend_for
     from .cache import ArtifactCache, cache_key
 
@@ -196,9 +198,12 @@ def plan_batches(jobs: Sequence[Job], size: int) -> list[CompileBatch]:
         if not batching[name] or weight > ALONE_BYTES:
             continue
         cache = caches.setdefault(str(job.cache_dir), ArtifactCache(job.cache_dir))
-        key = cache_key(job)
-        if cache.lookup(key) is not None or cache.failure(key) is not None or cache.failed_before(job):
+        if cache.failed_before(job):
             continue
+        if look:
+            key = cache_key(job)
+            if cache.lookup(key) is not None or cache.failure(key) is not None:
+                continue
         group = (name, str(job.cache_dir))
         members, held = open_.get(group, ([], 0))
         if members and (len(members) >= size or held + weight > BATCH_BYTES):
@@ -221,11 +226,16 @@ class Ahead:
     export_ms: float = 0.0
 
 
-def compile_ahead(pool: Any, jobs: Sequence[Job], size: int) -> Ahead:
-    """Compile `jobs` in batches of up to `size` through `pool` before they run; each job
-    whose artifact a batch made is marked with its batch's size (`Job.batched`)."""
+def compile_ahead(pool: Any, jobs: Sequence[Job], size: int,
+                  announce: Callable[[list[CompileBatch]], None] | None = None) -> Ahead:
+    """Compile `jobs` in batches of up to `size` through `pool` before they run (`announce`
+    is told the batches first); each job whose artifact a batch made is marked with its
+    batch's size (`Job.batched`). Workers under another interpreter (`pool.python`) have
+    cache keys of their own, so they alone decide what is cached."""
     by_key = {job.key: job for job in jobs}
-    batches = plan_batches(jobs, size)
+    batches = plan_batches(jobs, size, look=pool.python is None)
+    if batches and announce is not None:
+        announce(batches)
     done = Ahead(batches=len(batches))
     for compiled in pool.run(batches):
         done.calls += compiled.calls

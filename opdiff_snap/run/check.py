@@ -173,7 +173,12 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
 
 def _compile_ahead(pool: Any, jobs: Sequence[Job], settings: Settings, listener: Listener | None) -> None:
     """Compile the jobs' artifacts in batches first, where their presets can (execution/batch.py)."""
-    done = compile_ahead(pool, jobs, settings.batch)
+    def announce(batches: list) -> None:
+        tests = sum(len(b.jobs) for b in batches)
+        notice(listener, f"compiling {tests} of {len(jobs)} tests ahead, in {len(batches)} batches of up to "
+                         f"{settings.batch} (--batch; 1 exports each test by itself)")
+
+    done = compile_ahead(pool, jobs, settings.batch, announce)
     if done.batches:
         notice(listener, f"compiled {done.tests} of {len(jobs)} tests in {done.calls} exporter calls "
                          f"({done.export_ms / 1e3:.1f} s; --batch {settings.batch})")
