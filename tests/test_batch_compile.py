@@ -5,6 +5,7 @@ goldens of a few core_aten tests, checked with batches and alone. `i0` cannot be
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -201,3 +202,18 @@ def test_a_batch_whose_failure_names_no_piece_is_halved(tmp_path, monkeypatch):
     compiled = CompileBatch("b", get_preset(PRESET), _jobs(settings, ids), settings.cache).run()
     assert set(compiled.batches) == set(PASSING)
     assert compiled.calls >= 3    # the whole, then its halves
+
+
+def test_a_crash_on_a_batch_made_artifact_is_rerun_alone(both):
+    from opdiff_snap.execution.batch import rerun_alone
+
+    settings, batched, _ = both
+    made = next(t for t in PASSING if batched[t].batch)
+    alone_made = "logcumsumexp"     # rerun alone in the batched check: its entry was made alone
+    (job,) = _jobs(settings, [made])
+    (other,) = _jobs(settings, [alone_made])
+    assert rerun_alone(job, None, Verdict.CRASH) and rerun_alone(job, None, Verdict.TIMEOUT)
+    assert not rerun_alone(other, None, Verdict.CRASH)
+    assert not rerun_alone(job, 16, Verdict.PASS)
+    assert rerun_alone(other, 16, Verdict.MISMATCH)     # the worker said its artifact was a batch's
+    assert not rerun_alone(dataclasses.replace(job, alone=True), None, Verdict.CRASH)

@@ -69,7 +69,7 @@ class CompileBatch:
         todo = []
         for job in self.jobs:
             key = cache_key(job)
-            if cache.lookup(key) is not None or cache.failure(key) is not None:
+            if cache.settled(key):
                 continue
             try:
                 assert job.invocation is not None
@@ -200,10 +200,8 @@ def plan_batches(jobs: Sequence[Job], size: int, look: bool = True) -> list[Comp
         cache = caches.setdefault(str(job.cache_dir), ArtifactCache(job.cache_dir))
         if cache.failed_before(job):
             continue
-        if look:
-            key = cache_key(job)
-            if cache.lookup(key) is not None or cache.failure(key) is not None:
-                continue
+        if look and cache.settled(cache_key(job)):
+            continue
         group = (name, str(job.cache_dir))
         members, held = open_.get(group, ([], 0))
         if members and (len(members) >= size or held + weight > BATCH_BYTES):
@@ -224,6 +222,7 @@ class Ahead:
     batches: int = 0
     calls: int = 0
     export_ms: float = 0.0
+    lost: list[str] = field(default_factory=list)   # why a batch task itself failed (its tests run alone)
 
 
 def compile_ahead(pool: Any, jobs: Sequence[Job], size: int,
@@ -238,6 +237,8 @@ def compile_ahead(pool: Any, jobs: Sequence[Job], size: int,
         announce(batches)
     done = Ahead(batches=len(batches))
     for compiled in pool.run(batches):
+        if compiled.status is not None:
+            done.lost.append(f"{compiled.status.value}: {compiled.error_message or ''}".strip())
         done.calls += compiled.calls
         done.export_ms += compiled.export_ms
         for key, n in compiled.batches.items():
@@ -245,3 +246,22 @@ def compile_ahead(pool: Any, jobs: Sequence[Job], size: int,
                 by_key[key].batched = n
                 done.tests += 1
     return done
+
+
+def rerun_alone(job: Job, batch: int | None, status: Verdict | None) -> bool:
+    """Whether a job's result must come from a run alone instead: it did not PASS (`status`
+    is the judged verdict) on an artifact a batch made, whether the worker said so
+    (`batch`), this run compiled it (`Job.batched`), or the worker crashed or hung before
+    it could say and the cache holds the batch's artifact."""
+    from .cache import ArtifactCache, cache_key
+
+    if status is Verdict.PASS or job.alone:
+        return False
+    if batch or job.batched:
+        return True
+    if status in (Verdict.CRASH, Verdict.TIMEOUT) and job.cache_dir is not None and job.invocation is not None:
+        try:
+            return ArtifactCache(job.cache_dir).made_by_batch(cache_key(job))
+        except Exception:
+            return False
+    return False

@@ -254,6 +254,15 @@ class ArtifactCache:
         self.evict(key, shared=False)
         return None
 
+    def settled(self, key: str) -> bool:
+        """Whether `key` needs no export: its artifact, or its failure, is kept."""
+        return self.lookup(key) is not None or self.failure(key) is not None
+
+    def made_by_batch(self, key: str) -> bool:
+        """Whether the artifact kept for `key` came from a batch (execution/batch.py)."""
+        entry = self.lookup(key)
+        return entry is not None and bool(entry.batch)
+
     def _failure_path(self, key: str) -> Path:
         return self.root / "failures" / key[:2] / f"{key}.json"
 

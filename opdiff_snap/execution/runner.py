@@ -178,10 +178,8 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
     use_cache = job.cache_dir is not None and backend.serializes
     cache = ArtifactCache(job.cache_dir) if job.cache_dir is not None and use_cache else None
     key = cache_key(job) if cache is not None else ""
-    if cache is not None and job.alone:
-        made = cache.lookup(key)
-        if made is not None and made.batch:
-            cache.evict(key)
+    if cache is not None and job.alone and cache.made_by_batch(key):
+        cache.evict(key)
     if cache is not None:
         t0 = time.perf_counter()
         known = cache.failure(key)
@@ -246,8 +244,7 @@ class _Cached:
             return artifact, (time.perf_counter() - t0) * 1e3
         entry, export_ms = self.cache.store(
             self.key, export, {"test": self.job.case.id, "seed": self.job.seed, "preset": self.job.preset.name})
-        if self.cache.failed_before(self.job):
-            self.cache.note_failed(self.job, False)   # it exports now: it may join a batch again
+        self.cache.note_failed(self.job, False)   # it exports now: it may join a batch again
         return entry.artifact(), export_ms
 
 

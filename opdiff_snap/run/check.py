@@ -23,8 +23,7 @@ from ..backends.registry import backend_for, get_preset
 from ..compare.results import Listener, Result, RunReport
 from ..core.config import Settings, apply_endpoint
 from ..core.errors import OpdiffError
-from ..core.verdicts import Verdict
-from ..execution.batch import compile_ahead
+from ..execution.batch import compile_ahead, rerun_alone
 from ..execution.cache import cache_unusable
 from ..execution.job import Outcome
 from ..execution.runner import Job
@@ -182,12 +181,14 @@ def _compile_ahead(pool: Any, jobs: Sequence[Job], settings: Settings, listener:
     if done.batches:
         notice(listener, f"compiled {done.tests} of {len(jobs)} tests in {done.calls} exporter calls "
                          f"({done.export_ms / 1e3:.1f} s; --batch {settings.batch})")
+    for why in done.lost:
+        warn(listener, f"a batch could not be compiled ({why}); its tests are exported one by one")
 
 
 def _alone_unless_passed(job: Job, outcome: Outcome, result: Result) -> Job | None:
     """A test whose artifact a batch compiled and that did not PASS runs again alone: only
     that run's verdict counts."""
-    if outcome.batch and result.verdict is not Verdict.PASS:
+    if rerun_alone(job, outcome.batch, result.verdict):
         return dataclasses.replace(job, alone=True, batched=0)
     return None
 
