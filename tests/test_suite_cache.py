@@ -189,3 +189,22 @@ def test_no_cache_keeps_nothing(tmp_path, monkeypatch):
     assert [c.id for c in load(None)] == ["a"]
     assert counted.reads == [str(root / "suites" / "s.yaml")] and counted.parses == 1   # discovery's parse reused
     assert not (root / ".opdiff-cache").exists()
+
+
+def test_an_entry_naming_a_dotted_package_imports_nothing(tmp_path, monkeypatch):
+    """An entry is data: a `spec` observation it holds is looked up without importing."""
+    root = project(tmp_path / "p", {"suites/s.yaml": f"tests:\n  - {{id: a, op: aten::neg.default, in: [{X}]}}\n"})
+    monkeypatch.chdir(root)
+    marker = tmp_path / "imported"
+    pkg = tmp_path / "site" / "tamper_probe"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    cache = tmp_path / "cache"
+    fresh = load(None)
+    load(cache)
+    (entry,) = [p for p in (cache / "suites").glob("*.json") if not p.name.startswith("discover-")]
+    good = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**good, "depends": [*good["depends"], ["spec", "tamper_probe.sub", None]]}))
+    assert_same(load(cache), fresh)
+    assert not marker.exists()

@@ -148,6 +148,8 @@ class SuiteCache:
             return os.path.isfile(what)
         if kind == "resolve":
             return str(Path(what).resolve())
+        if kind != "spec" or not what.isidentifier():
+            return None   # only a top-level name is looked up: a dotted one would import its parents
         try:
             spec = importlib.util.find_spec(what)
         except (ImportError, ValueError):
