@@ -2,6 +2,7 @@
 
     python bench/bench_batch.py [-b onnx_cpu_fp32] [--batch 32 --batch 1] [-j 2]
                                 [--suites 'suites/*.yaml'] [--upgrade] [--keep DIR]
+                                [--preset-options '{"batch_program": true}']
 
 For each --batch size (the first is the one compared against the others): a cold check
 of the suites (empty artifact cache and history), a warm re-check over the cache it
@@ -31,10 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_check(work: Path, preset: str, batch: int, jobs: int, suites: list[str]) -> dict:
+def run_check(work: Path, preset: str, batch: int, jobs: int, suites: list[str], options: str = "") -> dict:
     load = os.getloadavg()[0]
     cmd = [sys.executable, "-m", "opdiff_snap.cli", "--cache", str(work / "cache"), "--store", str(work / "store"),
            "check", "-b", preset, "-j", str(jobs), "--batch", str(batch), *suites]
+    if options:
+        cmd += ["--preset-options", f"{preset}={options}"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -81,17 +84,20 @@ def main() -> None:
     ap.add_argument("--suites", default="suites/*.yaml", help="a glob under the repository root ('' : all)")
     ap.add_argument("--keep", type=Path, help="keep the stores and caches here")
     ap.add_argument("--upgrade", action="store_true", help="also a cold check keeping only the failure hints")
+    ap.add_argument("--preset-options", default="", help="JSON options for the preset in every check "
+                    "(ExecuTorch batches only with {\"batch_program\": true})")
     args = ap.parse_args()
     sizes = args.batch or [32, 1]
     suites = sorted(glob.glob(args.suites, root_dir=ROOT)) if args.suites else []
     base = args.keep or Path(tempfile.mkdtemp(prefix="opdiff-bench-batch-"))
-    out: dict = {"preset": args.backend, "jobs": args.jobs, "suites": args.suites or "all shipped", "sizes": {}}
+    out: dict = {"preset": args.backend, "options": args.preset_options, "jobs": args.jobs,
+                 "suites": args.suites or "all shipped", "sizes": {}}
     try:
         for size in sizes:
             work = base / f"batch{size}"
             shutil.rmtree(work, ignore_errors=True)
-            cold = run_check(work, args.backend, size, args.jobs, suites)
-            warm = run_check(work, args.backend, size, args.jobs, suites)
+            cold = run_check(work, args.backend, size, args.jobs, suites, args.preset_options)
+            warm = run_check(work, args.backend, size, args.jobs, suites, args.preset_options)
             warm["warm_over_cold"] = round(warm["wall_s"] / cold["wall_s"], 3)
             out["sizes"][size] = {"cold": cold, "warm": warm}
             if args.upgrade:
@@ -102,7 +108,8 @@ def main() -> None:
                 for entry in (cache / "failures").iterdir():
                     if entry.name != "tests":
                         shutil.rmtree(entry)
-                out["sizes"][size]["cold_after_upgrade"] = run_check(work, args.backend, size, args.jobs, suites)
+                out["sizes"][size]["cold_after_upgrade"] = run_check(work, args.backend, size, args.jobs, suites,
+                                                                      args.preset_options)
             print(json.dumps({size: out["sizes"][size]}), file=sys.stderr, flush=True)
         first = out["sizes"][sizes[0]]["cold"]["run"]
         for size in sizes[1:]:

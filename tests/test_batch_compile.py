@@ -13,7 +13,7 @@ import onnx
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers_check import shipped_goldens
+from helpers_check import assert_same_as_alone, shipped_goldens
 from onnx import TensorProto, helper
 
 from opdiff_snap import api
@@ -62,17 +62,7 @@ def both(tmp_path_factory):
 
 def test_batched_and_alone_give_the_same_verdicts_and_messages(both):
     _, batched, alone = both
-    assert set(batched) == set(alone) == set(TESTS)
-    for test_id in TESTS:
-        b, a = batched[test_id], alone[test_id]
-        assert b.verdict is a.verdict, (test_id, b.message, a.message)
-        assert b.message == a.message, test_id
-        assert b.error_class == a.error_class, test_id
-        assert (b.metrics and b.metrics.max_abs) == (a.metrics and a.metrics.max_abs), test_id
-    for test_id in PASSING:
-        assert alone[test_id].verdict is Verdict.PASS
-    for test_id, verdict in OTHERS.items():
-        assert alone[test_id].verdict is verdict, alone[test_id].message
+    assert_same_as_alone(batched, alone, PASSING, OTHERS)
 
 
 def test_passing_tests_ran_on_their_batch_artifact_and_the_others_alone(both):

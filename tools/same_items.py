@@ -17,6 +17,8 @@ CHECKOUT = re.compile(r"/[^\s\"']*?/opdiff_snap/")
 # what a worker's log says after a failure is its tail, cut at a byte count: where the first
 # line is cut depends on the length of the process ids before it
 TAIL = re.compile(r"(backend output:\n)[^\n]*\n")
+# an object's address in a library's log line ("<torch.fx.graph.Graph object at 0x7fd27fb45d10>")
+ADDRESS = re.compile(r" at 0x[0-9a-f]{6,}")
 
 # timings, ids, whether the result came from the artifact cache (a cached failure says so), and the
 # size of the batch that compiled its artifact
@@ -30,7 +32,7 @@ def clean(value):
         return [clean(v) for v in value]
     if isinstance(value, str):
         value = CHECKOUT.sub("<checkout>/opdiff_snap/", TAIL.sub(r"\1<cut line>\n", value))
-        return STAMP.sub("<time>", LOG_LINE.sub("<log line>", value))
+        return ADDRESS.sub(" at <address>", STAMP.sub("<time>", LOG_LINE.sub("<log line>", value)))
     return value
 
 

@@ -59,6 +59,8 @@ MEANINGS: dict[str, dict[str, str]] = {
                            "unnest it); NULL when not surveyed",
         "atol": "absolute tolerance used", "rtol": "relative tolerance used",
         "baseline_factor": "times the baseline's own rounding error a result may differ by",
+        "precision_factor": "the multiple of torch eager's own fp16/bf16 error a composite output may reach, when "
+                            "set (NULL: the precision's default, torch_factor)",
         "max_abs": "largest absolute difference", "mean_abs": "mean absolute difference",
         "mse": "mean squared error", "max_rel": "largest relative difference",
         "cosine": "cosine similarity of expected and actual",
@@ -81,6 +83,12 @@ MEANINGS: dict[str, dict[str, str]] = {
         "elementwise_ulps": "a single elementwise op on fp16/bf16: the largest error in target ulps against the "
                             "float64 result on target-rounded inputs",
         "failed_bound": "the bound a MISMATCH broke: nonfinite, exact, elementwise, normwise or bias",
+        "torch_multiple": "fp16/bf16, composite outputs: the target's error against the float64 reference as a "
+                          "multiple of torch eager's own at that precision (the larger of the RMS and largest-error "
+                          "ratios; the worst output)",
+        "torch_factor": "the multiple allowed there (within it, elements outside the tolerance are forgiven)",
+        "as_torch": "elements outside every band that passed because the output is within torch_factor of torch's "
+                    "own error",
         "allowance": "what the worst element was allowed",
         "precision_limited": "a MISMATCH on fp16/bf16 that torch eager at the same precision shares, by at least "
                              "half as much: look at the precision before the backend",

@@ -274,6 +274,12 @@ class Backend:
         Called only where `batches` is True."""
         raise NotImplementedError(f"the {self.family} backend does not compile batches")
 
+    def batch_timed_alone(self, preset: Preset) -> bool:
+        """Whether a test's artifact from `export_batch` runs that test alone, so that its
+        timed calls are its own latency. Default True. False: it runs its whole batch in
+        one call (one program for all), and such a result carries no `infer_ms`."""
+        return True
+
     def delegates(self, preset: Preset) -> bool:
         """Whether the preset hands programs to a delegate, so that `--require-delegated`
         has something to hold it to. Default False."""
@@ -390,6 +396,11 @@ class PluginBackend(Backend):
 
     def export_batch(self, pieces: Sequence[Piece], preset: Preset, workdir: Path) -> list[Artifact | None]:
         return self.plugin.export_batch(pieces, preset, workdir)
+
+    def batch_timed_alone(self, preset: Preset) -> bool:
+        if "batch_timed_alone" in self.defined:
+            return bool(self.plugin.batch_timed_alone(preset))
+        return super().batch_timed_alone(preset)
 
     def delegates(self, preset: Preset) -> bool:
         if "delegates" in self.defined:

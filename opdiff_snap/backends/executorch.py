@@ -13,20 +13,37 @@ from __future__ import annotations
 
 import json
 import operator
+import os
+import re
+import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from ..core.limits import THREADS
 from ..core.sources import source_line
-from .base import APPLE_SILICON, MACOS, Artifact, Availability, Backend, DelegatedOp, Delegation, Preset, Runnable
+from .base import (
+    APPLE_SILICON,
+    MACOS,
+    Artifact,
+    Availability,
+    Backend,
+    DelegatedOp,
+    Delegation,
+    Piece,
+    PiecesFailed,
+    Preset,
+    Runnable,
+)
 from .common import (
     IS_MACOS,
+    Pieces,
     cast_inputs,
     contiguous_cpu,
     export_program,
     has_module,
+    pieces_at_fault,
     script_source,
     single_file,
     thread_budget,
@@ -35,6 +52,11 @@ from .common import (
 PROGRAM_FILE = "model.pte"
 DELEGATION_FILE = "delegation.json"   # what the delegate took, written beside the program
 DELEGATION_MAX_BYTES = 4 << 20
+# a test compiled in a batch program: where it sits among the program's inputs and outputs,
+# and the batch's example inputs, which fill the other tests' places when it runs
+PIECE_FILE = "piece.json"
+BATCH_INPUTS_FILE = "batch_inputs.pt"
+BATCH_DEVICES = ("cpu", "portable")   # the devices whose batch programs run here to be proven
 
 _PARTITIONER_MODULES = {
     "cpu": "executorch.backends.xnnpack.partition.xnnpack_partitioner",
@@ -63,6 +85,7 @@ class ExecuTorchBackend(Backend):
         "coreml_lower_full_graph": False,
         "require_delegated": False,           # check: an op node left off the delegate is NOT_DELEGATED
         "delegate": True,                     # False: no partitioner (every op on the runtime's kernels)
+        "batch_program": False,               # compile a check's tests in one program per batch (no infer_ms)
     }
     option_ranges = {"num_threads": THREADS}
     serializes = True
@@ -109,6 +132,72 @@ class ExecuTorchBackend(Backend):
             executorch_program(edge, opts).write_to_file(f)
         return Artifact(path=workdir)
 
+    def batches(self, preset: Preset) -> bool:
+        """Only when asked (`batch_program`): one program runs its whole batch in one call,
+        so its results say nothing of each test's latency."""
+        return bool(preset.options.get("batch_program")) and preset.device in BATCH_DEVICES
+
+    def batch_timed_alone(self, preset: Preset) -> bool:
+        return False
+
+    def export_batch(self, pieces: Sequence[Piece], preset: Preset, workdir: Path) -> list[Artifact | None]:
+        """One program whose single forward runs every piece on its own inputs. Each piece
+        gets a folder holding the program (a hard link where the disk allows), where it
+        sits in the program's inputs and outputs (piece.json), the batch's example inputs,
+        and the delegation of its own nodes."""
+        opts = preset.options
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        arity = [len(p.inputs) for p in pieces]
+        inputs = [t for p in pieces for t in p.inputs]
+        try:
+            program = export_program(Pieces([p.module for p in pieces], arity), inputs, opts, always_decompose=False)
+            edge = executorch_edge(program, preset.device, preset.precision, opts)
+            returned = len(edge.exported_program().graph_signature.user_outputs)
+            # of the edge program as lowered: to_executorch rewrites its graph in place
+            delegations = [delegation_of(edge.exported_program().graph_module, piece=i).to_json()
+                           if preset.device != "portable" else None for i in range(len(pieces))]
+            lowered = executorch_program(edge, opts)
+        except Exception as exc:
+            at_fault = pieces_at_fault(exc)
+            if at_fault:
+                raise PiecesFailed(at_fault) from exc
+            raise
+        if returned != sum(p.outputs for p in pieces):
+            raise RuntimeError(f"the batch program returns {returned} outputs; its pieces return "
+                               f"{sum(p.outputs for p in pieces)}")
+        can_run = self.availability(preset).can_run
+        missing = _without_kernels(lowered.exported_program().graph_module) if can_run else []
+        if missing:
+            raise PiecesFailed(missing, "the runtime has no kernel for an op of these pieces")
+        shared = workdir / PROGRAM_FILE
+        with open(shared, "wb") as f:
+            lowered.write_to_file(f)
+        examples = workdir / BATCH_INPUTS_FILE
+        torch.save([t.detach().contiguous().cpu() for t in inputs], examples)
+        if can_run:
+            # one piece whose kernel rejects its arguments would fail the whole program for
+            # every test in it: found here, the batch is split instead
+            dtype = torch.float16 if opts.get("export_fp16") else None
+            executorch_execute(executorch_method(shared, opts), contiguous_cpu(cast_inputs(inputs, dtype)))
+        artifacts: list[Artifact | None] = []
+        first_in = first_out = 0
+        for i, piece in enumerate(pieces):
+            folder = workdir / f"piece{i}"
+            folder.mkdir()
+            _link(shared, folder / PROGRAM_FILE)
+            _link(examples, folder / BATCH_INPUTS_FILE)
+            (folder / PIECE_FILE).write_text(json.dumps(
+                {"inputs": [first_in, arity[i]], "outputs": [first_out, piece.outputs], "batch": len(pieces)}))
+            if delegations[i] is not None:
+                (folder / DELEGATION_FILE).write_text(json.dumps(delegations[i]))
+            artifacts.append(Artifact(path=folder))
+            first_in += arity[i]
+            first_out += piece.outputs
+        shared.unlink()
+        examples.unlink()
+        return artifacts
+
     def delegates(self, preset: Preset) -> bool:
         return preset.device != "portable"
 
@@ -142,9 +231,15 @@ class ExecuTorchBackend(Backend):
         assert artifact.path is not None
         method = executorch_method(single_file(Path(artifact.path), ".pte"), opts)
         dtype = torch.float16 if opts.get("export_fp16") else None
+        place = _batch_place(Path(artifact.path))
 
         def run(inputs):
-            return executorch_execute(method, contiguous_cpu(cast_inputs(inputs, dtype)))
+            if place is None:
+                return executorch_execute(method, contiguous_cpu(cast_inputs(inputs, dtype)))
+            (first_in, n_in), (first_out, n_out), examples = place
+            args = list(examples)
+            args[first_in:first_in + n_in] = inputs
+            return executorch_execute(method, contiguous_cpu(cast_inputs(args, dtype)))[first_out:first_out + n_out]
 
         return run
 
@@ -271,23 +366,31 @@ def _op_name(target: Any) -> str:
     return f"{schema.name}.{getattr(op, '_overloadname', '') or 'default'}"
 
 
-def delegation_of(graph_module: Any, shown: int = 5) -> Delegation:
+def delegation_of(graph_module: Any, shown: int = 5, piece: int | None = None) -> Delegation:
     """The delegated and fallback nodes of an edge program, per op: nodes inside a lowered
     module were taken by its delegate; every other op call stays on the runtime's kernels
-    (the fallback), attributed to the model's source line."""
+    (the fallback), attributed to the model's source line. `piece`: count only the nodes
+    of that piece of a batch program (common.Pieces), and the blobs holding any of them."""
     ops: dict[str, DelegatedOp] = {}
     delegates: list[str] = []
     blobs = 0
+
+    def counted(node: Any) -> bool:
+        return piece is None or _in_piece(node, piece)
+
     for node in graph_module.graph.nodes:
         if node.op == "get_attr" and node.name.startswith("lowered_module"):
             lowered = getattr(graph_module, str(node.target))
+            inner_ops = [inner for inner in lowered.original_module.graph.nodes
+                         if inner.op == "call_function" and inner.target is not operator.getitem and counted(inner)]
+            if piece is not None and not inner_ops:
+                continue
             blobs += 1
             delegates.append(str(getattr(lowered, "backend_id", "delegate")))
-            for inner in lowered.original_module.graph.nodes:
-                if inner.op == "call_function" and inner.target is not operator.getitem:
-                    ops.setdefault(_op_name(inner.target), DelegatedOp(_op_name(inner.target))).delegated += 1
+            for inner in inner_ops:
+                ops.setdefault(_op_name(inner.target), DelegatedOp(_op_name(inner.target))).delegated += 1
         elif node.op == "call_function" and node.target is not operator.getitem \
-                and "executorch_call_delegate" not in str(node.target):
+                and "executorch_call_delegate" not in str(node.target) and counted(node):
             entry = ops.setdefault(_op_name(node.target), DelegatedOp(_op_name(node.target)))
             entry.fallback += 1
             where = source_line(node.meta.get("stack_trace"))[0]
@@ -295,6 +398,62 @@ def delegation_of(graph_module: Any, shown: int = 5) -> Delegation:
                 entry.sources.append(where)
     name = ", ".join(dict.fromkeys(delegates)) or "none"
     return Delegation(name, blobs, sorted(ops.values(), key=lambda o: (-o.fallback, o.op)))
+
+
+def _in_piece(node: Any, piece: int) -> bool:
+    """Whether a node of a batch program was traced inside piece `piece` (its module path)."""
+    prefix = f"pieces.{piece}"
+    return any(str(path) == prefix or str(path).startswith(prefix + ".")
+               for path, *_ in (node.meta.get("nn_module_stack") or {}).values())
+
+
+def _without_kernels(graph_module: Any) -> list[int]:
+    """The pieces of a batch program (after to_executorch) calling an op the runtime here
+    has no kernel for: loading the program would fail for every test in it."""
+    try:
+        from executorch.extension.pybindings import portable_lib
+        registered = set(portable_lib._get_operator_names())
+    except (ImportError, AttributeError):
+        return []
+    found: set[int] = set()
+    for node in graph_module.graph.nodes:
+        schema = getattr(node.target, "_schema", None) or getattr(getattr(node.target, "_op", None), "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+        if name not in registered and schema.name not in registered:
+            found.update(int(m.group(1)) for path, *_ in (node.meta.get("nn_module_stack") or {}).values()
+                         if (m := re.match(r"pieces\.(\d+)(\.|$)", str(path))))
+    return sorted(found)
+
+
+def _link(source: Path, target: Path) -> None:
+    """`target` as a hard link to `source` (one copy of a batch's program on disk), or a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _batch_place(folder: Path) -> tuple[tuple[int, int], tuple[int, int], list[torch.Tensor]] | None:
+    """Where a batch-compiled test sits in its program ((first input, count), (first output,
+    count)) and the batch's example inputs; None for a program of its own. Raises
+    ValueError when the folder's account of it is not what export_batch wrote."""
+    path = folder / PIECE_FILE
+    if not path.exists():
+        return None
+    try:
+        place = json.loads(path.read_text())
+        spans = [place["inputs"], place["outputs"]]
+        if not all(isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and v >= 0 for v in s)
+                   for s in spans):
+            raise ValueError(f"{PIECE_FILE} does not say where the test sits in its batch")
+        examples = torch.load(folder / BATCH_INPUTS_FILE, weights_only=True)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise ValueError(f"the batch program's account of this test cannot be read ({exc})") from None
+    if not isinstance(examples, list) or spans[0][0] + spans[0][1] > len(examples):
+        raise ValueError(f"{BATCH_INPUTS_FILE} does not hold the batch's inputs")
+    return (spans[0][0], spans[0][1]), (spans[1][0], spans[1][1]), examples
 
 
 def _set_threads(n: int) -> None:

@@ -99,18 +99,29 @@ def judge(key: str, preset: Preset, piece: Piece, prepared: Any, outputs: list[t
           tol: Tolerance, baseline_precision: str) -> PieceResult:
     """Compare what the target computed for `piece` (run as the flat module `prepared`) with
     the baseline, allowing for rounding as measured by the piece's own float64 reference
-    (and, on fp16/bf16, its elementwise one)."""
+    (and, on fp16/bf16, its elementwise one and torch eager's own error at that precision,
+    as check does)."""
     from ..compare.numerics import compare
     from ..compare.rules import Rounding
     from ..execution.prepare import nest_residuals
-    from ..execution.references import elementwise_reference, float64_reference
+    from ..execution.references import (
+        REDUCED,
+        elementwise_reference,
+        float64_reference,
+        needs_control,
+        precision_control,
+    )
 
     flat = {"list": [{"tensor": i} for i in range(len(piece.expected))]}   # a piece compares flat outputs
     reference = float64_reference(prepared)[0]
     residuals = None if reference is None else nest_residuals(flat, reference, list(piece.expected))
     ew = elementwise_reference(prepared, preset.precision)[0]   # None off fp16/bf16
     elementwise = None if ew is None else nest_residuals(flat, ew, list(piece.expected))
-    rounding = Rounding(residuals, baseline_precision, preset.precision, elementwise)
+    control = None
+    if preset.precision in REDUCED:
+        control = precision_control(prepared, preset.precision)[0] if needs_control(preset) else outputs
+    rounding = Rounding(residuals, baseline_precision, preset.precision, elementwise,
+                        None if control is None else list(control))
     result = compare(list(piece.expected), outputs, tol, rounding=rounding)
     return PieceResult(key, result.verdict, result.metrics.to_json() if result.metrics else {},
                        result.message or "")

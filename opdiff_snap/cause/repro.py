@@ -173,7 +173,8 @@ def write_repro(case: TestCase, golden: Golden | tuple[Invocation, Any], preset:
         outputs = outputs["a"]  # a pair golden holds both sides; the script reproduces side a
         if rounding is not None:
             rounding = dataclasses.replace(rounding, residuals=_side_a(rounding.residuals),
-                                           elementwise=_side_a(rounding.elementwise))
+                                           elementwise=_side_a(rounding.elementwise),
+                                           control=_side_a(rounding.control))
     _runner(preset)
     _check_tolerance(tolerance)
     out_path = Path(out_path)

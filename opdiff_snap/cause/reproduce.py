@@ -13,7 +13,7 @@ from ..compare.rules import Rounding
 from ..compare.tolerance import tolerance_for
 from ..core.errors import OpdiffError
 from ..execution.pools import run_one
-from ..execution.references import REDUCED, ElementwiseTask
+from ..execution.references import REDUCED, ReferencesTask
 from ..goldens.model import Golden
 from ..run.judge import rounding_for
 from ..suite.model import TestCase
@@ -55,12 +55,12 @@ def reproduce(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_op
 
 def check_rounding(case: TestCase, golden: Golden, preset: Preset, timeout_s: float, in_process: bool) -> Rounding:
     """What check judges `golden` with on `preset`: on fp16/bf16 with the elementwise
-    reference too, computed in a worker."""
+    reference and the precision control too, computed in a worker."""
     if preset.precision not in REDUCED:
         return rounding_for(golden, preset)
-    flat, structure = run_one(ElementwiseTask(case, golden.invocation, preset.precision),
-                              timeout_s=timeout_s, in_process=in_process)
-    return rounding_for(golden, preset, structure, flat)
+    flat, structure, control = run_one(ReferencesTask(case, golden.invocation, preset.precision),
+                                       timeout_s=timeout_s, in_process=in_process)
+    return rounding_for(golden, preset, structure, flat, control)
 
 
 def parse_node_range(text: str, count: int | None = None, where: str = "") -> tuple[int, int]:

@@ -42,6 +42,8 @@ ENTRIES = Number(limits.ENTRIES)
 @click.option("--rtol", type=NON_NEGATIVE, help="Override the relative tolerance, as for check.")
 @click.option("--baseline-factor", type=NON_NEGATIVE,
               help="Override how many times the baseline's own rounding error is allowed (0: none), as for check.")
+@click.option("--precision-factor", type=NON_NEGATIVE,
+              help="Override how many times torch eager's own fp16/bf16 error is allowed (0: none), as for check.")
 @click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
 @click.option("--timeout-s", type=TIMEOUT_S, help="Per-job timeout in seconds (>= 0.1).")
 @click.option("--in-process", is_flag=True, help="Run the jobs in this process (debugging; no isolation).")
@@ -53,7 +55,8 @@ ENTRIES = Number(limits.ENTRIES)
 @executor_option
 @click.pass_context
 @guarded
-def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, jobs, timeout_s,
+def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, precision_factor, jobs,
+             timeout_s,
              in_process, trust_goldens, fmt, python) -> None:
     """Where a module test first diverges on BACKEND: submodule, then ATen node.
 
@@ -67,7 +70,7 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     from ..core.trees import json_safe
     from ..suite.model import Tolerance
 
-    given = (atol, rtol, baseline_factor)
+    given = (atol, rtol, baseline_factor, precision_factor)
     report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,
                           tolerance=Tolerance(*given) if any(v is not None for v in given) else None,
                           goldens=settings_of(ctx).goldens, settings=settings_of(ctx, jobs=jobs, timeout_s=timeout_s),

@@ -220,6 +220,9 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--rtol", type=NON_NEGATIVE, help="Override the relative tolerance for every comparison.")
 @click.option("--baseline-factor", type=NON_NEGATIVE,
               help="Times the baseline's own rounding error a result may differ by (default 4; 0: off).")
+@click.option("--precision-factor", type=NON_NEGATIVE,
+              help="fp16/bf16: times torch eager's own error at that precision a composite output may reach "
+                   "(default 1.75; 0: off).")
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish an interrupted run (see `opdiff runs`).")
 @click.option("--no-cache", is_flag=True,
               help="Re-export even when a cached artifact or a cached export/load failure exists.")
@@ -242,8 +245,8 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @executor_option
 @click.pass_context
 @guarded
-def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, resume, no_cache, trust_goldens,
-          fail_on, junit, python, shard, run_group, require_delegated, batch, jobs,
+def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, precision_factor, resume, no_cache,
+          trust_goldens, fail_on, junit, python, shard, run_group, require_delegated, batch, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
@@ -266,7 +269,7 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, re
     seeds = _opdiff_seeds(seeds, num_sampled_inputs)
     from ..suite.model import Tolerance
 
-    given = (atol, rtol, baseline_factor)
+    given = (atol, rtol, baseline_factor, precision_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup, batch=batch)
     _run_and_report(ctx, lambda listener: api.check(

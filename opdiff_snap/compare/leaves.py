@@ -55,6 +55,17 @@ class Leaf:
     precision: str = "fp32"                # the precision the target computes this leaf in
     max_expected: float = 0.0
     kernel_ulps: float = 1.0               # the unit of its bias bounds
+    # a composite output on fp16/bf16: its error as a multiple of torch eager's own at that
+    # precision (compare.rules.TorchError), and the multiple allowed
+    torch_multiple: float | None = None
+    torch_factor: float | None = None
+
+    @property
+    def as_torch(self) -> bool:
+        """Whether its elements outside every band are forgiven: its error is within the
+        allowed multiple of torch's own at the target's precision."""
+        return self.torch_multiple is not None and self.torch_factor is not None \
+            and self.torch_multiple <= self.torch_factor
 
 
 def _index(flat: int, shape: tuple[int, ...], complex_: bool) -> tuple[int, ...]:
@@ -71,7 +82,7 @@ def _first(mask: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def measure_leaf(path: str, e: torch.Tensor, a: torch.Tensor, tol: Tolerance,
-          aux: "tuple[torch.Tensor | None, torch.Tensor | None]" = (None, None),
+          aux: "tuple[torch.Tensor | None, ...]" = (None, None, None),
           rounding: Rounding | None = None) -> Leaf:
     """Everything about one leaf pair of equal shape, vectorised in float64 numpy."""
     e, a = (t.detach().cpu().resolve_conj().resolve_neg() for t in (e, a))
@@ -98,7 +109,7 @@ def leaf_rules(expected: Any, tol: Tolerance, rounding: Rounding | None) -> list
 
     _, tensors = flatten(expected)
     wanted = {id(t) for t in tensors}
-    aux = (rounding.residuals, rounding.elementwise) if rounding is not None else (None, None)
+    aux = rounding.aux if rounding is not None else (None, None, None)
     rules: list[LeafRule | None] = []
     for _, e, _, leaf_aux in leaf_pairs(expected, expected, "out", aux):
         if id(e) not in wanted:
@@ -128,6 +139,8 @@ def _apply_rule(out: Leaf, rule: LeafRule, af: np.ndarray, row: int) -> np.ndarr
         out.baseline_error, out.bound, out.factor, out.capped = rule.baseline_error, rule.bound, rule.factor, \
             rule.capped
         out.within_rounding = int(np.count_nonzero((first > 0) & (excess <= 0)))
+    if rule.torch is not None:
+        out.torch_multiple, out.torch_factor = rule.torch.multiple(af), rule.torch.factor
     if rule.u is not None and rule.bias_centre is not None:
         usable = np.isfinite(af) & np.isfinite(rule.bias_centre)
         out.bias = bias(af[usable], rule.bias_centre[usable], rule.u, rule.tiny, rule.atol, rule.kernel_ulps,

@@ -37,6 +37,12 @@ class Metrics:
     bound a MISMATCH broke first: nonfinite, exact, elementwise,
     normwise or bias; `allowance` is what the worst element was allowed.
 
+    On an fp16/bf16 target with the precision control, `torch_multiple` is the largest,
+    over the composite outputs, of the target's error against the float64 reference as a
+    multiple of torch eager's own error at that precision (RMS and largest error, the
+    larger ratio), and `torch_factor` the multiple allowed; `as_torch` counts the elements
+    outside every band of outputs forgiven for being within it.
+
     `compared` is False for the metrics of a result whose outputs could not be compared
     (a structure mismatch) but that keeps what was measured beside them."""
 
@@ -64,6 +70,9 @@ class Metrics:
     elementwise_ulps: float | None = None
     failed_bound: str | None = None
     allowance: float | None = None
+    torch_multiple: float | None = None
+    torch_factor: float | None = None
+    as_torch: int = 0
 
     # measured beside the comparison when judging asked for it; in the JSON after the numbers
     control: Control | None = field(default=None, metadata={"beside": True})

@@ -82,6 +82,9 @@ def _leaf_message(lf: Leaf) -> str:
             outside += (f" and outside the rounding bound {lf.bound:.3g} ({lf.factor:g} x the baseline's own "
                         f"float64-measured error {lf.baseline_error:.3g}{', capped' if lf.capped else ''})")
         outside += " (normwise bound)"
+        if lf.torch_multiple is not None and lf.torch_factor:
+            outside += (f", and its error is {lf.torch_multiple:.3g}x torch's own in {precision}, above the "
+                        f"{lf.torch_factor:g}x allowed")
     nonfinite = "with NaN/Inf at different positions or signs"
     tol_bad = lf.bad - lf.nonfinite_bad
     if not lf.nonfinite_bad:
@@ -110,7 +113,7 @@ def _bias_message(lf: Leaf) -> str:
 def _failed_bound(lf: Leaf) -> str | None:
     if lf.nonfinite_bad:
         return "nonfinite"
-    if lf.bad:
+    if lf.bad and not lf.as_torch:
         return "exact" if lf.exact else "elementwise" if lf.elementwise_ulps is not None else "normwise"
     return "bias" if lf.bias is not None and lf.bias.broken else None
 
@@ -156,6 +159,11 @@ def _metrics(leaves: list[Leaf]) -> Metrics:
     elementwise = [lf.elementwise_ulps for lf in leaves if lf.elementwise_ulps is not None]
     if elementwise:
         m.elementwise_ulps = max(elementwise)
+    judged = [lf for lf in leaves if lf.torch_multiple is not None]
+    if judged:
+        worst_leaf = max(judged, key=lambda lf: lf.torch_multiple or 0.0)
+        m.torch_multiple, m.torch_factor = worst_leaf.torch_multiple, worst_leaf.torch_factor
+        m.as_torch = sum(lf.bad for lf in judged if lf.bad and lf.as_torch and not lf.nonfinite_bad)
     m.failed_bound = next((b for b in map(_failed_bound, leaves) if b is not None), None)
     return m
 
@@ -165,7 +173,7 @@ def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out",
     """Compare two nested output values; see the module docstring for the rules.
     `rounding` brings the golden's float64 reference (its residuals nested like
     `expected`) and the precisions the baseline and the target compute in."""
-    aux = (rounding.residuals, rounding.elementwise) if rounding is not None else (None, None)
+    aux = rounding.aux if rounding is not None else (None, None, None)
     try:
         pairs = list(leaf_pairs(expected, actual, root, aux))
     except StructureDiffers as exc:

@@ -9,6 +9,7 @@ docs/check.md, "When a result passes", says why each rule is what it is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,12 @@ UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2
 ALLOWANCE_CAP = {"fp64": 2.0**-40, "fp32": 2.0**-10, "fp16": 2.0**-9, "bf16": 2.0**-6}
 # Smallest normal number per precision (compare/bounds.py).
 TINY = {"fp64": 2.0**-1022, "fp32": 2.0**-126, "fp16": 2.0**-14, "bf16": 2.0**-126}
+# A composite output on an fp16/bf16 target may be off the float64 reference by this many
+# times what torch eager at that precision is off by (its RMS error and its largest error),
+# each plus TORCH_FLOOR unit roundoffs of the output's largest magnitude (where torch is
+# exact). docs/check.md, "Composite tests on fp16 and bf16", gives the measurement.
+PRECISION_FACTOR = {"fp16": 1.75, "bf16": 1.75}
+TORCH_FLOOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -37,12 +44,20 @@ class Rounding:
     `residuals` is nested like the golden's outputs: for each floating tensor leaf the
     float64 reference minus the golden value (`None` where there is none). `elementwise`,
     nested the same way, holds the float64 result of a single elementwise op on the inputs
-    rounded to the target's dtype (None: the test is not one, or the target is fp32)."""
+    rounded to the target's dtype (None: the test is not one, or the target is fp32).
+    `control`, nested the same way, holds torch eager's outputs at the target's precision
+    on the same inputs and weights (the precision control; None: there is none)."""
 
     residuals: Any
     baseline_precision: str = "fp32"
     target_precision: str = "fp32"
     elementwise: Any = None
+    control: Any = None
+
+    @property
+    def aux(self) -> tuple[Any, Any, Any]:
+        """The trees nested like the outputs, in the order compare.walk hands out their leaves."""
+        return self.residuals, self.elementwise, self.control
 
 
 def unit_roundoff(precision: str, dtype: torch.dtype) -> float:
@@ -65,6 +80,38 @@ class Band:
 
 
 @dataclass
+class TorchError:
+    """How far torch eager at the target's precision lies from the float64 reference on one
+    output (RMS and largest error over the elements finite in both), and what a target may
+    reach: `factor` times each, plus `floor`. The target's own errors are measured against
+    the same reference (`reference`, flat float64)."""
+
+    reference: np.ndarray
+    rms: float
+    largest: float
+    factor: float
+    floor: float
+
+    def multiple(self, actual: np.ndarray) -> float | None:
+        """The target's error as a multiple of torch's: the larger of the RMS and the
+        largest-error ratios, each against torch's error plus floor / factor (so that the
+        target passes exactly when the multiple is at most `factor`). None: no element to
+        measure."""
+        usable = np.isfinite(actual) & np.isfinite(self.reference)
+        if not usable.any():
+            return None
+        diff = np.abs(actual[usable] - self.reference[usable])
+        rms, largest = float(np.sqrt(np.mean(diff * diff))), float(diff.max())
+        slack = self.floor / self.factor if self.factor > 0 else self.floor
+        ratios = [value / (own + slack) if own + slack > 0 else (0.0 if value == 0 else math.inf)
+                  for value, own in ((rms, self.rms), (largest, self.largest))]
+        return max(ratios)
+
+    def to_script(self) -> dict[str, Any]:
+        return {"rms": self.rms, "largest": self.largest, "factor": self.factor, "floor": self.floor}
+
+
+@dataclass
 class LeafRule:
     """What one floating output leaf is held to, from the golden's side alone: the bands
     an element may lie in (it passes when it lies in any), and what the bias bound measures
@@ -83,6 +130,7 @@ class LeafRule:
     bound: float | None = None
     factor: float = 0.0
     capped: bool = False
+    torch: TorchError | None = None     # a composite output on fp16/bf16: torch's own error there
 
     @property
     def kernel_ulps(self) -> float:
@@ -98,10 +146,13 @@ class LeafRule:
         expected = self.bands[0].centre if self.kind == "normwise" else self.bands[1].centre
         reference = self.bands[2].centre if self.kind == "normwise" and len(self.bands) > 2 else \
             self.bands[0].centre if self.kind == "elementwise" else None
+        if reference is None and self.torch is not None:
+            reference = self.torch.reference   # the rounding band is off; torch's rule still needs it
         centre = self.bias_centre
         bias_on = None if centre is None or self.u is None else "expected" if centre is expected else \
             "reference" if centre is reference else "own"
         return {"kind": self.kind, "atol": self.atol, "rtol": self.rtol, "bound": self.bound,
+                "torch": self.torch.to_script() if self.torch is not None else None,
                 "ulps": ELEMENTWISE_ULPS, "u": self.u, "tiny": self.tiny, "precision": self.precision,
                 "kernel_ulps": self.kernel_ulps,
                 "reference": tensor(reference), "bias_on": bias_on,
@@ -115,15 +166,42 @@ def as_f64(t: torch.Tensor) -> np.ndarray:
     return t.reshape(-1).numpy().astype(np.float64)
 
 
+def flat_f64(t: torch.Tensor) -> np.ndarray:
+    """A tensor nested like an output leaf (a residual, a control's output) as flat float64,
+    complex values as real and imaginary parts, as the leaf's own values are laid out."""
+    t = t.detach().cpu()
+    if t.is_complex():
+        t = torch.view_as_real(t.to(torch.complex128))
+    return as_f64(t)
+
+
 def _factor(tol: Tolerance) -> float:
     return BASELINE_FACTOR if tol.baseline_factor is None else float(tol.baseline_factor)
 
 
+def torch_error(ref: np.ndarray, control: torch.Tensor | None, precision: str, u: float,
+                tol: Tolerance) -> TorchError | None:
+    """Torch's own error on one output against the float64 reference `ref` (flat), from the
+    precision control's values; None without a control, on fp32, or with the rule off."""
+    factor = PRECISION_FACTOR.get(precision) if tol.precision_factor is None else float(tol.precision_factor)
+    if control is None or not factor or precision not in PRECISION_FACTOR:
+        return None
+    cf = flat_f64(control)
+    if cf.size != ref.size:
+        return None
+    usable = np.isfinite(cf) & np.isfinite(ref)
+    if not usable.any():
+        return None
+    diff = np.abs(cf[usable] - ref[usable])
+    floor = TORCH_FLOOR * u * float(np.abs(ref[usable]).max())
+    return TorchError(ref, float(np.sqrt(np.mean(diff * diff))), float(diff.max()), factor, floor)
+
+
 def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: Tolerance,
-              aux: "tuple[torch.Tensor | None, torch.Tensor | None]", rounding: Rounding | None,
+              aux: "tuple[torch.Tensor | None, ...]", rounding: Rounding | None,
               is_complex: bool) -> LeafRule:
     """The rule of one floating leaf whose flat float64 values are `ef` (see LeafRule)."""
-    res, elem = aux
+    res, elem, control = aux
     configured = Band(ef, atol + rtol * np.abs(ef))
     if rounding is None:
         return LeafRule("normwise", [configured], atol, rtol)
@@ -136,18 +214,16 @@ def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: To
                                         Band(ef, np.full_like(ef, atol))],
                         atol, rtol, u, tiny, precision, bias_centre=exact_answer)
     rule = LeafRule("normwise", [configured], atol, rtol, u, tiny, precision, bias_centre=ef)
-    factor = _factor(tol)
-    if res is None or factor <= 0 or tuple(res.shape) != tuple(e.shape):
+    if res is None or tuple(res.shape) != tuple(e.shape):
         return rule
-    r = res.detach().cpu()
-    if r.is_complex():
-        r = torch.view_as_real(r.to(torch.complex128))
-    residual = as_f64(r)
+    residual = flat_f64(res)
     if residual.size != ef.size:
         return rule
     ref = ef + np.where(np.isfinite(residual), residual, 0.0)
+    rule.torch = torch_error(ref, control, precision, u, tol)
+    factor = _factor(tol)
     usable = np.isfinite(ef) & np.isfinite(ref)
-    if not usable.any():
+    if factor <= 0 or not usable.any():
         return rule
     error = float(np.abs(ref - ef)[usable].max())
     magnitude = float(np.abs(ef)[usable].max())

@@ -37,7 +37,9 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
     7. DEFAULT_TOLERANCES[preset.precision] (torch.testing's defaults)
 
     `baseline_factor` (how many times the baseline's own rounding error is allowed)
-    follows the same chain and defaults to BASELINE_FACTOR.
+    follows the same chain and defaults to BASELINE_FACTOR; `precision_factor` (how many
+    times torch eager's own error at the target's precision) follows it too, and stays None
+    when nothing sets it (compare.rules.PRECISION_FACTOR then decides, per precision).
 
     `case_tolerance` is the `TestCase.tolerance` mapping (a TestCase is accepted too).
     """
@@ -63,7 +65,8 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
 
     factor = pick("baseline_factor")
     return Tolerance(atol=pick("atol"), rtol=pick("rtol"),
-                     baseline_factor=BASELINE_FACTOR if factor is None else factor)
+                     baseline_factor=BASELINE_FACTOR if factor is None else factor,
+                     precision_factor=pick("precision_factor"))
 
 
 def _field(t: Any, name: str) -> Any:

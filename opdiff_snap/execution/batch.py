@@ -14,7 +14,6 @@ and does not PASS is rerun alone (run/check.py), and that run is its verdict.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +94,7 @@ def _compile(todo: list, backend: Any, preset: Preset, cache: Any, out: Compiled
         part = stack.pop()
         if len(part) < 2:
             continue
-        with tempfile.TemporaryDirectory(prefix="opdiff-batch-") as tmp:
+        with cache.scratch() as tmp:
             t0 = time.perf_counter()
             out.calls += 1
             try:

@@ -32,6 +32,7 @@ decides those), and neither does an error of the machine (out of memory, an OSEr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -44,7 +45,7 @@ import uuid
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from .. import __version__
 from ..backends.base import Artifact, Delegation, Preset
@@ -319,6 +320,16 @@ class ArtifactCache:
             except OSError:
                 return
             shutil.rmtree(trash, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[Path]:
+        """A folder on the cache's own disk, removed afterwards: what is built there moves
+        into an entry by renaming (hard links between entries stay links)."""
+        folder = self.tiers.local.stage("scratch")
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def store(self, key: str, export: Callable[[Path], Artifact], info: dict[str, Any],
               export_ms: float | None = None) -> tuple[CacheEntry, float]:

@@ -161,18 +161,20 @@ def precision_control(prepared: Prepared, precision: str) -> tuple[list[torch.Te
 
 
 @dataclass
-class ElementwiseTask:
-    """The elementwise reference of a test, computed in a worker (the test's code runs
-    there, never in the caller): for a repro script, which judges as check does."""
+class ReferencesTask:
+    """The elementwise reference and the precision control of a test at a reduced
+    precision, computed in a worker (the test's code runs there, never in the caller): for
+    a repro script, which judges as check does. Returns (elementwise, structure, control)."""
 
     case: TestCase
     invocation: Invocation
     precision: str
-    key: str = "elementwise"
+    key: str = "references"
 
-    def run(self, context: Any = None) -> tuple[Flat | None, Any]:
+    def run(self, context: Any = None) -> tuple[Flat | None, Any, list[torch.Tensor] | None]:
         prepared = flat_module(self.case, self.invocation)
-        return elementwise_reference(prepared, self.precision)[0], prepared.out_structure
+        return (elementwise_reference(prepared, self.precision)[0], prepared.out_structure,
+                precision_control(prepared, self.precision)[0])
 
-    def failed(self, status: Any, error_class: str | None, message: str) -> tuple[None, None]:
-        return None, None
+    def failed(self, status: Any, error_class: str | None, message: str) -> tuple[None, None, None]:
+        return None, None, None

@@ -148,6 +148,10 @@ def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
             outcome.control, outcome.control_note = precision_control(prepared, job.preset.precision)
         if job.grads is not None:
             _gradients(job, outcome)
+    elif outcome.status is Verdict.UNAVAILABLE and job.control:
+        # exported, not run here: what its outputs will be judged against where they run
+        outcome.control, outcome.control_note = precision_control(prepared, job.preset.precision)
+        outcome.output_structure = prepared.out_structure
     return outcome
 
 
@@ -217,7 +221,9 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
         if step.runnable is None:
             out = _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
         else:
-            out = _infer(job, step.runnable, prepared, export_ms=step.export_ms, load_ms=step.load_ms,
+            # a program its whole batch runs in times the batch, not the test: not timed
+            timed = not batch or backend.batch_timed_alone(job.preset)
+            out = _infer(job, step.runnable, prepared, timed, export_ms=step.export_ms, load_ms=step.load_ms,
                          cache_hit=reported_hit)
         out.delegation, out.delegation_error, out.batch = step.delegation, step.delegation_error, batch
         return out
@@ -269,23 +275,26 @@ def _remembered(job: Job, known: FailureRecord, lookup_ms: float) -> Outcome:
     return out
 
 
-def _infer(job: Job, runnable: Runnable, prepared: Prepared, **timings: Any) -> Outcome:
+def _infer(job: Job, runnable: Runnable, prepared: Prepared, timed: bool = True, **timings: Any) -> Outcome:
+    """Run the artifact: warm-up calls, then the timed ones (`timed` False: one call, no
+    latency reported)."""
     times: list[float] = []
     outputs: Any = None
+    calls = max(0, job.warmup) + max(1, job.repeats) if timed else 1
     try:
         with torch.no_grad():
-            for i in range(max(0, job.warmup) + max(1, job.repeats)):
+            for i in range(calls):
                 inputs = prepared.fresh_inputs()
                 t0 = time.perf_counter()
                 outputs = runnable(inputs)
                 dt = (time.perf_counter() - t0) * 1e3
-                if i >= max(0, job.warmup):
+                if timed and i >= max(0, job.warmup):
                     times.append(dt)
         outputs = _finish(outputs, prepared, job)
     except Exception as exc:
         return _fail(job, Verdict.INFER_FAIL, exc, infer_ms_all=times, **timings)
     expected = count_outputs(prepared.out_structure)
-    timing = {"infer_ms": statistics.median(times), "infer_ms_all": times, **timings}
+    timing = {"infer_ms": statistics.median(times) if times else None, "infer_ms_all": times, **timings}
     if len(outputs) != expected:
         return _fail(job, Verdict.STRUCTURE_MISMATCH,
                      f"the backend returned {len(outputs)} outputs; the eager module returns {expected}",

@@ -157,6 +157,7 @@ class UserCallJob:
     warmup: int = 1
     cache_dir: Path | None = None
     reference: bool = False
+    judged: bool = False    # also what check judges with on fp16/bf16 (elementwise reference, control)
 
     def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
         from .prepare import prepare_call
@@ -177,9 +178,13 @@ class UserCallJob:
         except Exception as exc:
             return self.failed(Verdict.EXPORT_FAIL, type(exc).__name__,
                                f"preparing the test failed before export: {error_text(exc)}")
+        from .references import REDUCED, needs_control
+
+        reduced = self.judged and self.preset.precision in REDUCED
         job = Job(case=self.case, seed=0, invocation=self.invocation, preset=self.preset,
                   repeats=self.repeats, warmup=self.warmup, cache_dir=self.cache_dir, key=self.key,
-                  reference=self.reference, prepared=prepared)
+                  reference=self.reference, prepared=prepared, elementwise=reduced,
+                  control=reduced and needs_control(self.preset))
         return run_job(job, threads=context.threads)
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> Outcome:

@@ -311,7 +311,7 @@ class _Call:
             if record and preset.name == self.baseline.name:
                 continue   # the recording is its result
             submit(preset.name, preset, repeats=settings.repeats, warmup=settings.warmup,
-                   cache_dir=settings.cache if run.use_cache else None)
+                   cache_dir=settings.cache if run.use_cache else None, judged=True)
         return {label: run.wait(key) for label, key in keys.items()}
 
     def _golden(self, invocation: Invocation, outcome: Outcome) -> Golden:

@@ -56,7 +56,7 @@ def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()
     if result.tolerance is not None and result.verdict is not Verdict.PASS and shown:
         tol = result.tolerance
         lines.append(f"tolerance: atol={_fmt(tol.atol)} rtol={_fmt(tol.rtol)} "
-                     f"baseline_factor={_fmt(tol.baseline_factor)}")
+                     f"baseline_factor={_fmt(tol.baseline_factor)} precision_factor={_fmt(tol.precision_factor)}")
     if fix:
         lines.append(f"fix: {fix}")
     return printable("\n".join(lines), lines=True)

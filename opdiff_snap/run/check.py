@@ -75,7 +75,7 @@ class CheckRequest:
         if not self.backends:
             return "check needs at least one --backend PRESET (see `opdiff list-presets`)."
         if self.tolerance is not None:
-            for name in ("atol", "rtol", "baseline_factor"):
+            for name in ("atol", "rtol", "baseline_factor", "precision_factor"):
                 value = getattr(self.tolerance, name)
                 if value is not None and not (math.isfinite(value) and value >= 0):
                     return f"--{name.replace('_', '-')} {value}: it must be a finite number >= 0."

@@ -60,15 +60,19 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
                        baseline=item.baseline).with_outcome(outcome)
     if outcome.status is not None:
         result.verdict = outcome.status
+        if outcome.status is Verdict.UNAVAILABLE and outcome.control is not None:
+            result.message = f"{result.message}{judged_there(golden, preset, tol, outcome)}"
         return result
     result.vacuous = vacuous_reason(golden.outputs, tol)
     actual = restore_outputs(outcome.output_structure, outcome.outputs or [])
-    rounding = rounding_for(golden, preset, outcome.output_structure, outcome.elementwise)
+    rounding = rounding_for(golden, preset, outcome.output_structure, outcome.elementwise,
+                            control_of(outcome, preset))
     cmp = compare(golden.outputs, actual, tol, rounding=rounding)
     result.verdict, result.message = cmp.verdict, cmp.message
     result.metrics = dataclasses.replace(cmp.metrics) if cmp.metrics is not None else None
-    if cmp.verdict is Verdict.MISMATCH:
-        _control(result, golden, outcome, tol, rounding, cmp, preset)
+    if cmp.verdict is Verdict.MISMATCH or (cmp.metrics is not None and cmp.metrics.as_torch):
+        _control(result, golden, outcome, tol, dataclasses.replace(rounding, control=None), cmp, preset)
+
     if case is not None and case.pair is not None:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
@@ -85,12 +89,43 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
 
 
 def rounding_for(golden: Golden, preset: Preset, structure: Any = None,
-                 elementwise: list | None = None) -> Rounding:
+                 elementwise: list | None = None, control: list | None = None) -> Rounding:
     """What a target's outputs are judged with against `golden` (compare.numerics.Rounding):
-    the golden's float64 reference, the precisions, and the elementwise reference (flat, as a
-    job computes it for `structure`) when there is one."""
+    the golden's float64 reference, the precisions, and the elementwise reference and the
+    precision control (flat, as a job computes them for `structure`) when there are."""
     nested = None if elementwise is None else nest_residuals(structure, elementwise, golden.outputs)
-    return Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision, nested)
+    own = None if control is None else restore_outputs(structure, control)
+    return Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision, nested,
+                    own)
+
+
+def judged_there(golden: Golden, preset: Preset, tol: Tolerance, outcome: Outcome) -> str:
+    """For a result exported here and run elsewhere (CoreML on Linux): what its composite
+    fp16/bf16 outputs will be held to, from the precision control computed here."""
+    from ..compare.leaves import leaf_rules
+
+    rounding = rounding_for(golden, preset, outcome.output_structure, None, outcome.control)
+    try:
+        own = [rule.torch for rule in leaf_rules(golden.outputs, tol, rounding)
+               if rule is not None and rule.torch is not None]
+    except Exception:
+        return ""
+    if not own:
+        return ""
+    worst = max(own, key=lambda t: t.largest)
+    return (f". Where it runs, its composite outputs will be held to {worst.factor:g}x torch eager's own "
+            f"{preset.precision} error (here: RMS {max(t.rms for t in own):.3g}, largest {worst.largest:.3g} "
+            "against the golden's float64 reference), besides the tolerance")
+
+
+def control_of(outcome: Outcome, preset: Preset) -> list | None:
+    """Torch eager's outputs at the target's precision (flat): the worker's precision
+    control, or on torch eager on the CPU the target's own outputs, which are that."""
+    if preset.precision not in REDUCED:
+        return None
+    if needs_control(preset):
+        return outcome.control
+    return outcome.outputs
 
 
 def _beside(result: Result) -> Metrics:
@@ -103,25 +138,30 @@ def _beside(result: Result) -> Metrics:
 
 def _control(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance, rounding: Rounding,
              cmp: Comparison, preset: Preset) -> None:
-    """A MISMATCH on fp16/bf16: judge torch eager at the same precision the same way. When
-    it fails too, by at least half as much, the result is precision-limited: the loss is the
-    precision's, and the backend is not where to look first. On torch eager on the CPU the
-    target's own outputs are that control."""
-    if needs_control(preset):
-        if outcome.control is None:
-            return
-        control = compare(golden.outputs, restore_outputs(outcome.output_structure, outcome.control), tol,
-                          rounding=rounding)
-    elif preset.precision in REDUCED:
-        control = cmp   # torch eager on the CPU: the comparison just made is the control's
-    else:
+    """A MISMATCH on fp16/bf16, or a PASS as good as torch's own at that precision: judge
+    torch eager at the same precision the same way (by the golden's tolerance and rounding,
+    `rounding` holding no control). When it fails too, by at least half as much, the result
+    is precision-limited: the loss is the precision's, and the backend is not where to look
+    first. On torch eager on the CPU the target's own outputs are that control."""
+    own = control_of(outcome, preset)
+    if own is None:
+        if outcome.control_note:
+            result.message += f" (torch eager gives no {rounding.target_precision} control to judge it against, " \
+                              f"so the tolerance alone judges it: {outcome.control_note})"
         return
+    control = compare(golden.outputs, restore_outputs(outcome.output_structure, own), tol, rounding=rounding)
     target_abs = cmp.metrics.max_abs if cmp.metrics is not None else 0.0
     control_abs = control.metrics.max_abs if control.metrics is not None else 0.0
     result.precision_limited = control.verdict is Verdict.MISMATCH and control_abs >= 0.5 * target_abs
     _beside(result).control = Control(control.verdict.value, control_abs,
                                       control.metrics.failed_bound if control.metrics is not None else None)
-    if result.precision_limited:
+    m = cmp.metrics
+    if cmp.verdict is Verdict.PASS and m is not None and m.torch_multiple is not None:
+        shared = "; torch eager itself fails the golden's tolerance there" if result.precision_limited else ""
+        result.message = (f"as good as torch's own {rounding.target_precision}: {m.as_torch} elements lie "
+                          f"outside the tolerance, and the error is {m.torch_multiple:.3g}x torch eager's own "
+                          f"in {rounding.target_precision} (at most {m.torch_factor:g}x allowed){shared}")
+    elif result.precision_limited:
         result.message = (f"precision-limited: torch eager in {rounding.target_precision} on the same inputs "
                           f"fails the same comparison (max_abs {control_abs:.3g} against this backend's "
                           f"{target_abs:.3g}); look at the precision before the backend. " + result.message)

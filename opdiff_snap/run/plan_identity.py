@@ -36,7 +36,7 @@ def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequenc
                       "trust_goldens": bool(trust_goldens)},
         "presets": {p.name: dict(p.options) for p in presets},
         "tolerance": None if tolerance is None else {k: getattr(tolerance, k)
-                                                     for k in ("atol", "rtol", "baseline_factor")},
+                                                     for k in ("atol", "rtol", "baseline_factor", "precision_factor")},
         "items": [[i.test_id, i.seed, (i.case.spec_hash if i.case is not None else None) or
                    (i.info.spec_hash if i.info is not None else "")] for i in plan.items],
     }))

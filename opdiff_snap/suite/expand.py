@@ -368,7 +368,8 @@ def assemble_case(test_id: str, d: dict, suite_path: Path, sources: tuple[Path, 
         id=test_id, suite=suite_path, call=call, inputs=tuple(d["inputs"]), kwargs=d["kwargs"],
         pair=pair, device=d.get("device", "cpu"), impl=d.get("impl"), out=d.get("out"),
         cast_input0_to_complex=bool(d.get("cast_input0_to_complex", False)),
-        tolerance={k: Tolerance(v.get("atol"), v.get("rtol"), v.get("baseline_factor"))
+        tolerance={k: Tolerance(v.get("atol"), v.get("rtol"), v.get("baseline_factor"),
+                                   v.get("precision_factor"))
                    for k, v in d.get("tolerance", {}).items()},
         seeds=tuple(d.get("seeds", [0])), tags=tuple(d.get("tags", [])), skip=dict(d.get("skip", {})),
         grad=bool(d.get("grad", False)), definition=d, spec_hash=spec, source_files=sources,

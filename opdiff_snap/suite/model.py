@@ -17,11 +17,14 @@ Node = Mapping[str, Any]  # a validated node with refs, dims and vars resolved (
 class Tolerance:
     """Any field may be None: it then falls back to the precision's default.
     `baseline_factor`: how many times the baseline's own measured rounding error a
-    target may differ by (0 turns that allowance off)."""
+    target may differ by (0 turns that allowance off). `precision_factor`: how many times
+    torch eager's own error at the target's precision a composite output on fp16/bf16 may
+    reach (0 turns that allowance off)."""
 
     atol: float | None = None
     rtol: float | None = None
     baseline_factor: float | None = None
+    precision_factor: float | None = None
 
 
 @dataclass(frozen=True)

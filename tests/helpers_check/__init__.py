@@ -93,3 +93,20 @@ def shipped_goldens(root: Path, test_ids) -> Settings:
         shutil.copytree(golden, goldens / golden.name)
     return Settings(suites=repo / "suites", goldens=goldens, store=root / "store", cache=root / "cache",
                     jobs=1, repeats=1)
+
+
+def assert_same_as_alone(batched: dict, alone: dict, passing, others: dict) -> None:
+    """Results by test id of a check with batches and one without: the same verdict,
+    message, error class and max_abs for every test, `passing` PASS alone and `others`
+    (id -> verdict) what they are alone."""
+    assert set(batched) == set(alone) == set(passing) | set(others)
+    for test_id, a in alone.items():
+        b = batched[test_id]
+        assert b.verdict is a.verdict, (test_id, b.message, a.message)
+        assert b.message == a.message, test_id
+        assert b.error_class == a.error_class, test_id
+        assert (b.metrics and b.metrics.max_abs) == (a.metrics and a.metrics.max_abs), test_id
+    for test_id in passing:
+        assert alone[test_id].verdict.value == "PASS", alone[test_id].message
+    for test_id, verdict in others.items():
+        assert alone[test_id].verdict is verdict, alone[test_id].message

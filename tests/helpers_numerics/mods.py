@@ -62,3 +62,27 @@ class NormBlock(nn.Module):
 
     def forward(self, x):
         return self.fc(self.norm(x)) + x
+
+
+class WideMLP(nn.Module):
+    """Products over 512 and 256 terms: float16's own rounding shows in every output."""
+
+    def __init__(self, width: int = 512):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(width, 256), nn.GELU(), nn.Linear(256, 64))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class Attention(nn.Module):
+    """One self-attention block (batched products, softmax, a residual and a norm)."""
+
+    def __init__(self, dim: int = 64, heads: int = 4):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        out, _ = self.attn(x, x, x, need_weights=False)
+        return self.norm(x + out)

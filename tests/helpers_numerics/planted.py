@@ -12,6 +12,7 @@ outputs:
 | bugdrift_cpu_fp16 | every final floating element moves one float16 ulp toward +inf |
 | bugdrop_cpu_fp16 | sum and mean reductions leave out the last element of what they reduce |
 | bugwrongop_cpu_fp16 | aten::sigmoid computes hardsigmoid and aten::silu hardswish |
+| bugaccum_cpu_fp16 | matrix products accumulate in float16, each partial sum rounded (torch accumulates in float32) |
 
 Which tests a bug reaches is measured, not assumed (bench/bench_verdicts.py): the bug
 reaches a test when its outputs differ from the golden by more than torch eager's own
@@ -76,6 +77,27 @@ class _WrongOp(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.SWAPPED.get(func, func)(*args, **(kwargs or {}))
+
+
+def _mm_fp16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b (2-d, float16) summed term by term in float16: every partial sum rounded."""
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float16)
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
+    return acc
+
+
+class _HalfAccumulation(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is aten.mm.default and args[0].dtype == torch.float16:
+            return _mm_fp16(args[0], args[1])
+        if func is aten.addmm.default and args[1].dtype == torch.float16:
+            beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+            return beta * args[0] + alpha * _mm_fp16(args[1], args[2])
+        if func is aten.bmm.default and args[0].dtype == torch.float16:
+            return torch.stack([_mm_fp16(x, y) for x, y in zip(args[0], args[1])])
+        return func(*args, **kwargs)
 
 
 def _floating(t: torch.Tensor) -> bool:
@@ -158,8 +180,15 @@ class WrongOpBug(_Planted):
     family, mode = "bugwrongop", _WrongOp
 
 
+class HalfAccumulationBug(_Planted):
+    family, mode = "bugaccum", _HalfAccumulation
+
+
 PLANTED = {"bugoffset": OffsetBug, "bugsmall": SmallValuesBug, "bugapprox": ApproximationBug,
            "bugdrift": DriftBug, "bugdrop": DroppedElementBug, "bugwrongop": WrongOpBug}
 PRESETS = tuple(f"{family}_cpu_fp16" for family in PLANTED)
-ENTRY_POINT_LINES = "".join(f"{family} = helpers_numerics.planted:{cls.__name__}\n" for family, cls in PLANTED.items())
+# a backend that is correct op by op and only loses precision (judged against torch's own)
+ACCUMULATION = "bugaccum_cpu_fp16"
+ENTRY_POINT_LINES = "".join(f"{family} = helpers_numerics.planted:{cls.__name__}\n"
+                            for family, cls in {**PLANTED, "bugaccum": HalfAccumulationBug}.items())
 ENTRY_POINTS = "[opdiff_snap.backends]\n" + ENTRY_POINT_LINES
