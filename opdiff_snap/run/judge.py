@@ -72,7 +72,6 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
     result.metrics = dataclasses.replace(cmp.metrics) if cmp.metrics is not None else None
     if cmp.verdict is Verdict.MISMATCH or (cmp.metrics is not None and cmp.metrics.as_torch):
         _control(result, golden, outcome, tol, dataclasses.replace(rounding, control=None), cmp, preset)
-
     if case is not None and case.pair is not None:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
@@ -104,11 +103,11 @@ def judged_there(golden: Golden, preset: Preset, tol: Tolerance, outcome: Outcom
     fp16/bf16 outputs will be held to, from the precision control computed here."""
     from ..compare.leaves import leaf_rules
 
-    rounding = rounding_for(golden, preset, outcome.output_structure, None, outcome.control)
-    try:
+    try:   # the control's outputs must fit the golden's; a note that cannot be made is left out
+        rounding = rounding_for(golden, preset, outcome.output_structure, None, outcome.control)
         own = [rule.torch for rule in leaf_rules(golden.outputs, tol, rounding)
                if rule is not None and rule.torch is not None]
-    except Exception:
+    except (ValueError, TypeError, RuntimeError, IndexError, KeyError):
         return ""
     if not own:
         return ""
