@@ -310,6 +310,29 @@ def test_fixture_records_passes_goes_stale_and_update_fixes_it(pytester, env):
     assert [i.test_id for i in GoldenStore(goldens).index()] == ["tests/test_blocks.py::test_block_renamed"]
 
 
+FP16_NORM = """\
+import torch
+
+
+def test_offset_norm(opdiff_golden):
+    torch.manual_seed(0)
+    x = 40 + 4 * torch.rand(8, 64)     # float16 keeps too few digits of these for the golden's tolerance
+    opdiff_golden.check(torch.nn.LayerNorm(64), (x,), backends=["onnx_cpu_fp16"])
+"""
+
+
+@pytest.mark.slow
+def test_fixture_judges_fp16_against_torchs_own_precision_as_check_does(pytester, env):
+    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\n")
+    (pytester.path / "test_norm.py").write_text(FP16_NORM)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    [history] = history_runs(pytester.path)
+    [item] = [i for i in history.items if i["preset"] == "onnx_cpu_fp16"]
+    assert item["status"] == "PASS" and item["metrics"]["as_torch"] > 0
+    assert item["metrics"]["torch_multiple"] <= item["metrics"]["torch_factor"]
+
+
 @pytest.mark.slow
 def test_fixture_segfault_fails_one_test_only(pytester, env):
     pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\n")
