@@ -68,7 +68,8 @@ def test_a_test_run_on_its_batch_program_reports_no_latency_and_its_own_delegati
         assert r.delegation.to_json()["ops"] == alone[test_id].delegation.to_json()["ops"]
     for test_id in OTHERS:
         assert batched[test_id].batch is None, test_id
-        assert batched[test_id].infer_ms is None or batched[test_id].verdict is not Verdict.PASS
+    # a test rerun alone after its batch program did not PASS is timed alone
+    assert batched["remainder_int"].infer_ms is not None
 
 
 def test_a_warm_re_check_of_one_batch_made_test_hits_the_cache(both):

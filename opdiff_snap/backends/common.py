@@ -148,8 +148,6 @@ def pieces_at_fault(exc: BaseException) -> list[int]:
     raised `exc` (or the exceptions it chains): the FX nodes among the local variables of
     the frames it unwound, by the module path their metadata records (`pieces.<i>`).
     Empty when it names none; a hint only, never a verdict."""
-    import re
-
     found: set[int] = set()
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -159,10 +157,20 @@ def pieces_at_fault(exc: BaseException) -> list[int]:
         while tb is not None:
             for value in tb.tb_frame.f_locals.values():
                 if isinstance(value, torch.fx.Node):
-                    for path, *_ in (value.meta.get("nn_module_stack") or {}).values():
-                        match = re.match(r"pieces\.(\d+)(\.|$)", str(path))
-                        if match:
-                            found.add(int(match.group(1)))
+                    found |= pieces_of(value)
             tb = tb.tb_next
         current = current.__cause__ or current.__context__
     return sorted(found)
+
+
+def pieces_of(node: Any) -> set[int]:
+    """The pieces of a `Pieces` module a graph node was traced inside, by the module path
+    its metadata records (`pieces.<i>`)."""
+    import re
+
+    found = set()
+    for path, *_ in (node.meta.get("nn_module_stack") or {}).values():
+        match = re.match(r"pieces\.(\d+)(\.|$)", str(path))
+        if match:
+            found.add(int(match.group(1)))
+    return found

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import operator
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -44,6 +43,7 @@ from .common import (
     export_program,
     has_module,
     pieces_at_fault,
+    pieces_of,
     script_source,
     single_file,
     thread_budget,
@@ -376,7 +376,7 @@ def delegation_of(graph_module: Any, shown: int = 5, piece: int | None = None) -
     blobs = 0
 
     def counted(node: Any) -> bool:
-        return piece is None or _in_piece(node, piece)
+        return piece is None or piece in pieces_of(node)
 
     for node in graph_module.graph.nodes:
         if node.op == "get_attr" and node.name.startswith("lowered_module"):
@@ -400,13 +400,6 @@ def delegation_of(graph_module: Any, shown: int = 5, piece: int | None = None) -
     return Delegation(name, blobs, sorted(ops.values(), key=lambda o: (-o.fallback, o.op)))
 
 
-def _in_piece(node: Any, piece: int) -> bool:
-    """Whether a node of a batch program was traced inside piece `piece` (its module path)."""
-    prefix = f"pieces.{piece}"
-    return any(str(path) == prefix or str(path).startswith(prefix + ".")
-               for path, *_ in (node.meta.get("nn_module_stack") or {}).values())
-
-
 def _without_kernels(graph_module: Any) -> list[int]:
     """The pieces of a batch program (after to_executorch) calling an op the runtime here
     has no kernel for: loading the program would fail for every test in it."""
@@ -422,8 +415,7 @@ def _without_kernels(graph_module: Any) -> list[int]:
             continue
         name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
         if name not in registered and schema.name not in registered:
-            found.update(int(m.group(1)) for path, *_ in (node.meta.get("nn_module_stack") or {}).values()
-                         if (m := re.match(r"pieces\.(\d+)(\.|$)", str(path))))
+            found |= pieces_of(node)
     return sorted(found)
 
 
