@@ -58,6 +58,12 @@ def test_dispatcher_gives_each_waiter_its_own_result():
         assert dispatcher.pool.started_workers == started
         with pytest.raises(KeyError):
             dispatcher.wait("never queued")
+        # run(): tasks now, as a pool runs them, while work queued before them keeps its results
+        dispatcher.submit("earlier", lambda: job(add, [x(2), x(2)], key="earlier"))
+        tasks = [job(add, [x(2, seed=i), x(2)], key=f"now{i}") for i in range(3)]
+        assert [out.key for out in dispatcher.run(tasks)] == ["now0", "now1", "now2"]
+        assert dispatcher.python is None
+        assert dispatcher.wait("earlier").status is None
     finally:
         dispatcher.close()
 

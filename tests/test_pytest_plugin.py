@@ -386,3 +386,57 @@ def test_call_spec_says_what_changed():
     assert CallSpec.of(other, [inp], {}).changed(stored).startswith("the weights (seed")
     changed = CallSpec.of(torch.nn.Linear(3, 2, bias=False), [inp], {}).changed(stored)
     assert "configuration" in changed and "weights" in changed and "source" not in changed
+
+
+# ---------------------------------------------------------------- batches
+
+BATCH_PASSING = ["abs", "neg", "acos", "add_broadcast"]
+BATCH_OTHERS = {"i0": "EXPORT_FAIL", "mm_bf16": "LOAD_FAIL", "logcumsumexp": "MISMATCH",
+                "native_batch_norm_eval": "SHAPE_MISMATCH"}
+BATCH_TESTS = [*BATCH_PASSING[:2], *BATCH_OTHERS, *BATCH_PASSING[2:]]
+ONLY_THESE = f"""
+KEEP = {BATCH_TESTS!r}
+
+def pytest_collection_modifyitems(config, items):
+    planned = lambda item: getattr(item, "planned", None)
+    drop = [i for i in items if planned(i) is not None and planned(i).test_id not in KEEP]
+    config.hook.pytest_deselected(items=drop)
+    items[:] = [i for i in items if i not in drop]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_items_compile_in_batches_and_keep_the_verdicts_they_get_alone(pytester, env):
+    """Real ONNX export of shipped goldens, a test that cannot export (`i0`) among passing
+    ones: with batches and with --opdiff-batch 1, every item's outcome and verdict is the
+    same, the passing ones ran on artifacts their batch compiled, the others alone."""
+    from helpers_check import shipped_goldens
+
+    shipped_goldens(pytester.path, BATCH_TESTS)
+    (pytester.path / "suites").mkdir()
+    shutil.copy(TESTS.parent / "suites" / "core_aten.yaml", pytester.path / "suites")
+    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\n")
+    pytester.makeconftest(ONLY_THESE)
+    args = ["--opdiff", "-b", "onnx_cpu_fp32", "suites/core_aten.yaml", "-p", "no:cacheprovider", "-rA"]
+    seen = {}
+    for batch in ("16", "1"):
+        shutil.rmtree(pytester.path / ".opdiff-cache", ignore_errors=True)
+        result = pytester.runpytest_subprocess(*args, "--opdiff-batch", batch, "--junitxml", f"junit{batch}.xml",
+                                               timeout=600)
+        result.assert_outcomes(passed=len(BATCH_PASSING), failed=len(BATCH_OTHERS))
+        [run] = [r for r in history_runs(pytester.path) if f"junit{batch}.xml" in r.meta["argv"]]
+        items = {i["id"]: i for i in run.items}
+        assert {t: items[t]["status"] for t in BATCH_OTHERS} == BATCH_OTHERS
+        seen[batch] = (junit_cases(pytester.path / f"junit{batch}.xml"), items, section(result, "batches"))
+    (cases, items, notes), (cases_alone, items_alone, notes_alone) = seen["16"], seen["1"]
+    assert {k: v[0] for k, v in cases.items()} == {k: v[0] for k, v in cases_alone.items()}
+    for test_id in BATCH_TESTS:
+        b, a = items[test_id], items_alone[test_id]
+        assert (b["status"], b.get("error_class")) == (a["status"], a.get("error_class")), test_id
+        assert (b.get("message") or "").splitlines()[:1] == (a.get("message") or "").splitlines()[:1], test_id
+        assert a.get("batch") is None
+    from_batches = [t for t in BATCH_PASSING if items[t].get("batch")]
+    assert len(from_batches) >= 2 and all(items[t]["batch"] >= 2 for t in from_batches)
+    assert all(items[t].get("batch") is None for t in BATCH_OTHERS)   # their verdicts come from runs alone
+    assert len(notes) == 1 and "exporter calls" in notes[0] and notes_alone == []

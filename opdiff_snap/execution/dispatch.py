@@ -15,9 +15,10 @@ whatever the tasks return (or their `failed`), as from WorkerPool.run.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Iterator
+from typing import Any, Callable, Generator, Iterable, Iterator
 
 from .job import Task
 from .pools import Pool
@@ -33,6 +34,10 @@ class Ready:
 @dataclass
 class _Raised:
     error: BaseException
+
+
+def _same(task: Task) -> Task:
+    return task
 
 
 class Dispatcher:
@@ -54,6 +59,21 @@ class Dispatcher:
 
     def queued(self, key: str) -> bool:
         return key in self._keys
+
+    @property
+    def python(self) -> Any:
+        """The interpreter the pool's workers run under (None: this one)."""
+        return self.pool.python
+
+    def run(self, tasks: Iterable[Task]) -> Iterator[Any]:
+        """Run `tasks` ahead of the work queued after them, yielding their results in their
+        order (so a Dispatcher serves where a pool's `run` is asked for)."""
+        keys = []
+        for task in tasks:
+            self.submit(task.key, functools.partial(_same, task))
+            keys.append(task.key)
+        for key in keys:
+            yield self.wait(key)
 
     def wait(self, key: str) -> Any:
         """The result of `key`, running the pool until it is in. A maker that raised

@@ -62,13 +62,17 @@ class Plugin:
 
 
 
-def _jobs(text: str) -> int:
-    from ..core.limits import JOBS  # here, not above: a dormant plugin imports nothing beyond pytest
+def _whole(limit: str):
+    def parse(text: str) -> int:
+        from ..core import limits  # here, not above: a dormant plugin imports nothing beyond pytest
 
-    try:
-        return int(JOBS.parse(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+        try:
+            return int(getattr(limits, limit).parse(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+    parse.__name__ = limit.lower()
+    return parse
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -87,9 +91,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Options of one preset, as JSON or a JSON file path; repeatable.")
     group.addoption("--opdiff-update", action="store_true", default=False,
                     help="opdiff_golden: re-record stale goldens on the baseline and prune unused ones.")
-    group.addoption("--opdiff-jobs", type=_jobs, default=None, metavar="N",
+    group.addoption("--opdiff-jobs", type=_whole("JOBS"), default=None, metavar="N",
                     help="Worker processes (default: [tool.opdiff] jobs, else the cores; under xdist, "
                          "the cores shared among its workers).")
+    group.addoption("--opdiff-batch", type=_whole("BATCH"), default=None, metavar="N",
+                    help="Tests one exporter call may compile together, as check's --batch (default: "
+                         "[tool.opdiff] batch, else 16); 1 exports each test by itself.")
     parser.addini("opdiff", type="bool", default=False, help="Act as if --opdiff were given.")
     parser.addini("opdiff_backends", type="args", default=[],
                   help="Target presets when no -b is given (opdiff plugin).")

@@ -18,6 +18,7 @@ class Options:
     preset_options: dict[str, str] = field(default_factory=dict)
     update: bool = False                   # --opdiff-update: re-record and prune fixture goldens
     jobs: int | None = None
+    batch: int | None = None
     baseline: str = "torch_cpu_fp32"
 
     @classmethod
@@ -33,6 +34,7 @@ class Options:
         return cls(enabled=bool(config.getoption("opdiff") or config.getini("opdiff")),
                    backends=list(dict.fromkeys(backends)), preset_options=options,
                    update=bool(config.getoption("opdiff_update")), jobs=config.getoption("opdiff_jobs"),
+                   batch=config.getoption("opdiff_batch"),
                    baseline=str(config.getini("opdiff_baseline") or "torch_cpu_fp32"))
 
 

@@ -5,9 +5,13 @@ and finished at session end. Everything that runs user code or a backend goes th
 one Dispatcher over one WorkerPool, started when the session is configured (its workers
 warm up while pytest collects) and closed at session end.
 
-Suite items are queued all at once at the first item that runs (xdist: the item and
-the next one it was handed), so the pool's workers stay busy while pytest walks the
-items one by one; each item then waits for its own result.
+Suite items are queued all at once at the first item that runs, so the pool's workers
+stay busy while pytest walks the items one by one; each item then waits for its own
+result. Under xdist a worker queues what it knows it will run: the items of the item's
+suite file when xdist hands out whole files (`--dist loadfile` or `loadscope`), else the
+item and the next one it was handed. What is queued together is compiled in batches
+first, as `opdiff check` compiles (execution/batch.py, `--opdiff-batch`), and an item
+whose batch-compiled artifact does not PASS is run again alone, whose verdict it gets.
 
 History: one run file per session, or per xdist worker, written as `opdiff check`
 writes them (results.Result lines, through pipeline.Sinks) with `runner: "pytest"` and a
@@ -18,6 +22,7 @@ created with the first result, so a session that checks nothing writes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -32,8 +37,10 @@ from ..compare.results import Result, RunReport
 from ..core.config import Settings, load_settings
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
+from ..execution.batch import compile_ahead, rerun_alone
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
+from ..execution.runner import Job
 from ..execution.warmup import warm_ups
 from ..goldens import GoldenStore
 from ..history.runs import check_store_dir
@@ -74,7 +81,7 @@ def session_settings(config: pytest.Config, options: Options) -> Settings:
     workers = getattr(config, "workerinput", {}).get("workercount")
     if jobs is None and workers and settings.jobs == Settings().jobs:
         jobs = max(1, (os.cpu_count() or 1) // int(workers))
-    return settings.with_overrides(jobs=jobs, **paths)
+    return settings.with_overrides(jobs=jobs, batch=options.batch, **paths)
 
 
 class SessionRun:
@@ -96,6 +103,8 @@ class SessionRun:
         self._collected_paths: set[Path] = set()
         self._dispatcher: Dispatcher | None = None
         self._pending: dict[str, Pending] = {}
+        self._jobs: dict[str, Job] = {}           # the job of each pending key, for a rerun alone
+        self._ahead = [0.0, 0.0, 0.0, 0.0]        # compiled ahead: tests, of jobs, exporter calls, ms
         self._taken: set[str] = set()
         self._use_cache: bool | None = None
         self._started = time.perf_counter()
@@ -232,22 +241,54 @@ class SessionRun:
             self._queue_items(item)
         value = self.dispatcher.wait(key)
         self._taken.add(key)
-        result = value if isinstance(value, Result) else judge(self._pending.pop(key), value)
+        if isinstance(value, Result):
+            result = value
+        else:
+            pending, job = self._pending.pop(key), self._jobs.pop(key)
+            result = judge(pending, value)
+            if rerun_alone(job, value.batch, result.verdict):   # only a run alone gives its verdict
+                self.dispatcher.submit(key, functools.partial(_same, dataclasses.replace(job, alone=True, batched=0)))
+                result = judge(pending, self.dispatcher.wait(key))
         self.emit(result)
         return result
 
     def _queue_items(self, item: Any) -> None:
+        fresh = [it for it in self._together(item) if it.key not in self._taken and not self.dispatcher.queued(it.key)]
+        if self.settings.batch < 2 or not self.use_cache or len(fresh) < 2:
+            for it in fresh:      # each item's goldens are read when its job is about to start
+                self.dispatcher.submit(it.key, self._maker(it))
+            return
+        made = {it.key: self._made(it) for it in fresh}
+        jobs = [work for work in made.values() if isinstance(work, Job)]
+        done = compile_ahead(self.dispatcher, jobs, self.settings.batch)
+        self._ahead = [a + b for a, b in zip(self._ahead, (done.tests, len(jobs), done.calls, done.export_ms))]
+        for why in done.lost:
+            self.note("batches", f"a batch could not be compiled ({why}); its items were exported one by one")
+        for it in fresh:
+            self.dispatcher.submit(it.key, functools.partial(_same, made[it.key]))
+
+    def _together(self, item: Any) -> list[Any]:
+        """The suite items to queue with `item`: those this process will run."""
         from .suite_items import OpdiffItem
 
-        if self.worker_id is not None:   # xdist hands items over one by one: this and the next
-            todo = [item] + ([self.next_item] if isinstance(self.next_item, OpdiffItem) else [])
-        else:
-            todo = [i for i in item.session.items if isinstance(i, OpdiffItem)]
-            if item not in todo:
-                todo.insert(0, item)
-        for it in todo:
-            if it.key not in self._taken and not self.dispatcher.queued(it.key):
-                self.dispatcher.submit(it.key, self._maker(it))
+        everything = [i for i in item.session.items if isinstance(i, OpdiffItem)]
+        if self.worker_id is not None:
+            if getattr(self.config.option, "dist", None) in ("loadfile", "loadscope"):
+                scope = item.nodeid.rsplit("::", 1)[0]   # xdist hands this worker the whole file
+                everything = [i for i in everything if i.nodeid.rsplit("::", 1)[0] == scope]
+            else:   # items come one by one: this and the next
+                everything = [item] + ([self.next_item] if isinstance(self.next_item, OpdiffItem) else [])
+        if item not in everything:
+            everything.insert(0, item)
+        return everything
+
+    def _made(self, item: Any) -> Any:
+        """An item's work made now (its goldens read): a Job, a Ready result, or a maker that
+        raises what making it raised, for that item alone."""
+        try:
+            return self._maker(item)()
+        except Exception as exc:
+            return _Raising(exc)
 
     def _maker(self, item: Any) -> Callable[[], Task | Ready]:
         def make() -> Task | Ready:
@@ -257,6 +298,7 @@ class SessionRun:
                 return Ready(decided[0])
             job, pending = runs[0]
             self._pending[job.key] = pending
+            self._jobs[job.key] = job
             return job
 
         return make
@@ -300,6 +342,12 @@ class SessionRun:
             self._dispatcher.close()
         from .golden_fixture import sweep
 
+        tests, jobs, calls, ms = self._ahead
+        if calls:
+            self.note("batches", f"{self.worker_id or 'session'}: compiled {tests:.0f} of {jobs:.0f} items in "
+                                 f"{calls:.0f} exporter calls ({ms / 1e3:.1f} s; --opdiff-batch "
+                                 f"{self.settings.batch}, 1 exports each by itself)")
+
         try:
             sweep(self)
         except OpdiffError as exc:
@@ -317,6 +365,17 @@ class SessionRun:
             self.summary.setdefault("history", []).append(
                 f"{writer.path} ({len(self.sinks.results)} results: {tally}; group {self.group})")
         return self.summary
+
+
+def _same(work: Any) -> Any:
+    if isinstance(work, _Raising):
+        raise work.error
+    return work
+
+
+@dataclasses.dataclass
+class _Raising:
+    error: Exception
 
 
 def _suite_files(root: Path) -> list[Path]:
