@@ -30,6 +30,8 @@ BUILT_IN_PRESETS = (
     + [f"onnx_{d}_{p}" for d in ("cpu", "cuda", "coreml") for p in ("fp32", "fp16")]
     + [f"executorch_{d}_{p}" for d in ("cpu", "portable", "mps", "coreml") for p in ("fp32", "fp16")]
     + [f"coreml_{d}_{p}" for d in ("cpu", "gpu", "ane", "any") for p in ("fp32", "fp16")]
+    # int8 only where the family's quantizer targets the device
+    + [f"{f}_cpu_{p}" for f in ("onnx", "executorch") for p in ("int8", "int8pt", "int8dyn")]
 )
 
 

@@ -107,7 +107,8 @@ def test_tolerance_per_test_per_suite_per_preset_glob_and_cli_precedence(site, r
     items = read_run(report.path).items
     assert {i["id"]: i["tolerance"] for i in items}["tol_test"] == {"atol": 1e-3, "rtol": 0.0,
                                                                    "baseline_factor": BASELINE_FACTOR,
-                                                                   "precision_factor": None}
+                                                                   "precision_factor": None, "steps": None,
+                                                                   "min_sqnr": None}
 
 
 # ---------------------------------------------------------------- NaN / Inf, shape, dtype, int

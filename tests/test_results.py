@@ -22,8 +22,8 @@ SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
 # of Result changes these keys, and this test says so.
 ITEM_KEYS = {"id", "seed", "preset", "status", "error_message", "test_type", "suite", "spec_hash", "tags",
              "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "batch",
-             "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous", "backends",
-             "times_all", "diff_all"}
+             "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous", "calibration",
+             "backends", "times_all", "diff_all"}
 
 
 def full() -> Result:
@@ -31,19 +31,21 @@ def full() -> Result:
     metrics = Metrics(max_abs=0.5, mean_abs=0.25, mse=0.1, max_rel=0.5, cosine=0.9, mismatched=1,
                       mismatched_frac=0.25, numel=4, worst_index=(0, 3), worst_output="out",
                       worst_expected=1.0, worst_actual=1.5, min_atol=0.4, baseline_error=1e-7,
-                      error_bound=4e-7, within_rounding=2, torch_multiple=1.5, torch_factor=3.0, as_torch=1)
+                      error_bound=4e-7, within_rounding=2, torch_multiple=1.5, torch_factor=3.0, as_torch=1,
+                      quant_sqnr=31.5, lowering_sqnr=48.0, lowering_steps=1.0, lowering_bias=0.01,
+                      quant_step=0.004, quant_failed="lowering")
     return Result("add__x", 3, "onnx_cpu_fp32", Verdict.MISMATCH, "out: 1 of 4 elements outside",
                   test_type="op", suite="suites/core.yaml", spec_hash="ab12", tags=["binary"],
                   baseline="torch_cpu_fp32", error_class="Mismatch", export_ms=812.3, load_ms=9.1,
                   infer_ms=0.061, infer_ms_all=[0.06, 0.062], cache_hit=True, batch=16,
-                  tolerance=Tolerance(1e-5, 1.3e-6, 4.0, 3.0), metrics=metrics,
+                  tolerance=Tolerance(1e-5, 1.3e-6, 4.0, 3.0, 2.0, 30.0), metrics=metrics,
                   unsupported_ops=[UnsupportedOp("aten::diff.default", 2, "EXPORT_FAIL", "Unsupported fx node diff",
                                                  ["f32[3, 8], 1, -1"], ["m.py:4 in forward: torch.diff(x)"],
                                                  ["/src/m.py:4"], ["block (Block)"])],
                   delegation=Delegation("XnnpackBackend", 1, [DelegatedOp("aten::linear.default", 2, 0),
                                                              DelegatedOp("aten::cumsum.default", 0, 1,
                                                                          ["m.py:5 in forward: x.cumsum(-1)"])]),
-                  precision_limited=True, vacuous="all 4 output elements equal 0")
+                  precision_limited=True, vacuous="all 4 output elements equal 0", calibration="0123456789abcdef")
 
 
 def test_every_field_is_set_by_the_fixture():
@@ -57,7 +59,8 @@ def test_the_item_line_has_the_documented_keys_and_opdiffs():
     assert line["id"] == "add__x" and line["status"] == "MISMATCH" and line["baseline"] == "torch_cpu_fp32"
     res = line["backends"][0]["res"]
     assert line["backends"][0]["name"] == "onnx_cpu_fp32" and res["status"] == "MISMATCH"
-    assert res["tolerance"] == {"atol": 1e-5, "rtol": 1.3e-6, "baseline_factor": 4.0, "precision_factor": 3.0}
+    assert res["tolerance"] == {"atol": 1e-5, "rtol": 1.3e-6, "baseline_factor": 4.0, "precision_factor": 3.0,
+                                "steps": 2.0, "min_sqnr": 30.0}
     assert line["times_all"] == {"onnx_cpu_fp32": {"export_ms": 812.3, "load_ms": 9.1, "infer_ms": 0.061}}
     assert line["diff_all"]["onnx_cpu_fp32"]["worst_index"] == [0, 3]
 

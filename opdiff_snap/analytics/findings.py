@@ -20,7 +20,9 @@ REGRESSION, IMPROVEMENT, CHANGED = "regression", "improvement", "change"
 _STARTED = {Verdict.EXPORT_FAIL: "stopped exporting", Verdict.LOAD_FAIL: "stopped loading",
             Verdict.INFER_FAIL: "started failing at inference", Verdict.CRASH: "started crashing",
             Verdict.TIMEOUT: "started timing out", Verdict.NOT_DELEGATED: "stopped delegating",
-            **{v: "started mismatching" for v in COMPARISON}}
+            Verdict.QUANTIZE_FAIL: "stopped quantizing",
+            **{v: "started mismatching" for v in COMPARISON},
+            Verdict.SQNR_LOW: "lost quantization precision"}
 
 
 @dataclass(frozen=True)

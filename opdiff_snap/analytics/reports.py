@@ -154,6 +154,10 @@ def latency_report(store, baseline: str | None = None) -> LatencyReport:
 DELEGATION_COLUMNS = ["test_id", "seed", "preset", "op", "fallback_a", "fallback_b", "change", "source"]
 
 
+QUANTIZATION_COLUMNS = ["test_id", "seed", "preset", "change", "quant_sqnr_a", "quant_sqnr_b", "lowering_steps_a",
+                        "lowering_steps_b", "calibration_changed"]
+
+
 @dataclass
 class RunDiff:
     a: str
@@ -169,6 +173,9 @@ class RunDiff:
     environment: Table = field(default_factory=lambda: Table(["field", "a", "b"], []))
     # per (test, seed, preset, op) with delegation on both sides: fallback node counts that differ
     delegation: Table = field(default_factory=lambda: Table(DELEGATION_COLUMNS, []))
+    # int8 results in both runs whose quantization error (the quantizer's) or lowering
+    # error (the backend's) changed, each named apart
+    quantization: Table = field(default_factory=lambda: Table(QUANTIZATION_COLUMNS, []))
     # every (test, seed, preset) timed in both runs: median_a, median_b, ratio (b / a)
     ratios: Table = field(default_factory=lambda: Table(["test_id", "seed", "preset", "median_a",
                                                          "median_b", "ratio"], []))
@@ -177,12 +184,13 @@ class RunDiff:
         return [("environment differences", self.environment),
                 ("newly failing", self.newly_failing), ("newly passing", self.newly_passing),
                 ("metric drift", self.drift), ("latency changes", self.latency),
-                ("delegation changes", self.delegation)]
+                ("delegation changes", self.delegation), ("int8 error changes", self.quantization)]
 
     def summary(self) -> str:
         return (f"{self.label_a} -> {self.label_b}: {len(self.newly_failing)} newly failing, "
                 f"{len(self.newly_passing)} newly passing, {len(self.drift)} drifted, "
-                f"{len(self.latency)} latency changes, {len(self.delegation)} delegation changes; "
+                f"{len(self.latency)} latency changes, {len(self.delegation)} delegation changes, "
+                f"{len(self.quantization)} int8 error changes; "
                 f"{self.only_a} results only in A, {self.only_b} only in B")
 
 
@@ -298,8 +306,44 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
         an.sql("DROP TABLE _pair")
         env = environment_differences(an, a, b)
         delegation = delegation_changes(an, runs_a, runs_b)
+        quantization = int8_changes(an, runs_a, runs_b)
     return RunDiff(a, b, label_a, label_b, failing, passing, drift, latency, only[0], only[1], env,
-                   ratios=ratios, delegation=delegation)
+                   ratios=ratios, delegation=delegation, quantization=quantization)
+
+
+QUANT_SQNR_DB = 1.0     # a quantization error that moved more than this, in dB, changed
+LOWERING_STEPS = 1.0    # a lowering error that moved more than this, in steps, changed
+
+
+def int8_changes(an: Analytics, runs_a: list[str], runs_b: list[str]) -> Table:
+    """int8 results in both runs whose quantization error (the quantized reference against
+    the golden: SQNR moved by more than QUANT_SQNR_DB, or the calibration data changed)
+    or lowering error (the backend against the reference: more than LOWERING_STEPS, or
+    only one side failed on it) changed. A new quantizer shows as the first, a new backend
+    as the second."""
+    return an.sql("""
+        WITH ra AS (SELECT * FROM results WHERE list_contains($1::VARCHAR[], run_id)
+                                                AND (quant_sqnr IS NOT NULL OR lowering_steps IS NOT NULL)),
+             rb AS (SELECT * FROM results WHERE list_contains($2::VARCHAR[], run_id)
+                                                AND (quant_sqnr IS NOT NULL OR lowering_steps IS NOT NULL)),
+             j AS (SELECT ra.test_id, ra.seed, ra.preset, ra.quant_sqnr AS qa, rb.quant_sqnr AS qb,
+                          ra.lowering_steps AS la, rb.lowering_steps AS lb,
+                          ra.calibration IS DISTINCT FROM rb.calibration AS calibration_changed,
+                          (coalesce(ra.quant_failed, '') = 'lowering') <> (coalesce(rb.quant_failed, '') = 'lowering')
+                              AS lowering_flipped
+                   FROM ra JOIN rb ON ra.test_id = rb.test_id AND ra.seed IS NOT DISTINCT FROM rb.seed
+                        AND ra.preset = rb.preset),
+             c AS (SELECT *, (abs(coalesce(qb, 0) - coalesce(qa, 0)) > $3 AND NOT (isinf(qa) AND isinf(qb))
+                              OR (qa IS NULL) <> (qb IS NULL) OR calibration_changed) AS quant,
+                             (abs(coalesce(lb, 0) - coalesce(la, 0)) > $4 + 0.001 OR lowering_flipped) AS lowering
+                   FROM j)
+        SELECT test_id, seed, preset,
+               CASE WHEN quant AND lowering THEN 'quantization and lowering error'
+                    WHEN quant THEN 'quantization error' ELSE 'lowering error' END AS change,
+               qa AS quant_sqnr_a, qb AS quant_sqnr_b, la AS lowering_steps_a, lb AS lowering_steps_b,
+               calibration_changed
+        FROM c WHERE quant OR lowering
+        ORDER BY preset, change, test_id, seed""", [runs_a, runs_b, QUANT_SQNR_DB, LOWERING_STEPS])
 
 
 def delegation_changes(an: Analytics, runs_a: list[str], runs_b: list[str]) -> Table:

@@ -90,6 +90,20 @@ MEANINGS: dict[str, dict[str, str]] = {
         "as_torch": "elements outside every band that passed because the output is within torch_factor of torch's "
                     "own error",
         "allowance": "what the worst element was allowed",
+        "steps": "int8: the lowering error allowed, in quantization steps of each output (NULL: the precision's "
+                 "default)",
+        "min_sqnr": "int8: the smallest SQNR (dB) of the quantized model against the golden, when set; below it "
+                    "the result is SQNR_LOW",
+        "quant_sqnr": "int8: SQNR (dB) of the quantized reference (the model after quantization, before lowering) "
+                      "against the fp32 golden: the quantization error",
+        "lowering_sqnr": "int8: SQNR (dB) of the backend's outputs against the quantized reference",
+        "lowering_steps": "int8: the backend's largest error against the quantized reference, in quantization "
+                          "steps of that output (its dequantize scale, or max|reference|/127): the lowering error",
+        "lowering_bias": "int8: the largest mean signed lowering error of an output, in its steps",
+        "quant_step": "int8: one quantization step of the output with the largest lowering error",
+        "quant_failed": "int8: which error failed the result: lowering (MISMATCH) or quantization (SQNR_LOW)",
+        "calibration": "int8: sha256 (16 hex) of the calibration inputs the model was quantized from; equal "
+                       "digests quantized from the same data",
         "precision_limited": "a MISMATCH on fp16/bf16 that torch eager at the same precision shares, by at least "
                              "half as much: look at the precision before the backend",
         "vacuous": "why the golden proves nothing (every output near zero, constant, or non-finite); NULL: it does",

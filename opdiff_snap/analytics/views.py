@@ -31,9 +31,11 @@ from .sandbox import Limits, check_query, execute, lock, refusal, stopped_on_int
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
-# The cache's layout follows the structure of a result (ingest.READ_COLUMNS): a field added
-# to results.Result changes it, and the next connect rebuilds the cache from the JSONL.
-CACHE_VERSION = "4-" + hashlib.sha256(json.dumps(ingest.READ_COLUMNS, sort_keys=True).encode()).hexdigest()[:16]
+# The cache's layout follows the structure of a result (ingest.READ_COLUMNS, and the columns
+# of its table): a field added to results.Result changes it, and the next connect rebuilds
+# the cache from the JSONL.
+CACHE_VERSION = "4-" + hashlib.sha256((json.dumps(ingest.READ_COLUMNS, sort_keys=True)
+                                       + ingest.RESULTS_DDL).encode()).hexdigest()[:16]
 
 
 class HistoryWarning(UserWarning):

@@ -20,7 +20,28 @@ if TYPE_CHECKING:  # torch is imported where a backend runs, not where presets a
 
 Runnable = Callable[[Sequence["torch.Tensor"]], Sequence["torch.Tensor"]]
 
-PRECISION_DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+PRECISION_DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
+                         # int8 presets take the golden's float32 module and inputs: the
+                         # backend's quantizer decides what runs in int8
+                         "int8": "float32", "int8pt": "float32", "int8dyn": "float32"}
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How an int8 precision quantizes: weights per output channel or per tensor, and
+    activations from calibration (static) or from each input as it runs (dynamic)."""
+
+    per_channel: bool
+    dynamic: bool
+
+
+# int8 (static, per-channel weights), int8pt (static, per-tensor), int8dyn (dynamic
+# activations, per-channel weights)
+QUANTIZED: Mapping[str, Scheme] = MappingProxyType({
+    "int8": Scheme(per_channel=True, dynamic=False),
+    "int8pt": Scheme(per_channel=False, dynamic=False),
+    "int8dyn": Scheme(per_channel=True, dynamic=True),
+})
 
 # What a preset may need from the machine it runs on beyond a CPU (Backend.requires). A
 # Ray node advertises each as a custom resource of the same name (docs/distributed.md);
@@ -45,6 +66,16 @@ class Preset:
         import torch
 
         return getattr(torch, PRECISION_DTYPE_NAMES[self.precision])
+
+    @property
+    def scheme(self) -> Scheme | None:
+        """How an int8 preset quantizes (None: it does not): its precision's scheme, weights
+        per channel or per tensor as the `per_channel` option says where it is set."""
+        base = QUANTIZED.get(self.precision)
+        per_channel = self.options.get("per_channel")
+        if base is None or per_channel is None:
+            return base
+        return Scheme(per_channel=bool(per_channel), dynamic=base.dynamic)
 
     def to_json(self) -> dict[str, Any]:
         return {"family": self.family, "device": self.device,
@@ -80,6 +111,25 @@ class Piece:
     module: torch.nn.Module
     inputs: tuple[torch.Tensor, ...]
     outputs: int
+
+
+@dataclass
+class Quantized:
+    """What a quantizing export made beside its artifact: the quantized reference (the
+    model after quantization, before lowering, run on the export's example inputs, flat
+    like the outputs) and the quantization step of each output: the scale of the
+    dequantize that produces it, or None where the output is not quantized (dynamic
+    activations, an integer output)."""
+
+    reference: list[torch.Tensor]
+    scales: list[float | None]
+    calibration: str = ""          # digest of the calibration inputs it was quantized from
+
+
+class QuantizeFailed(Exception):
+    """What `Backend.export_quantized` raises when quantizing itself failed (preparing,
+    calibrating, converting), not the export or lowering of the quantized model: its
+    verdict is QUANTIZE_FAIL."""
 
 
 class PiecesFailed(Exception):
@@ -280,6 +330,26 @@ class Backend:
         one call (one program for all), and such a result carries no `infer_ms`."""
         return True
 
+    def offers(self, device: str, precision: str) -> bool:
+        """Whether `<family>_<device>_<precision>` is a preset at all (int8 on a device whose
+        delegate has no quantizer is not). Default True: every device at every precision."""
+        return True
+
+    def quantizes(self, preset: Preset) -> bool:
+        """Whether `preset` quantizes: its export is `export_quantized`, and its results are
+        judged against the quantized reference. Default False."""
+        return False
+
+    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                         workdir: Path) -> tuple[Artifact, Quantized]:
+        """Quantize `module` from the `calibration` inputs (each a tuple like `inputs`), run
+        the quantized model before lowering on `inputs` (the quantized reference), then
+        export and lower it as `export` does. Raises QuantizeFailed when quantizing fails.
+        Called only where `quantizes` is True; the caller keeps the Quantized with the
+        artifact."""
+        raise NotImplementedError(f"the {self.family} backend does not quantize")
+
     def delegates(self, preset: Preset) -> bool:
         """Whether the preset hands programs to a delegate, so that `--require-delegated`
         has something to hold it to. Default False."""
@@ -401,6 +471,21 @@ class PluginBackend(Backend):
         if "batch_timed_alone" in self.defined:
             return bool(self.plugin.batch_timed_alone(preset))
         return super().batch_timed_alone(preset)
+
+    def offers(self, device: str, precision: str) -> bool:
+        if "offers" in self.defined:
+            return bool(self.plugin.offers(device, precision))
+        return super().offers(device, precision)
+
+    def quantizes(self, preset: Preset) -> bool:
+        if "quantizes" in self.defined and "export_quantized" in self.defined:
+            return bool(self.plugin.quantizes(preset))
+        return super().quantizes(preset)
+
+    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                         workdir: Path) -> tuple[Artifact, Quantized]:
+        return self.plugin.export_quantized(module, inputs, calibration, preset, workdir)
 
     def delegates(self, preset: Preset) -> bool:
         if "delegates" in self.defined:

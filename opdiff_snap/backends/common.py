@@ -174,3 +174,50 @@ def pieces_of(node: Any) -> set[int]:
         if match:
             found.add(int(match.group(1)))
     return found
+
+
+def pt2e_quantize(module: torch.nn.Module, inputs: Sequence[torch.Tensor],
+                  calibration: Sequence[Sequence[torch.Tensor]], quantizer: Any,
+                  opts: Any) -> tuple[torch.nn.Module, list[torch.Tensor], list[float | None]]:
+    """Quantize through PT2E (torch.export, prepare_pt2e with `quantizer`, one call per
+    calibration sample, convert_pt2e): the converted module, its outputs on `inputs` (the
+    quantized reference) and each output's step (`output_steps`). Whatever fails in here
+    is the quantizer's failure: raised as QuantizeFailed."""
+    from .base import QuantizeFailed
+
+    try:
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        graph = export_program(module, inputs, opts, always_decompose=False).module()
+        prepared = prepare_pt2e(graph, quantizer)
+        with torch.no_grad():
+            for sample in calibration:
+                prepared(*contiguous_cpu(sample))
+            converted = convert_pt2e(prepared)
+            reference = as_output_list(converted(*contiguous_cpu(inputs)))
+        return converted, [t.detach().clone() for t in reference], output_steps(converted)
+    except Exception as exc:
+        raise QuantizeFailed(f"{type(exc).__name__}: {exc}") from exc
+
+
+_DEQUANTIZE = ("dequantize_per_tensor", "dequantize_per_channel")
+
+
+def output_steps(graph_module: Any) -> list[float | None]:
+    """Per output of a converted PT2E graph: the scale of the per-tensor dequantize that
+    produces it (one quantization step of that output), or None where no dequantize does
+    (activations quantized dynamically, an output computed in float)."""
+    output = next(n for n in graph_module.graph.nodes if n.op == "output")
+    values = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    steps: list[float | None] = []
+    for node in values:
+        scale = None
+        if getattr(node, "op", None) == "call_function" and "dequantize_per_tensor" in str(node.target):
+            raw = node.args[1]
+            if getattr(raw, "op", None) == "get_attr":
+                raw = getattr(graph_module, str(raw.target))
+            if isinstance(raw, torch.Tensor) and raw.numel() == 1:
+                raw = float(raw)
+            scale = float(raw) if isinstance(raw, (int, float)) and raw > 0 else None
+        steps.append(scale)
+    return steps

@@ -7,6 +7,12 @@ inside export/load: its first XNNPACK lowering costs seconds of imports.
 Precision follows opdiff: fp16 on cpu/portable/mps casts the module and floating inputs to
 float16 before export (`export_fp16`); coreml_fp16 exports float32 and asks the CoreML
 delegate for FLOAT16 compute precision (`coreml_compute_precision`).
+
+int8 (cpu only: XNNPACK's quantizer): the float32 module is quantized through PT2E with
+ExecuTorch's XNNPACKQuantizer (symmetric; weights per channel for int8 and int8dyn, per
+tensor for int8pt; activations from calibration, or dynamic for int8dyn), then lowered
+like any program. The converted model, run in torch before lowering, is the quantized
+reference its results are judged against.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..core.limits import THREADS
+from ..core.limits import CALIBRATION_SAMPLES, THREADS
 from ..core.sources import source_line
 from .base import (
     APPLE_SILICON,
     MACOS,
+    QUANTIZED,
     Artifact,
     Availability,
     Backend,
@@ -33,6 +40,7 @@ from .base import (
     Piece,
     PiecesFailed,
     Preset,
+    Quantized,
     Runnable,
 )
 from .common import (
@@ -44,6 +52,7 @@ from .common import (
     has_module,
     pieces_at_fault,
     pieces_of,
+    pt2e_quantize,
     script_source,
     single_file,
     thread_budget,
@@ -66,11 +75,11 @@ _PARTITIONER_MODULES = {
 
 
 class ExecuTorchBackend(Backend):
-    """`executorch_<cpu|portable|mps|coreml>_<fp32|fp16>`."""
+    """`executorch_<cpu|portable|mps|coreml>_<fp32|fp16>`, and `executorch_cpu_<int8|int8pt|int8dyn>`."""
 
     family = "executorch"
     devices = ("cpu", "portable", "mps", "coreml")
-    precisions = ("fp32", "fp16")
+    precisions = ("fp32", "fp16", "int8", "int8pt", "int8dyn")
     default_options: Mapping[str, Any] = {
         "export_fp16": False,                 # cast module + float inputs to float16 before export
         "export_strict": False,               # torch.export.export(strict=...)
@@ -86,17 +95,38 @@ class ExecuTorchBackend(Backend):
         "require_delegated": False,           # check: an op node left off the delegate is NOT_DELEGATED
         "delegate": True,                     # False: no partitioner (every op on the runtime's kernels)
         "batch_program": False,               # compile a check's tests in one program per batch (no infer_ms)
+        "calibration_samples": 8,             # int8: calibration inputs drawn from each test's input spec
+        "per_channel": None,                  # int8: weights per channel (true) or tensor; None: the precision's
+        "steps": 2.0,                         # int8: lowering error allowed, in quantization steps
+        "min_sqnr": None,                     # int8: quantized model vs golden below this (dB) is SQNR_LOW
     }
-    option_ranges = {"num_threads": THREADS}
+    option_ranges = {"num_threads": THREADS, "calibration_samples": CALIBRATION_SAMPLES}
     serializes = True
     can_differentiate = False
     repro_needs = "torch, executorch"
     repro_source = ""  # set below the class, from the functions export and load call
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
+        if precision in QUANTIZED:
+            return {"export_fp16": False}
         if device == "coreml":
             return {"coreml_compute_precision": precision}
         return {"export_fp16": precision == "fp16"}
+
+    def offers(self, device: str, precision: str) -> bool:
+        return precision not in QUANTIZED or device == "cpu"
+
+    def quantizes(self, preset: Preset) -> bool:
+        return preset.scheme is not None
+
+    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                         workdir: Path) -> tuple[Artifact, Quantized]:
+        scheme = preset.scheme
+        assert scheme is not None
+        converted, reference, steps = pt2e_quantize(module, inputs, calibration, xnnpack_quantizer(
+            scheme.per_channel, scheme.dynamic), preset.options)
+        return self.export(converted, inputs, preset, workdir), Quantized(reference, steps)
 
     def requires(self, preset: Preset) -> frozenset[str]:
         return {"mps": frozenset({MACOS, APPLE_SILICON}), "coreml": frozenset({MACOS})}.get(preset.device, frozenset())
@@ -111,6 +141,8 @@ class ExecuTorchBackend(Backend):
                    "coreml": "this ExecuTorch build has no CoreML backend"}.get(
                 device, "this ExecuTorch build has no XNNPACK backend")
             return Availability(False, False, why)
+        if preset.scheme is not None and not has_module("torchao.quantization.pt2e"):
+            return Availability(False, False, "the int8 presets quantize with torchao's PT2E, which is not installed")
         if device == "coreml" and not has_module("coremltools"):
             return Availability(False, False, "the ExecuTorch CoreML delegate needs coremltools")
         if device in ("mps", "coreml") and not IS_MACOS:
@@ -125,17 +157,27 @@ class ExecuTorchBackend(Backend):
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         edge = executorch_edge(program, preset.device, preset.precision, opts)
+        found = None
         if preset.device != "portable":
             found = delegation_of(edge.exported_program().graph_module)
             (workdir / DELEGATION_FILE).write_text(json.dumps(found.to_json()))
+        try:
+            lowered = executorch_program(edge, opts)
+        except Exception as exc:
+            if preset.scheme is not None and found is not None and found.fallback:
+                raise RuntimeError(f"{exc}; the quantized program keeps ops off the "
+                                   f"{found.delegate} delegate, which need kernels of their own: "
+                                   + fallback_text(found)) from exc
+            raise
         with open(workdir / PROGRAM_FILE, "wb") as f:
-            executorch_program(edge, opts).write_to_file(f)
+            lowered.write_to_file(f)
         return Artifact(path=workdir)
 
     def batches(self, preset: Preset) -> bool:
         """Only when asked (`batch_program`): one program runs its whole batch in one call,
         so its results say nothing of each test's latency."""
-        return bool(preset.options.get("batch_program")) and preset.device in BATCH_DEVICES
+        return (bool(preset.options.get("batch_program")) and preset.device in BATCH_DEVICES
+                and preset.scheme is None)
 
     def batch_timed_alone(self, preset: Preset) -> bool:
         return False
@@ -277,6 +319,17 @@ def executorch_partitioners(device: str, precision: str, options: Mapping[str, A
     raise ValueError(f"unknown ExecuTorch device '{device}'")
 
 
+def xnnpack_quantizer(per_channel: bool, dynamic: bool) -> Any:
+    """ExecuTorch's XNNPACK quantizer, symmetric, for the whole graph."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic)
+    return XNNPACKQuantizer().set_global(config)
+
+
 def executorch_edge(program: Any, device: str, precision: str, options: Mapping[str, Any]) -> Any:
     """An ExportedProgram in the edge dialect, partitioned to the device's delegate."""
     from executorch.exir import to_edge_transform_and_lower
@@ -398,6 +451,16 @@ def delegation_of(graph_module: Any, shown: int = 5, piece: int | None = None) -
                 entry.sources.append(where)
     name = ", ".join(dict.fromkeys(delegates)) or "none"
     return Delegation(name, blobs, sorted(ops.values(), key=lambda o: (-o.fallback, o.op)))
+
+
+def fallback_text(found: Delegation, shown: int = 6) -> str:
+    """The ops a delegate left on the runtime's kernels, quantize and dequantize ops first,
+    each with its node count and first source line: "dequantize_per_channel.default x1
+    (tiny.py:43), ..."."""
+    ops = sorted(found.fallback_ops(), key=lambda o: "quantize" not in o.op)
+    text = ", ".join(f"{o.op.split('::')[-1]} x{o.fallback}" + (f" ({o.sources[0]})" if o.sources else "")
+                     for o in ops[:shown])
+    return text + (f", and {len(ops) - shown} more" if len(ops) > shown else "")
 
 
 def _without_kernels(graph_module: Any) -> list[int]:

@@ -2,6 +2,15 @@
 
 fp16 presets cast the module and the floating example inputs to float16 before export, so
 the graph computes (and takes) float16; the runnable casts floating inputs the same way.
+
+int8 presets (cpu): the float32 export is quantized with ONNX Runtime's own tools, the way
+its users ship int8 models: `quantize_static` into QDQ form (MinMax calibration over the
+calibration inputs; uint8 activations, int8 weights per channel for int8, per tensor for
+int8pt) or `quantize_dynamic` (int8dyn), after ORT's `quant_pre_process`. The quantized reference is that QDQ model run
+with every graph optimisation off, so each QuantizeLinear/DequantizeLinear pair computes
+in float exactly as written; the session under test fuses them into ORT's integer kernels
+(its `graph_optimization_level`, "all" by default): the difference is ORT's lowering.
+PT2E then export is not the route: torch.onnx does not export PT2E's quantized graphs.
 """
 
 from __future__ import annotations
@@ -13,8 +22,21 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..core.limits import THREADS, Range
-from .base import CUDA, MACOS, Artifact, Availability, Backend, Piece, PiecesFailed, Preset, Runnable
+from ..core.limits import CALIBRATION_SAMPLES, THREADS, Range
+from .base import (
+    CUDA,
+    MACOS,
+    QUANTIZED,
+    Artifact,
+    Availability,
+    Backend,
+    Piece,
+    PiecesFailed,
+    Preset,
+    Quantized,
+    QuantizeFailed,
+    Runnable,
+)
 from .common import (
     Pieces,
     cast_inputs,
@@ -40,11 +62,11 @@ def _available_providers() -> tuple[str, ...]:
 
 
 class OnnxBackend(Backend):
-    """`onnx_<cpu|cuda|coreml>_<fp32|fp16>`."""
+    """`onnx_<cpu|cuda|coreml>_<fp32|fp16>`, and `onnx_cpu_<int8|int8pt|int8dyn>`."""
 
     family = "onnx"
     devices = ("cpu", "cuda", "coreml")
-    precisions = ("fp32", "fp16")
+    precisions = ("fp32", "fp16", "int8", "int8pt", "int8dyn")
     default_options: Mapping[str, Any] = {
         "opset": 20,                        # ONNX opset the exporter targets
         "dynamo": True,                     # torch.onnx.export(dynamo=...): False = TorchScript exporter
@@ -58,9 +80,13 @@ class OnnxBackend(Backend):
         "graph_optimization_level": "all",  # ORT: disable | basic | extended | layout | all
         "intra_op_num_threads": None,       # None: the job's thread budget
         "inter_op_num_threads": 1,
+        "calibration_samples": 8,           # int8: calibration inputs drawn from each test's input spec
+        "per_channel": None,                # int8: weights per channel (true) or tensor (false); None: the precision's
+        "steps": 2.0,                       # int8: lowering error allowed, in quantization steps
+        "min_sqnr": None,                   # int8: quantized model vs golden below this (dB) is SQNR_LOW
     }
     option_ranges = {"opset": Range(1, 99, whole=True), "intra_op_num_threads": THREADS,
-                     "inter_op_num_threads": THREADS}
+                     "inter_op_num_threads": THREADS, "calibration_samples": CALIBRATION_SAMPLES}
     serializes = True
     can_differentiate = False
     repro_needs = "torch, onnx, onnxscript, onnxruntime"
@@ -68,6 +94,41 @@ class OnnxBackend(Backend):
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
         return {"providers": [PROVIDERS[device]]}
+
+    def offers(self, device: str, precision: str) -> bool:
+        return precision not in QUANTIZED or device == "cpu"
+
+    def quantizes(self, preset: Preset) -> bool:
+        return preset.scheme is not None
+
+    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                         workdir: Path) -> tuple[Artifact, Quantized]:
+        import numpy as np
+
+        scheme = preset.scheme
+        assert scheme is not None
+        workdir = Path(workdir)
+        (workdir / "float").mkdir(parents=True, exist_ok=True)
+        float_model = workdir / "float" / MODEL_FILE
+        onnx_export(module, inputs, preset.options, float_model)
+        model = workdir / MODEL_FILE
+        try:
+            onnx_quantize(float_model, model, [contiguous_cpu(s) for s in calibration], scheme.per_channel,
+                          scheme.dynamic)
+            reference_options = {**preset.options, "graph_optimization_level": "disable"}
+            session = onnx_session(model, reference_options, ["CPUExecutionProvider"], 0)
+            names = [i.name for i in session.get_inputs()]
+            reference = [torch.as_tensor(np.asarray(o)) for o in session.run(None, onnx_feeds(
+                names, contiguous_cpu(inputs)))]
+            steps = onnx_output_steps(model)
+        except Exception as exc:
+            raise QuantizeFailed(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            for leftover in (workdir / "float").iterdir():
+                leftover.unlink()
+            (workdir / "float").rmdir()
+        return Artifact(path=workdir), Quantized(reference, steps)
 
     def requires(self, preset: Preset) -> frozenset[str]:
         return {"cuda": frozenset({CUDA}), "coreml": frozenset({MACOS})}.get(preset.device, frozenset())
@@ -77,6 +138,9 @@ class OnnxBackend(Backend):
         can_export = not missing
         why = f"ONNX export needs {', '.join(missing)} (pip install 'opdiff-snap[onnx]')" if missing else ""
         if importlib.util.find_spec("onnxruntime") is None:
+            if preset.scheme is not None:   # its quantizer is onnxruntime's
+                return Availability(False, False, why or "the int8 presets quantize with onnxruntime, which is "
+                                                         "not installed")
             return Availability(can_export, False, why or "onnxruntime is not installed")
         have = _available_providers()
         lacking = [p for p in self._providers(preset) if p not in have]
@@ -103,7 +167,8 @@ class OnnxBackend(Backend):
         import onnxruntime  # noqa: F401
 
     def batches(self, preset: Preset) -> bool:
-        return not preset.options.get("external_data")   # a batch splits one in-memory model
+        # a batch splits one in-memory model; an int8 model is quantized per test
+        return not preset.options.get("external_data") and preset.scheme is None
 
     def export_batch(self, pieces: Sequence[Piece], preset: Preset, workdir: Path) -> list[Artifact | None]:
         """One torch.onnx.export of every piece (inputs named b<i>_in<j>), then one model per
@@ -194,6 +259,60 @@ def onnx_export(model: torch.nn.Module, args: tuple[torch.Tensor, ...], options:
         torch.onnx.export(target, args, str(path), **kwargs)
     if not path.is_file():
         raise RuntimeError(f"torch.onnx.export wrote no file at {path}")
+
+
+def onnx_quantize(source: Path, target: Path, calibration: Sequence[Sequence[torch.Tensor]], per_channel: bool,
+                  dynamic: bool) -> None:
+    """ONNX Runtime's quantization of the float model at `source` into `target`: its
+    pre-processing (shape inference, float optimisations), then dynamic, or static QDQ
+    calibrated (MinMax) on `calibration`, each sample fed like the inputs."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = source.with_name("prepared.onnx")
+    quant_pre_process(str(source), str(prepared))
+    source = prepared
+    if dynamic:
+        quantize_dynamic(str(source), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
+        return
+    import onnxruntime as ort
+
+    names = [i.name for i in ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).get_inputs()]
+
+    class Samples(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = [onnx_feeds(names, list(s)) for s in calibration]
+
+        def get_next(self) -> Any:
+            return self.left.pop(0) if self.left else None
+
+    quantize_static(str(source), str(target), Samples(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+def onnx_output_steps(path: Path) -> list[float | None]:
+    """Per graph output: the scale of the DequantizeLinear producing it (a scalar), else None."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(path)).graph
+    producer = {name: node for node in graph.node for name in node.output}
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute:
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    steps: list[float | None] = []
+    for output in graph.output:
+        node = producer.get(output.name)
+        scale = constants.get(node.input[1]) if node is not None and node.op_type == "DequantizeLinear" else None
+        steps.append(float(scale.reshape(-1)[0]) if scale is not None and scale.size == 1 and scale > 0 else None)
+    return steps
 
 
 def onnx_session(path: Path, options: Mapping[str, Any], providers: list[str], threads: int) -> Any:

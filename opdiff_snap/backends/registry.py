@@ -127,8 +127,17 @@ def _table() -> dict[str, tuple[Backend, str, str]]:
     for backend in families().values():
         for device in backend.devices:
             for precision in backend.precisions:
+                if not _offers(backend, device, precision):
+                    continue
                 table.setdefault(f"{backend.family}_{device}_{precision}", (backend, device, precision))
     return table
+
+
+def _offers(backend: Backend, device: str, precision: str) -> bool:
+    try:
+        return bool(backend.offers(device, precision))
+    except Exception:   # a broken plugin: its presets stay named, and fail where they run
+        return True
 
 
 def preset_names() -> list[str]:

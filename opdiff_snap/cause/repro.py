@@ -78,6 +78,10 @@ def _runner(preset: Preset) -> tuple[str, str]:
     protocol, so the script tells an export failure from a load or an inference one; a
     family that writes only `run(module, inputs)` gets the two wrapped around it."""
     backend = backend_for(preset)
+    if backend.quantizes(preset):
+        raise OpdiffError(f"preset '{preset.name}' quantizes: a repro script runs the float export only, and "
+                          "would not reproduce its int8 result. Its history row holds both errors "
+                          "(quant_sqnr, lowering_steps); check it again with --test-ids to rerun it.")
     runner, needs = backend.repro_source, backend.repro_needs
     if not runner:
         raise OpdiffError(f"backend family '{preset.family}' (preset '{preset.name}') provides no repro "

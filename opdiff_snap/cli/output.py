@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ..backends.base import QUANTIZED
 from ..compare.metrics import Metrics
 from ..compare.results import Result, RunReport
 from ..core.errors import OpdiffError, headline, suggest
@@ -243,7 +244,7 @@ def delegation_lines(results: list[Result], shown: int = 6) -> list[str]:
 def repro_command(r: Result) -> str | None:
     """The command that writes a standalone script reproducing a failing check result
     (each argument quoted for a POSIX shell)."""
-    if r.verdict not in REPRODUCIBLE:
+    if r.verdict not in REPRODUCIBLE or r.preset.rsplit("_", 1)[-1] in QUANTIZED:   # int8: no script reproduces it
         return None
     return f"opdiff repro {shlex.quote(r.test_id)} -b {shlex.quote(r.preset)} --seed {r.seed}"
 

@@ -43,6 +43,13 @@ class Metrics:
     larger ratio), and `torch_factor` the multiple allowed; `as_torch` counts the elements
     outside every band of outputs forgiven for being within it.
 
+    On an int8 preset (compare/quantized.py): `quant_sqnr` is the quantized reference's
+    SQNR (dB) against the golden, the quantization error; `lowering_sqnr` the backend's
+    against the quantized reference; `lowering_steps` its largest error there, and
+    `lowering_bias` its largest mean signed error on an output, in quantization steps;
+    `quant_step` the step of the output with the largest error; `quant_failed` which
+    error failed the result (lowering, quantization).
+
     `compared` is False for the metrics of a result whose outputs could not be compared
     (a structure mismatch) but that keeps what was measured beside them."""
 
@@ -73,6 +80,12 @@ class Metrics:
     torch_multiple: float | None = None
     torch_factor: float | None = None
     as_torch: int = 0
+    quant_sqnr: float | None = None
+    lowering_sqnr: float | None = None
+    lowering_steps: float | None = None
+    lowering_bias: float | None = None
+    quant_step: float | None = None
+    quant_failed: str | None = None
 
     # measured beside the comparison when judging asked for it; in the JSON after the numbers
     control: Control | None = field(default=None, metadata={"beside": True})

@@ -28,7 +28,8 @@ from .metrics import Metrics
 JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
 # the fields repeated in opdiff's per-backend `res` object
 RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "batch", "error_class",
-              "message", "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous")
+              "message", "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous",
+              "calibration")
 
 
 @dataclass
@@ -64,6 +65,8 @@ class Result:
     precision_limited: bool | None = None
     # why the golden proves nothing (every output near zero, constant, or non-finite); None: it does
     vacuous: str | None = None
+    # an int8 preset: the digest of the calibration inputs it was quantized from
+    calibration: str | None = None
 
     @classmethod
     def of(cls, case: TestCase | None, test_id: str, seed: int, preset: str, verdict: Verdict,
@@ -86,6 +89,8 @@ class Result:
         if outcome.error_message:
             self.message = outcome.error_message
         self.delegation = outcome.delegation
+        if outcome.quantized is not None:
+            self.calibration = outcome.quantized.calibration or None
         survey = outcome.survey
         if survey is not None:
             self.unsupported_ops = list(survey.ops)

@@ -41,6 +41,9 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
     times torch eager's own error at the target's precision) follows it too, and stays None
     when nothing sets it (compare.rules.PRECISION_FACTOR then decides, per precision).
 
+    `steps` and `min_sqnr` (int8 presets only) follow it too; the preset's options hold
+    their defaults (compare.quantized.STEPS where a backend's do not).
+
     `case_tolerance` is the `TestCase.tolerance` mapping (a TestCase is accepted too).
     """
     if hasattr(case_tolerance, "tolerance") and not isinstance(case_tolerance, Mapping):
@@ -53,7 +56,8 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
     chain += [table.get(preset.precision), table.get("*"), preset_override]
     opts = preset.options or {}
     chain.append(Tolerance(_opt_float(opts.get("atol")), _opt_float(opts.get("rtol")),
-                           _opt_float(opts.get("baseline_factor"))))
+                           _opt_float(opts.get("baseline_factor")), steps=_opt_float(opts.get("steps")),
+                           min_sqnr=_opt_float(opts.get("min_sqnr"))))
     chain.append(DEFAULT_TOLERANCES.get(preset.precision, DEFAULT_TOLERANCES["fp32"]))
 
     def pick(name: str) -> float | None:
@@ -64,9 +68,12 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
         return None
 
     factor = pick("baseline_factor")
+    quantized = preset.scheme is not None
     return Tolerance(atol=pick("atol"), rtol=pick("rtol"),
                      baseline_factor=BASELINE_FACTOR if factor is None else factor,
-                     precision_factor=pick("precision_factor"))
+                     precision_factor=pick("precision_factor"),
+                     # an int8 preset's own: nothing else is judged in quantization steps
+                     steps=pick("steps") if quantized else None, min_sqnr=pick("min_sqnr") if quantized else None)
 
 
 def _field(t: Any, name: str) -> Any:

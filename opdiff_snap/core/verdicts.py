@@ -10,6 +10,8 @@ history, plots and localize all use the groups below.
 | SHAPE_MISMATCH, DTYPE_MISMATCH | an output has another shape / dtype | compare |
 | STRUCTURE_MISMATCH | another nesting, or nothing to compare | compare; execution when the backend's outputs do not even fit the test's output structure, or the test returns no tensor or number |
 | EXPORT_FAIL, LOAD_FAIL, INFER_FAIL | a backend stage raised (materialising and preparing count as export) | execution; the pool when a job cannot be sent to a worker |
+| QUANTIZE_FAIL | an int8 preset's quantizer raised (preparing, calibrating or converting), before any export or lowering | execution |
+| SQNR_LOW | an int8 result whose quantized reference is further from the golden than the minimum SQNR set for it (`min_sqnr`): the quantizer lost too much, whatever the backend did | check's judge |
 | NOT_DELEGATED | it matched, but op nodes stayed off the delegate where every one must be on it (`--require-delegated`) | check's judge |
 | CRASH, TIMEOUT | the worker died (signal or exit code) / gave no answer in time | the pool |
 | UNAVAILABLE | the preset cannot export or run on this machine, with why | execution |
@@ -38,6 +40,8 @@ class Verdict(str, enum.Enum):
     EXPORT_FAIL = "EXPORT_FAIL"
     LOAD_FAIL = "LOAD_FAIL"
     INFER_FAIL = "INFER_FAIL"
+    QUANTIZE_FAIL = "QUANTIZE_FAIL"
+    SQNR_LOW = "SQNR_LOW"
     NOT_DELEGATED = "NOT_DELEGATED"
     CRASH = "CRASH"
     TIMEOUT = "TIMEOUT"
@@ -72,10 +76,10 @@ NOT_RUN = QUIET | {V.NO_GOLDEN, V.STALE}
 # reverse is newly passing.
 FAILING = frozenset(Verdict) - PASSING - NOT_RUN
 # The target ran and produced outputs that disagree with the golden.
-COMPARISON = frozenset({V.MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.STRUCTURE_MISMATCH})
+COMPARISON = frozenset({V.MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.STRUCTURE_MISMATCH, V.SQNR_LOW})
 # A backend stage raised; its runtime often says why only on stderr, so the worker's
 # output is quoted in the message.
-STAGE_FAILURES = frozenset({V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL})
+STAGE_FAILURES = frozenset({V.QUANTIZE_FAIL, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL})
 # The backend could not take the test (export, conversion, lowering, partitioning, loading):
 # check and localize then lower each op of its graph alone to list every one it cannot take.
 LOWERING_FAILURES = frozenset({V.EXPORT_FAIL, V.LOAD_FAIL})
@@ -84,7 +88,7 @@ WORKER_FAILURES = frozenset({V.CRASH, V.TIMEOUT})
 # The target produced outputs (that then matched or not).
 RAN = frozenset({V.PASS}) | COMPARISON
 # Results a standalone repro script can reproduce.
-REPRODUCIBLE = COMPARISON | STAGE_FAILURES | WORKER_FAILURES
+REPRODUCIBLE = (COMPARISON | STAGE_FAILURES | WORKER_FAILURES) - {V.QUANTIZE_FAIL, V.SQNR_LOW}
 # localize: a piece of a test run alone that does not mark where the divergence starts (it
 # matched, or it was not run because it reads nothing but weights and constants).
 NOT_DIVERGED = frozenset({V.PASS, V.SKIPPED})
@@ -99,8 +103,8 @@ NO_ERROR = PASSING
 # Worst first: how summaries order results, which verdict wins when several apply (the
 # support matrix's cell for several seeds), and `rank` in the SQL table (1 = worst).
 PRECEDENCE: tuple[Verdict, ...] = (
-    V.CRASH, V.TIMEOUT, V.CORRUPT, V.BASELINE_FAIL, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL,
-    V.STRUCTURE_MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.MISMATCH, V.NOT_DELEGATED, V.STALE, V.NO_GOLDEN,
+    V.CRASH, V.TIMEOUT, V.CORRUPT, V.BASELINE_FAIL, V.QUANTIZE_FAIL, V.EXPORT_FAIL, V.LOAD_FAIL, V.INFER_FAIL,
+    V.STRUCTURE_MISMATCH, V.SHAPE_MISMATCH, V.DTYPE_MISMATCH, V.MISMATCH, V.SQNR_LOW, V.NOT_DELEGATED, V.STALE, V.NO_GOLDEN,
     V.UNAVAILABLE, V.SKIPPED, V.KEPT, V.RECORDED, V.PASS)
 
 # The kind of each verdict, one word per disjoint group.

@@ -71,7 +71,7 @@ MESSAGE_MAX = 20_000     # of a remembered error message
 # The packages whose versions can change what an export produces, by backend family.
 RUNTIME_PACKAGES = {
     "onnx": ("onnx", "onnxscript", "onnxruntime"),
-    "executorch": ("executorch",),
+    "executorch": ("executorch", "torchao"),   # torchao: the PT2E quantizer of the int8 presets
     "coreml": ("coremltools",),
 }
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..backends.base import Artifact, Backend, Delegation, Preset, Runnable
+from ..backends.base import Artifact, Backend, Delegation, Preset, Quantized, QuantizeFailed, Runnable
 from ..core.errors import error_text, headline
 from ..core.verdicts import Verdict
 
 if TYPE_CHECKING:
+    import torch
+
     from .prepare import Prepared
 
 Export = Callable[[Path], Artifact]
@@ -33,7 +35,7 @@ class Lowered:
     """What exporting and loading gave: the artifact and, where it was loaded, the
     runnable; or the step that failed (`status`) and its exception."""
 
-    status: Verdict | None = None          # None, EXPORT_FAIL or LOAD_FAIL
+    status: Verdict | None = None          # None, QUANTIZE_FAIL, EXPORT_FAIL or LOAD_FAIL
     error: Exception | None = None
     artifact: Artifact | None = None
     runnable: Runnable | None = None       # None: failed, or not loaded (`load` False)
@@ -41,18 +43,34 @@ class Lowered:
     load_ms: float | None = None
     delegation: Delegation | None = None   # Backend.delegation, once the export is made
     delegation_error: str | None = None    # why the backend could not say it (unreadable evidence)
+    quantized: Quantized | None = None     # an int8 preset's quantized reference, kept with the artifact
 
 
 def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdir: Path | None = None, *,
-                    store: Store | None = None, load: bool = True, threads: int = 0) -> Lowered:
+                    store: Store | None = None, load: bool = True, threads: int = 0,
+                    calibration: Sequence[tuple[torch.Tensor, ...]] | None = None) -> Lowered:
     """Export `prepared` (a flat module and its example inputs) through `backend` into
     `workdir` (created if need be), or through `store`; then, with `load` (this machine
-    can run the preset), load it with `threads` intra-op threads."""
+    can run the preset), load it with `threads` intra-op threads. A quantizing preset is
+    quantized from `calibration` first (Backend.export_quantized; None: from the example
+    inputs themselves, as an op survey or a warm-up does), and its quantized reference is
+    written beside the artifact and read back with it."""
     import torch
 
+    from . import quantized as q
+
+    quantizing = backend.quantizes(preset)
+
     def export(work: Path) -> Artifact:
+        inputs = tuple(prepared.fresh_inputs())
         with torch.no_grad():
-            return backend.export(prepared.module, tuple(prepared.fresh_inputs()), preset, work)
+            if not quantizing:
+                return backend.export(prepared.module, inputs, preset, work)
+            samples = list(calibration) if calibration is not None else [tuple(prepared.fresh_inputs())]
+            artifact, made = backend.export_quantized(prepared.module, inputs, samples, preset, work)
+        made.calibration = q.digest(samples)
+        q.save(Path(artifact.path if artifact.path is not None else work), made)
+        return artifact
 
     out = Lowered()
     try:
@@ -64,9 +82,19 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
             workdir.mkdir(parents=True, exist_ok=True)
             out.artifact = export(workdir)
             out.export_ms = (time.perf_counter() - t0) * 1e3
+    except QuantizeFailed as exc:
+        out.status, out.error = Verdict.QUANTIZE_FAIL, exc
+        return out
     except Exception as exc:
         out.status, out.error = Verdict.EXPORT_FAIL, exc
         return out
+    if quantizing:
+        try:
+            assert out.artifact.path is not None, "a quantizing backend serialises its artifact"
+            out.quantized = q.load(Path(out.artifact.path))
+        except (ValueError, AssertionError) as exc:
+            out.status, out.error = Verdict.LOAD_FAIL, exc
+            return out
     try:
         out.delegation = backend.delegation(out.artifact, preset)
     except Exception as exc:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-from ..backends.base import Delegation, Preset
+from ..backends.base import Delegation, Preset, Quantized
 from ..core.trees import Structure
 from ..core.verdicts import Verdict
 from ..suite.model import Invocation, RecordedGrads
@@ -120,3 +120,4 @@ class Outcome:
     survey: Survey | None = None
     delegation: Delegation | None = None   # what a delegating backend took
     delegation_error: str | None = None    # why that could not be read (never taken as delegated)
+    quantized: Quantized | None = None     # an int8 preset's quantized reference and output steps

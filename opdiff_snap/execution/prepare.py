@@ -250,11 +250,9 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
     output structure and dtypes. `keyed`: the outputs are {side: ...} (pair tests); else
     the one side's output. Used for whole tests and for any sub-call worth running alone."""
     # Every complex tensor leaf travels as real pairs and is rebuilt inside forward.
-    leaves: list[Any] = []
-    _split((args, kwargs), leaves)
-    tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
+    tensors = _tensor_leaves(args, kwargs)
     complex_slots = {i for i, t in enumerate(tensors) if t.is_complex()}
-    inputs = tuple(torch.view_as_real(t).clone() if t.is_complex() else t.contiguous() for t in tensors)
+    inputs = tensor_inputs(args, kwargs)
     module = FlatModule(sides, args, kwargs, complex_slots).eval()
 
     counter, parts, flat = [0], [], list[Any]()
@@ -267,6 +265,19 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
             _collect(out, flat)
     structure = {"dict": [[s, st] for s, st in parts]} if keyed else parts[0][1]
     return Prepared(module, inputs, structure, [t.dtype for t in flat])
+
+
+def _tensor_leaves(args: list[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    leaves: list[Any] = []
+    _split((args, kwargs), leaves)
+    return [v for v in leaves if isinstance(v, torch.Tensor)]
+
+
+def tensor_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """What a flat module of this call takes: its tensor leaves in order, complex ones as
+    real pairs."""
+    return tuple(torch.view_as_real(t).clone() if t.is_complex() else t.contiguous()
+                 for t in _tensor_leaves(args, kwargs))
 
 
 def flat_values(value: Any) -> list[torch.Tensor]:

@@ -33,6 +33,7 @@ from .export_load import Export, export_and_load
 from .job import Outcome, WorkerContext
 from .op_support import Survey
 from .prepare import Prepared, count_outputs, flat_module, restore_outputs
+from .quantized import calibration_inputs
 from .references import elementwise_reference, float64_reference, precision_control
 
 _REDUCED = (torch.float16, torch.bfloat16)
@@ -133,12 +134,22 @@ def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
         return _fail(job, Verdict.STRUCTURE_MISMATCH,
                      f"test '{job.case.id}' returns {_describe(prepared.out_structure)}: nothing to compare; "
                      "make its forward return the result")
+    calibration = None
+    if backend.quantizes(job.preset) and job.prepared is None:
+        try:
+            assert job.invocation is not None
+            count = int(job.preset.options.get("calibration_samples") or 1)
+            calibration = calibration_inputs(job.case, job.invocation, job.seed, count)
+        except Exception as exc:
+            out = _fail(job, Verdict.QUANTIZE_FAIL, exc)
+            out.error_message = f"drawing the calibration inputs failed: {out.error_message}"
+            return out
     if not backend.serializes or job.cache_dir is not None:
         # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
-        outcome = _export_and_run(job, backend, prepared, avail, threads, None)
+        outcome = _export_and_run(job, backend, prepared, avail, threads, None, calibration)
     else:
         with tempfile.TemporaryDirectory(prefix="opdiff-job-") as tmp:
-            outcome = _export_and_run(job, backend, prepared, avail, threads, Path(tmp))
+            outcome = _export_and_run(job, backend, prepared, avail, threads, Path(tmp), calibration)
     if outcome.status is None:
         if job.reference:
             outcome.reference, outcome.reference_note = float64_reference(prepared)
@@ -178,7 +189,7 @@ def _gradients(job: Job, outcome: Outcome) -> None:
 
 
 def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Availability, threads: int,
-                    tmp: Path | None) -> Outcome:
+                    tmp: Path | None, calibration: list | None = None) -> Outcome:
     use_cache = job.cache_dir is not None and backend.serializes
     cache = ArtifactCache(job.cache_dir) if job.cache_dir is not None and use_cache else None
     key = cache_key(job) if cache is not None else ""
@@ -193,10 +204,11 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
         cached = _Cached(cache, key, job) if cache is not None else None
         if cached is not None:
             step = export_and_load(backend, job.preset, prepared, store=cached, load=avail.can_run,
-                                   threads=threads)
+                                   threads=threads, calibration=calibration)
         else:
             workdir = tmp / f"work{attempt}" if tmp is not None else Path(tempfile.gettempdir())
-            step = export_and_load(backend, job.preset, prepared, workdir, load=avail.can_run, threads=threads)
+            step = export_and_load(backend, job.preset, prepared, workdir, load=avail.can_run, threads=threads,
+                                   calibration=calibration)
         cache_hit = cached is not None and cached.hit
         batch = cached.batch if cached is not None and cache_hit else None
         reported_hit = cache_hit
@@ -206,9 +218,9 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
         if step.delegation_error is not None and cache is not None and cache_hit and attempt == 0:
             cache.evict(key)   # a cached artifact whose delegation evidence is unreadable: rebuilt once
             continue
-        if step.status is Verdict.EXPORT_FAIL:
-            assert step.error is not None
-            return _remember(cache, key, _fail(job, Verdict.EXPORT_FAIL, step.error), step.error, job)
+        if step.status in (Verdict.EXPORT_FAIL, Verdict.QUANTIZE_FAIL):
+            assert step.error is not None and step.status is not None
+            return _remember(cache, key, _fail(job, step.status, step.error), step.error, job)
         timings = {"export_ms": step.export_ms, "cache_hit": reported_hit}
         if step.status is Verdict.LOAD_FAIL:
             assert step.error is not None
@@ -226,6 +238,7 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
             out = _infer(job, step.runnable, prepared, timed, export_ms=step.export_ms, load_ms=step.load_ms,
                          cache_hit=reported_hit)
         out.delegation, out.delegation_error, out.batch = step.delegation, step.delegation_error, batch
+        out.quantized = step.quantized
         return out
     raise AssertionError("unreachable")
 

@@ -37,7 +37,10 @@ class CheckJob(Job):
 
     def run(self, context: WorkerContext = WorkerContext()) -> Outcome:
         outcome = super().run(context)
-        if not (self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None):
+        # an int8 preset is not surveyed: each op alone would be quantized apart, from other
+        # calibration, and its failure is named from the whole graph (its backend's message)
+        if not (self.survey_ops and outcome.status in LOWERING_FAILURES and self.invocation is not None
+                and self.preset.scheme is None):
             outcome.survey = None
             return outcome
         from ..cause.lowering import survey_test

@@ -27,12 +27,13 @@ from ..backends.base import Delegation, Preset
 from ..compare.gradients import compare_grads
 from ..compare.metrics import Control, Judged, Metrics
 from ..compare.numerics import Comparison, compare
+from ..compare.quantized import judge_int8
 from ..compare.results import Result
 from ..compare.rules import Rounding
 from ..compare.vacuous import vacuous_reason
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
-from ..execution.prepare import nest_residuals, restore_outputs
+from ..execution.prepare import flat_values, nest_residuals, restore_outputs
 from ..execution.references import REDUCED, needs_control
 from ..goldens import Golden
 from ..suite.model import RecordedGrads, TestCase, Tolerance
@@ -70,9 +71,12 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
     cmp = compare(golden.outputs, actual, tol, rounding=rounding)
     result.verdict, result.message = cmp.verdict, cmp.message
     result.metrics = dataclasses.replace(cmp.metrics) if cmp.metrics is not None else None
-    if cmp.verdict is Verdict.MISMATCH or (cmp.metrics is not None and cmp.metrics.as_torch):
+    if outcome.quantized is not None:
+        if cmp.verdict in (Verdict.PASS, Verdict.MISMATCH):   # the same shapes and dtypes: judged as int8
+            _judge_int8(result, golden, outcome, tol, preset)
+    elif cmp.verdict is Verdict.MISMATCH or (cmp.metrics is not None and cmp.metrics.as_torch):
         _control(result, golden, outcome, tol, dataclasses.replace(rounding, control=None), cmp, preset)
-    if case is not None and case.pair is not None:
+    if case is not None and case.pair is not None and outcome.quantized is None:
         _judge_pair(result, case, golden, actual, tol, cmp)
     if result.verdict is Verdict.PASS:
         _check_grads(result, pending, outcome)
@@ -85,6 +89,27 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
                               f"({outcome.delegation_error}), even from a fresh export; nothing shows that "
                               "every op node is on the delegate.")
     return result
+
+
+def _judge_int8(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance, preset: Preset) -> None:
+    """An int8 result: its lowering error against the quantized reference decides MISMATCH,
+    its quantization error against the golden SQNR_LOW where a minimum is set
+    (compare/quantized.py); the comparison with the golden stays in the metrics."""
+    q = outcome.quantized
+    assert q is not None and outcome.outputs is not None
+    judged = judge_int8(flat_values(golden.outputs), outcome.outputs, q.reference, q.scales, tol, preset.precision)
+    metrics = _beside(result)
+    metrics.quant_sqnr, metrics.lowering_sqnr = judged.sqnr, judged.lowering_sqnr
+    metrics.lowering_steps, metrics.lowering_bias = judged.lowering_steps, judged.lowering_bias
+    metrics.quant_step, metrics.quant_failed = judged.step, judged.failed
+    result.verdict = judged.verdict
+    sqnr = "n/a" if judged.sqnr is None else f"{judged.sqnr:.3g} dB"
+    if judged.verdict is Verdict.MISMATCH:
+        result.message = f"{judged.message}. Quantization error (reference against the golden): SQNR {sqnr}."
+    elif judged.verdict is Verdict.SQNR_LOW:
+        result.message = judged.message + "."
+    else:
+        result.message = ""
 
 
 def rounding_for(golden: Golden, preset: Preset, structure: Any = None,

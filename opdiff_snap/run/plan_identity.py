@@ -35,11 +35,18 @@ def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequenc
                       "seed_list": list(sel.seed_list or []), "skips": [list(x) for x in skips],
                       "trust_goldens": bool(trust_goldens)},
         "presets": {p.name: dict(p.options) for p in presets},
-        "tolerance": None if tolerance is None else {k: getattr(tolerance, k)
-                                                     for k in ("atol", "rtol", "baseline_factor", "precision_factor")},
+        "tolerance": None if tolerance is None else _tolerance_identity(tolerance),
         "items": [[i.test_id, i.seed, (i.case.spec_hash if i.case is not None else None) or
                    (i.info.spec_hash if i.info is not None else "")] for i in plan.items],
     }))
+
+
+def _tolerance_identity(tolerance: Tolerance) -> dict[str, Any]:
+    """The command line's tolerance, as plans have always named it; the int8 fields only
+    when set, so a run planned before they existed still resumes."""
+    out = {k: getattr(tolerance, k) for k in ("atol", "rtol", "baseline_factor", "precision_factor")}
+    out.update({k: getattr(tolerance, k) for k in ("steps", "min_sqnr") if getattr(tolerance, k) is not None})
+    return out
 
 
 def same_plan(run: RunFile, identity: dict[str, Any]) -> None:

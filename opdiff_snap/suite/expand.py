@@ -369,7 +369,7 @@ def assemble_case(test_id: str, d: dict, suite_path: Path, sources: tuple[Path, 
         pair=pair, device=d.get("device", "cpu"), impl=d.get("impl"), out=d.get("out"),
         cast_input0_to_complex=bool(d.get("cast_input0_to_complex", False)),
         tolerance={k: Tolerance(v.get("atol"), v.get("rtol"), v.get("baseline_factor"),
-                                   v.get("precision_factor"))
+                                   v.get("precision_factor"), v.get("steps"), v.get("min_sqnr"))
                    for k, v in d.get("tolerance", {}).items()},
         seeds=tuple(d.get("seeds", [0])), tags=tuple(d.get("tags", [])), skip=dict(d.get("skip", {})),
         grad=bool(d.get("grad", False)), definition=d, spec_hash=spec, source_files=sources,

@@ -17,14 +17,15 @@ def _tol_pair(raw: Any, where: Where, problems: Problems, num: Callable) -> Any:
         return problems.add(where, f"expected {{atol: ..., rtol: ...}}, got {raw!r}")
     check_keys(raw, TOLERANCE_KEYS, where, problems, "a tolerance")
     if not raw or any(k not in TOLERANCE_KEYS for k in raw):
-        return BAD if raw else problems.add(where, "a tolerance needs atol, rtol, baseline_factor and/or "
-                                                   "precision_factor")
-    vals = {k: num(raw[k], where.at(raw, k), minimum=0) for k in TOLERANCE_KEYS if k in raw}
+        return BAD if raw else problems.add(where, "a tolerance needs atol, rtol, baseline_factor, "
+                                                   "precision_factor, steps and/or min_sqnr")
+    vals = {k: num(raw[k], where.at(raw, k), minimum=None if k == "min_sqnr" else 0) for k in TOLERANCE_KEYS
+            if k in raw}
     if BAD in vals.values():
         return BAD
     out = {"atol": float(vals["atol"]) if "atol" in vals else None,
            "rtol": float(vals["rtol"]) if "rtol" in vals else None}
-    for factor in ("baseline_factor", "precision_factor"):
+    for factor in ("baseline_factor", "precision_factor", "steps", "min_sqnr"):
         if factor in vals:  # only when given: definitions (and spec hashes) stay as they were
             out[factor] = float(vals[factor])
     return out

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 TOP_KEYS = ("include", "dims", "presets", "tests", "defaults")
 EXTENSION_KEYS = ("tolerance", "seeds", "tags", "skip", "grad")
-TOLERANCE_KEYS = ("atol", "rtol", "baseline_factor", "precision_factor")
+TOLERANCE_KEYS = ("atol", "rtol", "baseline_factor", "precision_factor", "steps", "min_sqnr")
 TEST_KEYS = ("id", "op", "in", "kwargs", "out", "impl", "device", "cast_input0_to_complex") + EXTENSION_KEYS
 DEVICES = ("cpu", "gpu", "cuda", "mps")
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int8pt", "int8dyn")
 
 KINDS = {"float": "float32", "int": "int64", "bool": "bool"}
 DTYPES = ("float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64",

@@ -111,14 +111,26 @@ def _as_real(x: Any) -> Any:
     return x
 
 
-def materialize(case: TestCase, seed: int) -> Invocation:
-    """The inputs and module states of (case, seed); bit-identical for the same pair."""
-    s = derive_seed(case.id, seed)
+def sample_inputs(case: TestCase, s: int) -> tuple[list[Any], dict[str, Any]]:
+    """The call's args and kwargs sampled from the generator seeded with `s`."""
     sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir, case.import_dirs)
     args = [sampler(n) for n in case.inputs]
     kwargs = {k: sampler(v) for k, v in case.kwargs.items()}
     if case.cast_input0_to_complex and args:
         args[0] = _as_real(args[0])
+    return args, kwargs
+
+
+def calibration_seed(test_id: str, seed: int, k: int) -> int:
+    """The generator seed of the k-th calibration sample of (test, seed): a stream of its
+    own, apart from the golden's inputs."""
+    return derive_seed(f"{test_id}\0calibration\0{k}", seed)
+
+
+def materialize(case: TestCase, seed: int) -> Invocation:
+    """The inputs and module states of (case, seed); bit-identical for the same pair."""
+    s = derive_seed(case.id, seed)
+    args, kwargs = sample_inputs(case, s)
     states: dict[str, dict[str, torch.Tensor]] = {}
     for side, call in (("a", case.call), ("b", case.pair)):
         if call is None or call.kind != "module":

@@ -19,12 +19,16 @@ class Tolerance:
     `baseline_factor`: how many times the baseline's own measured rounding error a
     target may differ by (0 turns that allowance off). `precision_factor`: how many times
     torch eager's own error at the target's precision a composite output on fp16/bf16 may
-    reach (0 turns that allowance off)."""
+    reach (0 turns that allowance off). `steps` and `min_sqnr`: see compare/quantized.py."""
 
     atol: float | None = None
     rtol: float | None = None
     baseline_factor: float | None = None
     precision_factor: float | None = None
+    # int8 presets: the lowering error allowed, in quantization steps of each output, and
+    # the smallest SQNR (dB) of the quantized model against the golden (None: not a verdict)
+    steps: float | None = None
+    min_sqnr: float | None = None
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,24 @@ class Attention(nn.Module):
     def forward(self, x):
         out, _ = self.attn(x, x, x, need_weights=False)
         return self.norm(x + out)
+
+
+class QuantMLP(nn.Module):
+    """Linear-ReLU-Linear: what every int8 quantizer takes whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class QuantConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 8, 3), nn.Linear(8 * 6 * 6, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.relu(self.conv(x)), 1))
+

@@ -1,0 +1,212 @@
+"""int8 presets: the lowering error (the backend against the quantized reference) and the
+quantization error (the reference against the golden) measured apart, with calibration
+drawn from each test's input spec as data. Real ExecuTorch (XNNPACK) and ONNX Runtime on
+goldens recorded here; a planted ExecuTorch backend whose one kernel adds a step
+(helpers_numerics/planted_int8.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers_check import make_site, plugin_installed
+from helpers_numerics.planted_int8 import ENTRY_POINTS, PRESET
+
+from opdiff_snap import api
+from opdiff_snap.analytics.reports import diff_runs
+from opdiff_snap.compare.quantized import BIAS_STEPS, judge_int8, sqnr_db
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.execution.quantized import calibration_inputs, digest
+from opdiff_snap.goldens import GoldenStore
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.model import Tolerance
+
+HERE = Path(__file__).resolve().parent / "helpers_numerics"
+INT8 = ["executorch_cpu_int8", "onnx_cpu_int8"]
+
+
+# ---------------------------------------------------------------- judging, on numbers
+
+def _t(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_lowering_error_is_counted_in_steps_of_each_outputs_scale():
+    golden = [torch.linspace(0, 3, 16)]
+    reference = [golden[0] + 0.1 * (torch.arange(16) % 2)]
+    one, three = reference[0].clone(), reference[0].clone()
+    one[3] += 0.1
+    three[5] -= 0.3
+    within = judge_int8(golden, [one], reference, [0.1], Tolerance(), "int8")
+    assert within.verdict is Verdict.PASS and within.lowering_steps == pytest.approx(1.0, rel=1e-4)
+    beyond = judge_int8(golden, [three], reference, [0.1], Tolerance(), "int8")
+    assert beyond.verdict is Verdict.MISMATCH and beyond.failed == "lowering"
+    assert "up to 3 quantization steps" in beyond.message
+    # the same error is within a tolerance of 3 steps set for the test
+    assert judge_int8(golden, [three], reference, [0.1], Tolerance(steps=3), "int8").verdict is Verdict.PASS
+    # no dequantize scale (dynamic activations): one step of max|reference| / 127
+    step = float(reference[0].abs().max()) / 127
+    dynamic = judge_int8(golden, [reference[0] + step * (torch.arange(16) == 0)], reference, [None], Tolerance(),
+                         "int8dyn")
+    assert dynamic.lowering_steps == pytest.approx(1.0, rel=1e-4) and dynamic.step == pytest.approx(step)
+
+
+def test_a_shift_every_element_shares_fails_below_the_largest_error_tolerance():
+    reference = [torch.linspace(-1, 1, 64)]
+    shifted = [reference[0] + 0.01]            # one step everywhere: within 2 steps, but a bias
+    judged = judge_int8(reference, shifted, reference, [0.01], Tolerance(), "int8")
+    assert judged.lowering_steps == pytest.approx(1.0, rel=1e-3) and judged.lowering_bias > BIAS_STEPS
+    assert judged.verdict is Verdict.MISMATCH and "mean signed error" in judged.message
+
+
+def test_quantization_error_is_sqnr_and_a_verdict_only_when_a_minimum_is_set():
+    golden = [torch.linspace(-1, 1, 64)]
+    reference = [golden[0] + 0.05 * torch.sin(torch.arange(64.0))]
+    expected = sqnr_db(golden, reference)
+    assert expected is not None and 10 < expected < 40
+    plain = judge_int8(golden, reference, reference, [0.01], Tolerance(), "int8")
+    assert plain.verdict is Verdict.PASS and plain.sqnr == pytest.approx(expected)
+    strict = judge_int8(golden, reference, reference, [0.01], Tolerance(min_sqnr=expected + 1), "int8")
+    assert strict.verdict is Verdict.SQNR_LOW and strict.failed == "quantization"
+    assert sqnr_db(golden, golden) == math.inf
+
+
+def test_integer_outputs_must_equal_the_quantized_reference():
+    ref = [torch.tensor([1, 2, 3])]
+    assert judge_int8(ref, [torch.tensor([1, 2, 3])], ref, [None], Tolerance(), "int8").verdict is Verdict.PASS
+    off = judge_int8(ref, [torch.tensor([1, 2, 4])], ref, [None], Tolerance(), "int8")
+    assert off.verdict is Verdict.MISMATCH and "1 of 3 elements" in off.message
+
+
+# ---------------------------------------------------------------- calibration is data
+
+CALIBRATION = """
+import sys
+from pathlib import Path
+from opdiff_snap.execution.quantized import calibration_inputs, digest
+from opdiff_snap.goldens import GoldenStore
+from opdiff_snap.suite import load_suites
+root = Path(sys.argv[1])
+case = next(c for c in load_suites([root / "suites" / "int8.yaml"]) if c.id == "qconv")
+print(digest(calibration_inputs(case, GoldenStore(root / "goldens").read("qconv", 0).invocation, 0, 8)))
+"""
+
+
+def test_calibration_is_drawn_from_the_spec_bit_for_bit_anywhere(recorded):
+    case = next(c for c in load_suites([recorded / "suites" / "int8.yaml"]) if c.id == "qconv")
+    golden = GoldenStore(recorded / "goldens").read("qconv", 0)
+    samples = calibration_inputs(case, golden.invocation, 0, 8)
+    assert len(samples) == 8 and all(s[0].shape == (2, 3, 8, 8) for s in samples)
+    assert not torch.equal(samples[0][0], golden.invocation.args[0])      # a stream apart from the golden's
+    assert not torch.equal(samples[0][0], samples[1][0])
+    again = subprocess.run([sys.executable, "-c", CALIBRATION, str(recorded)], capture_output=True, text=True,
+                           check=True)
+    assert again.stdout.strip() == digest(samples)                       # another process draws the same bytes
+    assert digest(calibration_inputs(case, golden.invocation, 1, 8)) != digest(samples)
+
+
+# ---------------------------------------------------------------- real backends
+
+def _settings(**kw) -> Settings:
+    return Settings(suites=Path("suites"), repeats=1, warmup=0, jobs=1, **kw)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("int8")
+    (root / "suites").mkdir()
+    for name in ("int8.yaml", "mods.py"):
+        shutil.copy(HERE / name, root / "suites" / name)
+    with contextlib.chdir(root):
+        report = api.record(settings=_settings(), in_process=True)
+    assert {r.verdict for r in report.results} == {Verdict.RECORDED}
+    return root
+
+
+def _check(root: Path, backends: list[str], **kw):
+    with contextlib.chdir(root):
+        return api.check(backends=backends, settings=_settings(), in_process=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def checked(recorded):
+    first = _check(recorded, INT8)
+    again = _check(recorded, INT8)
+    return first, again
+
+
+@pytest.mark.slow
+def test_int8_presets_pass_with_both_errors_measured(checked):
+    first, _ = checked
+    by = {(r.test_id, r.preset): r for r in first.results}
+    assert len(by) == 6
+    for (test_id, preset), r in by.items():
+        assert r.verdict is Verdict.PASS, (test_id, preset, r.message)
+        m = r.metrics
+        assert m.lowering_steps is not None and m.lowering_steps <= 2.001, (test_id, preset)
+        assert r.calibration and len(r.calibration) == 16
+    for preset in INT8:     # a quantized model is further from the golden than its lowering from it
+        m = by[("qmlp", preset)].metrics
+        assert 20 < m.quant_sqnr < 60 and m.quant_step > 0
+    # sin is quantized by neither quantizer: its reference is the float op
+    assert by[("qsin", "executorch_cpu_int8")].metrics.quant_sqnr > 100
+
+
+@pytest.mark.slow
+def test_a_second_run_quantizes_from_the_same_data_and_keeps_its_verdicts(checked):
+    first, again = checked
+    one = {(r.test_id, r.preset): r for r in first.results}
+    two = {(r.test_id, r.preset): r for r in again.results}
+    for key, r in one.items():
+        assert two[key].cache_hit, key
+        assert (two[key].verdict, two[key].calibration) == (r.verdict, r.calibration), key
+        assert two[key].metrics.quant_sqnr == r.metrics.quant_sqnr, key
+
+
+@pytest.mark.slow
+def test_a_check_from_goldens_copied_to_another_project_gives_the_same_results(recorded, checked, tmp_path):
+    first, _ = checked
+    other = tmp_path / "elsewhere"
+    shutil.copytree(recorded / "suites", other / "suites")
+    shutil.copytree(recorded / "goldens", other / "goldens")
+    elsewhere = {(r.test_id, r.preset): r for r in _check(other, INT8).results}
+    for r in first.results:
+        e = elsewhere[(r.test_id, r.preset)]
+        assert not e.cache_hit
+        assert (e.verdict, e.calibration, e.metrics.quant_sqnr) == (r.verdict, r.calibration, r.metrics.quant_sqnr)
+
+
+@pytest.mark.slow
+def test_a_planted_step_in_one_kernel_is_a_lowering_error_where_it_reaches(recorded, tmp_path):
+    site = make_site(tmp_path / "site", ENTRY_POINTS, "opdiff-int8-test")
+    with plugin_installed(site):
+        by = {r.test_id: r for r in _check(recorded, [PRESET]).results}
+    for test_id in ("qmlp", "qconv"):          # each has a linear layer
+        r = by[test_id]
+        assert r.verdict is Verdict.MISMATCH and r.metrics.quant_failed == "lowering", (test_id, r.message)
+        assert r.message.startswith("lowering error")
+    assert by["qsin"].verdict is Verdict.PASS
+
+
+@pytest.mark.slow
+def test_a_quantizer_change_under_the_same_preset_is_a_quantization_error_change(recorded, tmp_path):
+    site = make_site(tmp_path / "site", ENTRY_POINTS, "opdiff-int8-test")
+    with plugin_installed(site):
+        before = _check(recorded, [PRESET], preset_options={PRESET: {"plant": "none"}}, test_ids=["qmlp", "qsin"])
+        after = _check(recorded, [PRESET], preset_options={PRESET: {"plant": "coarse_weights"}},
+                       test_ids=["qmlp", "qsin"])
+    with contextlib.chdir(recorded):
+        diff = diff_runs(_settings().store, before.run_id, after.run_id)
+    rows = {r[0]: dict(zip(diff.quantization.columns, r)) for r in diff.quantization.rows}
+    mlp = rows["qmlp"]                        # 4-bit weights: the quantized model lost precision
+    assert mlp["change"] == "quantization error", rows
+    assert mlp["quant_sqnr_b"] < mlp["quant_sqnr_a"] - 6 and not mlp["calibration_changed"]
+    assert "qsin" not in rows                 # nothing of it is quantized
+    assert not diff.newly_failing.rows        # the backend still computes what the quantizer defined
