@@ -12,7 +12,7 @@ from the history, per preset:
   its largest value, and the largest lowering_bias (mean signed error, in steps);
 - how many results the default tolerance (`steps` 2, mean 0.5 steps) would fail.
 
-    python bench/bench_int8.py -j 2                          # models.yaml + the zoo, 5 presets
+    python bench/bench_int8.py -j 2                          # models.yaml + the zoo, 6 presets
     python bench/bench_int8.py --suites suites/models.yaml --presets onnx_cpu_int8
 
 Prints JSON; the history stays in --store (default a scratch folder) for queries.
@@ -34,7 +34,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRESETS = "executorch_cpu_int8,executorch_cpu_int8pt,executorch_cpu_int8dyn,onnx_cpu_int8,onnx_cpu_int8dyn"
+PRESETS = ("executorch_cpu_int8,executorch_cpu_int8pt,executorch_cpu_int8dyn,onnx_cpu_int8,onnx_cpu_int8pt,"
+           "onnx_cpu_int8dyn")
 OFF = 1e9          # the `steps` that no lowering error reaches
 STEPS, BIAS = 2.0, 0.5
 
