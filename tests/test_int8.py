@@ -78,6 +78,13 @@ def test_quantization_error_is_sqnr_and_a_verdict_only_when_a_minimum_is_set():
     assert sqnr_db(golden, golden) == math.inf
 
 
+def test_a_reference_of_another_structure_is_a_structure_or_shape_mismatch():
+    ref = [torch.zeros(2, 3)]
+    assert judge_int8(ref, [torch.zeros(2, 3), torch.zeros(1)], ref, [0.1], Tolerance(), "int8").verdict \
+        is Verdict.STRUCTURE_MISMATCH
+    assert judge_int8(ref, [torch.zeros(3, 2)], ref, [0.1], Tolerance(), "int8").verdict is Verdict.SHAPE_MISMATCH
+
+
 def test_integer_outputs_must_equal_the_quantized_reference():
     ref = [torch.tensor([1, 2, 3])]
     assert judge_int8(ref, [torch.tensor([1, 2, 3])], ref, [None], Tolerance(), "int8").verdict is Verdict.PASS
@@ -210,3 +217,24 @@ def test_a_quantizer_change_under_the_same_preset_is_a_quantization_error_change
     assert mlp["quant_sqnr_b"] < mlp["quant_sqnr_a"] - 6 and not mlp["calibration_changed"]
     assert "qsin" not in rows                 # nothing of it is quantized
     assert not diff.newly_failing.rows        # the backend still computes what the quantizer defined
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_int8_names_and_options_are_checked_before_anything_runs(tmp_path):
+    from click.testing import CliRunner
+
+    from opdiff_snap.backends.registry import get_preset
+    from opdiff_snap.cli import main
+    from opdiff_snap.core.errors import OpdiffError
+
+    with pytest.raises(OpdiffError, match="calibration_samples"):
+        get_preset("executorch_cpu_int8", {"calibration_samples": 0})
+    result = CliRunner().invoke(main, ["--goldens", str(tmp_path), "check", "-b", "executorch_mps_int8"])
+    assert result.exit_code == 2 and "executorch_mps_int8" in result.output
+    assert "Traceback" not in result.output
+    # a negative step tolerance in a suite is the suite's problem, named with its file
+    (tmp_path / "bad.yaml").write_text("tests:\n  - {id: s, op: aten::sin.default, in: [{type: tensor, shape: [2]}],"
+                                       " tolerance: {int8: {steps: -1}}}\n")
+    result = CliRunner().invoke(main, ["list-tests", str(tmp_path / "bad.yaml")])
+    assert result.exit_code == 2 and "bad.yaml" in result.output and "steps" in result.output

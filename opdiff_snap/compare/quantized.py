@@ -6,7 +6,8 @@
   scale of the dequantize that produces it; where none does (dynamic activations, an
   output computed in float) it is max|reference| / 127, one step of a symmetric 8-bit
   grid over that output's range. This is the backend's error: MISMATCH beyond `steps`
-  (the largest) or beyond BIAS_STEPS (the mean signed error, a shift every element shares).
+  (the largest) or beyond BIAS_STEPS (the mean signed error, a shift every element shares,
+  on outputs of at least BIAS_ELEMENTS elements, where a mean says more than its noise).
 - **Quantization error**: the quantized reference against the fp32 golden, as SQNR in
   dB. Always reported; a verdict (SQNR_LOW) only where a tolerance sets `min_sqnr`.
 
@@ -27,8 +28,10 @@ from ..suite.model import Tolerance
 # The lowering tolerance in steps, by precision, where no tolerance sets `steps`
 # (docs/check.md, "int8 presets: two errors"; measured with bench/bench_int8.py).
 STEPS = {"int8": 2.0, "int8pt": 2.0, "int8dyn": 2.0}
-# The mean signed lowering error, in steps, a result may have on any output.
+# The mean signed lowering error, in steps, a result may have on any output of at least
+# BIAS_ELEMENTS elements (a handful of logits one step off is not a shift).
 BIAS_STEPS = 0.5
+BIAS_ELEMENTS = 64
 RANGE_LEVELS = 127.0
 SLACK = 1e-3   # of a step: float rounding in the division
 
@@ -70,6 +73,16 @@ def judge_int8(golden: Sequence[torch.Tensor], actual: Sequence[torch.Tensor], r
     """The verdict of an int8 result from its flat outputs, the golden's and the quantized
     reference's (all flat alike), and each output's dequantize scale (None: none)."""
     allowed = tol.steps if tol.steps is not None else STEPS.get(precision, 2.0)
+    if len(reference) != len(actual) or len(golden) != len(actual):
+        return QuantError(Verdict.STRUCTURE_MISMATCH, f"the quantized reference has {len(reference)} outputs, the "
+                          f"backend {len(actual)} and the golden {len(golden)}", None, None, math.inf, math.inf,
+                          None, "lowering")
+    shapes = [i for i, (r, a) in enumerate(zip(reference, actual)) if r.shape != a.shape]
+    if shapes:
+        i = shapes[0]
+        return QuantError(Verdict.SHAPE_MISMATCH, f"out[{i}] has shape {tuple(actual[i].shape)}; the quantized "
+                          f"reference's is {tuple(reference[i].shape)}", None, None, math.inf, math.inf, None,
+                          "lowering")
     floating = [i for i, r in enumerate(reference) if r.is_floating_point()]
     worst_steps, worst_bias, worst_at, worst_step = 0.0, 0.0, None, None
     for i in range(len(reference)):
@@ -94,7 +107,8 @@ def judge_int8(golden: Sequence[torch.Tensor], actual: Sequence[torch.Tensor], r
         err = (a64 - r64)[keep]
         if not err.numel():
             continue
-        largest, bias = float(err.abs().max()), abs(float(err.mean()))
+        largest = float(err.abs().max())
+        bias = abs(float(err.mean())) if err.numel() >= BIAS_ELEMENTS else 0.0
         in_steps = largest / step if step > 0 else (0.0 if largest == 0 else math.inf)
         bias_steps = bias / step if step > 0 else (0.0 if bias == 0 else math.inf)
         if in_steps > worst_steps or worst_at is None:

@@ -106,10 +106,10 @@ def _judge_int8(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance
     sqnr = "n/a" if judged.sqnr is None else f"{judged.sqnr:.3g} dB"
     if judged.verdict is Verdict.MISMATCH:
         result.message = f"{judged.message}. Quantization error (reference against the golden): SQNR {sqnr}."
-    elif judged.verdict is Verdict.SQNR_LOW:
-        result.message = judged.message + "."
-    else:
+    elif judged.verdict is Verdict.PASS:
         result.message = ""
+    else:
+        result.message = judged.message + "."
 
 
 def rounding_for(golden: Golden, preset: Preset, structure: Any = None,
