@@ -1,6 +1,6 @@
 """Compare the items of two history run files apart from timings, ids, the time and
-process id in a library's log lines (and where a log's tail happens to be cut), and the
-folder of the checkout that made them.
+process id in a library's log lines (and where a log's tail happens to be cut), the
+folder of the checkout that made them, and keys written as null.
 
 usage: python same_items.py A.jsonl B.jsonl
 """
@@ -27,7 +27,9 @@ DROP = {"run_id", "ts", "times_all", "export_ms", "load_ms", "infer_ms", "infer_
 
 def clean(value):
     if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items() if k not in DROP and not k.endswith("_ms")}
+        # a key written as null is a key not written: a field one version adds (null where it
+        # does not apply) compares equal to the line of a version without it
+        return {k: clean(v) for k, v in value.items() if k not in DROP and not k.endswith("_ms") and v is not None}
     if isinstance(value, list):
         return [clean(v) for v in value]
     if isinstance(value, str):

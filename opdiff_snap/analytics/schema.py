@@ -90,8 +90,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "as_torch": "elements outside every band that passed because the output is within torch_factor of torch's "
                     "own error",
         "allowance": "what the worst element was allowed",
-        "steps": "int8: the lowering error allowed, in quantization steps of each output (NULL: the precision's "
-                 "default)",
+        "steps": "int8: the lowering error allowed, in quantization steps of each output (NULL on presets that "
+                 "do not quantize)",
         "min_sqnr": "int8: the smallest SQNR (dB) of the quantized model against the golden, when set; below it "
                     "the result is SQNR_LOW",
         "quant_sqnr": "int8: SQNR (dB) of the quantized reference (the model after quantization, before lowering) "
