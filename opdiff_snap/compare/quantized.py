@@ -92,16 +92,15 @@ def judge_int8(golden: Sequence[torch.Tensor], actual: Sequence[torch.Tensor], r
                 differ = int((a.to(r.dtype) != r).sum())
                 return _quant(Verdict.MISMATCH, f"lowering error: out[{i}] ({r.dtype}) differs from the quantized "
                               f"reference in {differ} of {r.numel()} elements; it must equal it", golden, actual,
-                              reference, math.inf, math.inf, i, None, "lowering")
+                              reference, math.inf, math.inf, None, "lowering")
             continue
         r64, a64 = r.double(), a.double()
         step = scales[i] if i < len(scales) and scales[i] else None
-        if step is None:
-            finite = r64[torch.isfinite(r64)]
-            step = float(finite.abs().max()) / RANGE_LEVELS if finite.numel() else 0.0
+        if step is None:   # the reference's range, or the golden's where the reference is all zero
+            step = max(_range(r64), _range(golden[i].double())) / RANGE_LEVELS
         if not torch.equal(torch.isnan(r64), torch.isnan(a64)) or not torch.equal(torch.isinf(r64), torch.isinf(a64)):
             return _quant(Verdict.MISMATCH, f"lowering error: out[{i}] is non-finite where the quantized reference "
-                          "is not, or the other way round", golden, actual, reference, math.inf, math.inf, i, step,
+                          "is not, or the other way round", golden, actual, reference, math.inf, math.inf, step,
                           "lowering")
         keep = torch.isfinite(r64)
         err = (a64 - r64)[keep]
@@ -122,18 +121,23 @@ def judge_int8(golden: Sequence[torch.Tensor], actual: Sequence[torch.Tensor], r
         return _quant(Verdict.MISMATCH, f"lowering error: out[{worst_at}] differs from the quantized reference by "
                       f"{what}; one step there is {worst_step:.4g}. The backend computes the quantized model "
                       "differently from the quantizer's own reference", golden, actual, reference, worst_steps,
-                      worst_bias, worst_at, worst_step, "lowering")
+                      worst_bias, worst_step, "lowering")
     sqnr = sqnr_db([golden[i] for i in floating], [reference[i] for i in floating])
     if tol.min_sqnr is not None and sqnr is not None and sqnr < tol.min_sqnr:
         return _quant(Verdict.SQNR_LOW, f"quantization error: the quantized model (before lowering) is {sqnr:.3g} dB "
                       f"SQNR from the fp32 golden, below the {tol.min_sqnr:g} dB asked; the backend matches it "
                       f"(lowering error {worst_steps:.3g} steps). Look at the quantizer and its calibration",
-                      golden, actual, reference, worst_steps, worst_bias, worst_at, worst_step, "quantization")
-    return _quant(Verdict.PASS, "", golden, actual, reference, worst_steps, worst_bias, worst_at, worst_step, None)
+                      golden, actual, reference, worst_steps, worst_bias, worst_step, "quantization")
+    return _quant(Verdict.PASS, "", golden, actual, reference, worst_steps, worst_bias, worst_step, None)
+
+
+def _range(t: torch.Tensor) -> float:
+    finite = t[torch.isfinite(t)]
+    return float(finite.abs().max()) if finite.numel() else 0.0
 
 
 def _quant(verdict: Verdict, message: str, golden: Sequence[torch.Tensor], actual: Sequence[torch.Tensor],
-           reference: Sequence[torch.Tensor], steps: float, bias: float, at: int | None, step: float | None,
+           reference: Sequence[torch.Tensor], steps: float, bias: float, step: float | None,
            failed: str | None) -> QuantError:
     floating = [i for i, r in enumerate(reference) if r.is_floating_point()]
     sqnr = sqnr_db([golden[i] for i in floating], [reference[i] for i in floating])
