@@ -238,3 +238,29 @@ def test_int8_names_and_options_are_checked_before_anything_runs(tmp_path):
                                        " tolerance: {int8: {steps: -1}}}\n")
     result = CliRunner().invoke(main, ["list-tests", str(tmp_path / "bad.yaml")])
     assert result.exit_code == 2 and "bad.yaml" in result.output and "steps" in result.output
+
+
+# ---------------------------------------------------------------- across versions, in the history
+
+def test_regressions_follow_the_quantization_and_the_lowering_error_apart(tmp_path):
+    from helpers_history.synth import Res, Run, write_run
+
+    from opdiff_snap.analytics import connect
+    from opdiff_snap.analytics.steps import detect
+
+    preset = "executorch_cpu_int8"
+    for i in range(6):
+        newer = i >= 3                      # torchao (the quantizer) and executorch both move at run 3
+        env = {"torchao": "0.19.0" if newer else "0.18.0", "executorch": "1.6.0" if newer else "1.5.1"}
+        results = [Res("quantizer_moved", preset, max_abs=0.05, quant=(28.0 if newer else 35.0, 1.0)),
+                   Res("lowering_moved", preset, max_abs=0.05, quant=(35.0, 4.0 if newer else 1.0)),
+                   Res("steady", preset, max_abs=0.05, quant=(35.2 if newer else 35.0, 1.0))]
+        write_run(tmp_path, Run(f"2026010{i}T000000Z-00000{i}", f"2026-01-0{i + 1}T00:00:00Z", results, env))
+    with connect(tmp_path) as a:
+        found = detect(a)
+    kinds = {(f.test_id, f.kind, f.direction) for f in found}
+    assert ("quantizer_moved", "quantization", "regression") in kinds
+    assert ("lowering_moved", "lowering", "regression") in kinds
+    assert not {k for k in kinds if k[0] == "quantizer_moved" and k[1] == "lowering"}
+    assert not {k for k in kinds if k[0] == "lowering_moved" and k[1] == "quantization"}
+    assert not {k for k in kinds if k[0] == "steady"}

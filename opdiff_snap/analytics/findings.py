@@ -14,7 +14,11 @@ from .table import Table
 # One environment difference between the runs on either side of a finding.
 Change = tuple[str, str | None, str | None]      # (field, before, after)
 
-KINDS = ("status", "latency", "metric")
+KINDS = ("status", "latency", "metric", "quantization", "lowering")
+# int8 results: a quantization error (quant_sqnr) that moved by more than this many dB
+# changed, and a lowering error (lowering_steps) that moved by more than this many steps
+QUANT_SQNR_DB = 1.0
+LOWERING_STEPS = 1.0
 REGRESSION, IMPROVEMENT, CHANGED = "regression", "improvement", "change"
 
 _STARTED = {Verdict.EXPORT_FAIL: "stopped exporting", Verdict.LOAD_FAIL: "stopped loading",
@@ -29,7 +33,7 @@ _STARTED = {Verdict.EXPORT_FAIL: "stopped exporting", Verdict.LOAD_FAIL: "stoppe
 class Finding:
     """One change in one (host, test, seed, preset) history, at the first run after it."""
 
-    kind: str                      # status, latency or metric
+    kind: str                      # status, latency, metric, or on int8: quantization, lowering
     direction: str                 # regression, improvement or change
     host: str | None
     test_id: str
@@ -113,6 +117,10 @@ class ChangeGroup:
             elif kind == "metric":
                 ratio = statistics.median(f.ratio for f in fs if f.ratio)
                 phrase = f"error {'grew' if ratio > 1 else 'shrank'} {_magnitude(ratio)}"
+            elif kind == "quantization":
+                phrase = f"quantized {'worse' if phrase == REGRESSION else 'better'} (SQNR against the golden)"
+            elif kind == "lowering":
+                phrase = f"lowered {'further from' if phrase == REGRESSION else 'closer to'} the quantized reference"
             out.append(f"{tests} {noun} {phrase} on {preset}")
         return out
 

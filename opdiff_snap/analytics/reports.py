@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..core.errors import OpdiffError, suggest
+from .findings import LOWERING_STEPS, QUANT_SQNR_DB
 from .ingest import LIBS
 from .table import Table
 from .views import Analytics, connect
@@ -311,8 +312,6 @@ def diff_runs(store, a: str | None = None, b: str | None = None, by: str | None 
                    ratios=ratios, delegation=delegation, quantization=quantization)
 
 
-QUANT_SQNR_DB = 1.0     # a quantization error that moved more than this, in dB, changed
-LOWERING_STEPS = 1.0    # a lowering error that moved more than this, in steps, changed
 
 
 def int8_changes(an: Analytics, runs_a: list[str], runs_b: list[str]) -> Table:

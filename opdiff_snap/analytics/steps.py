@@ -30,7 +30,16 @@ import numpy as np
 
 from ..core.errors import OpdiffError
 from ..core.verdicts import FAILING, NOT_RUN, PASSING, PRECEDENCE, Verdict
-from .findings import CHANGED, IMPROVEMENT, REGRESSION, Finding, environment_changes, matches_version
+from .findings import (
+    CHANGED,
+    IMPROVEMENT,
+    LOWERING_STEPS,
+    QUANT_SQNR_DB,
+    REGRESSION,
+    Finding,
+    environment_changes,
+    matches_version,
+)
 from .ingest import LIBS
 from .views import Analytics
 
@@ -89,6 +98,8 @@ class Segment:
     atol: float | None
     env: int | None = None               # hash of the environment (ENV_FIELDS)
     status: Verdict | None = None        # modal_status(statuses)
+    quant_sqnr: float | None = None      # int8: median quantization error (dB)
+    lowering_steps: float | None = None  # int8: median lowering error (steps)
 
     def __post_init__(self) -> None:
         self.status = modal_status(self.statuses)
@@ -170,21 +181,24 @@ WITH re AS ({_runs_sql(on_runs)}),
 x AS (
   SELECT hash(re.host, r.test_id, r.seed, r.preset) AS sid, re.host, r.test_id, r.seed, r.preset, re.ord,
          re.env, re.grp, r.status, CASE WHEN r.infer_ms > 0 THEN ln(r.infer_ms) END AS lt,
-         CASE WHEN re.nth <= 3 THEN {repeat_se_sql('r')} END AS rep, r.max_abs, r.atol
+         CASE WHEN re.nth <= 3 THEN {repeat_se_sql('r')} END AS rep, r.max_abs, r.atol, r.quant_sqnr,
+         r.lowering_steps
   FROM results r JOIN re USING (run_id)
   WHERE r.test_id IS NOT NULL AND r.preset IS NOT NULL AND {on_results}),
 seg AS MATERIALIZED (
   SELECT sid, env, grp, any_value(host) AS host, any_value(test_id) AS test_id, any_value(seed) AS seed,
          any_value(preset) AS preset, min(ord) AS first_ord, max(ord) AS last_ord, count(*) AS runs, count(lt) AS timed,
          median(lt) AS level, histogram(status) FILTER (WHERE status IS NOT NULL) AS statuses,
-         median(max_abs) AS max_abs, max(atol) AS atol, median(rep) AS rep
+         median(max_abs) AS max_abs, max(atol) AS atol, median(rep) AS rep, median(quant_sqnr) AS quant_sqnr,
+         median(lowering_steps) AS lowering_steps
   FROM x GROUP BY ALL),
 lvl AS (SELECT sid, env, count(lt) AS k, var_samp(lt) AS v FROM x GROUP BY ALL),
 dev AS (SELECT sid, sqrt(sum((k - 1) * v) / sum(k - 1)) AS sd, sum(k - 1) AS df FROM lvl WHERE k >= 2 GROUP BY ALL),
 n AS (SELECT sid, any_value(host) AS host, any_value(test_id) AS test_id, any_value(seed) AS seed,
              any_value(preset) AS preset, count(*) AS segs, median(rep) AS rep FROM seg GROUP BY ALL)
 SELECT n.sid, n.host, n.test_id, n.seed, n.preset, dev.sd, coalesce(dev.df, 0) AS df, n.segs, n.rep,
-       s.first_ord, s.last_ord, s.runs, s.timed, s.level, s.statuses, s.max_abs, s.atol, s.env
+       s.first_ord, s.last_ord, s.runs, s.timed, s.level, s.statuses, s.max_abs, s.atol, s.env, s.quant_sqnr,
+       s.lowering_steps
 FROM n LEFT JOIN dev USING (sid) LEFT JOIN seg s ON n.segs > 1 AND s.sid = n.sid
 ORDER BY n.sid, s.first_ord
 """
@@ -220,7 +234,8 @@ def load_series(a: Analytics, flt: HistoryFilter, params: StepParams) -> list[Se
             out.append(current)
         (first, started), (last, _) = runs[(host, row[c["first_ord"]])], runs[(host, row[c["last_ord"]])]
         seg = Segment(first, last, started, row[c["runs"]], row[c["timed"]], row[c["level"]],
-                      dict(row[c["statuses"]] or {}), row[c["max_abs"]], row[c["atol"]], row[c["env"]])
+                      dict(row[c["statuses"]] or {}), row[c["max_abs"]], row[c["atol"]], row[c["env"]],
+                      quant_sqnr=row[c["quant_sqnr"]], lowering_steps=row[c["lowering_steps"]])
         if current.segments and current.segments[-1].env == seg.env:
             current.segments[-1] = _joined(current.segments[-1], seg)   # the series skipped a run in between
         else:
@@ -245,7 +260,9 @@ def _joined(a: Segment, b: Segment) -> Segment:
         statuses[k] = statuses.get(k, 0) + n
     return Segment(a.first_run, b.last_run, a.started, a.runs + b.runs, a.timed + b.timed,
                    mean(a.level, b.level, a.timed, b.timed), statuses, mean(a.max_abs, b.max_abs, a.runs, b.runs),
-                   max(a.atol or 0.0, b.atol or 0.0) or None, a.env)
+                   max(a.atol or 0.0, b.atol or 0.0) or None, a.env,
+                   quant_sqnr=mean(a.quant_sqnr, b.quant_sqnr, a.runs, b.runs),
+                   lowering_steps=mean(a.lowering_steps, b.lowering_steps, a.runs, b.runs))
 
 
 # ---------------------------------------------------------------- the fit
@@ -392,6 +409,7 @@ def _series_findings(s: Series, envs: dict[str, tuple], params: StepParams) -> l
 
     _status_findings(s, finding)
     _metric_findings(s, params, finding)
+    _int8_findings(s, finding)
     timed = [g for g in s.segments if g.level is not None and g.timed > 0]
     if len(timed) > 1:
         levels = np.array([g.level for g in timed], dtype=float)
@@ -415,6 +433,26 @@ def _status_findings(s: Series, finding) -> None:
         if prev is not None and prev_status is not None and status != prev_status:
             finding("status", _status_direction(prev_status, status), prev, seg, prev_status.value, status.value)
         prev, prev_status = seg, status
+
+
+def _int8_findings(s: Series, finding) -> None:
+    """int8 results: the quantization error (the quantizer's) and the lowering error (the
+    backend's), each followed apart across environments of the same status."""
+    prev: Segment | None = None
+    for seg in s.segments:
+        if seg.quant_sqnr is None and seg.lowering_steps is None:
+            continue
+        if prev is not None and prev.status == seg.status:
+            qa, qb = prev.quant_sqnr, seg.quant_sqnr
+            if qa is not None and qb is not None and not (math.isinf(qa) and math.isinf(qb)) \
+                    and abs(qb - qa) > QUANT_SQNR_DB:
+                finding("quantization", REGRESSION if qb < qa else IMPROVEMENT, prev, seg, f"{qa:.3g} dB",
+                        f"{qb:.3g} dB")
+            la, lb = prev.lowering_steps, seg.lowering_steps
+            if la is not None and lb is not None and abs(lb - la) > LOWERING_STEPS + 1e-3:
+                finding("lowering", REGRESSION if lb > la else IMPROVEMENT, prev, seg, f"{la:.3g} steps",
+                        f"{lb:.3g} steps")
+        prev = seg
 
 
 def _metric_findings(s: Series, params: StepParams, finding) -> None:

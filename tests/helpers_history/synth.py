@@ -39,6 +39,7 @@ class Res:
     error_class: str | None = None
     error_message: str | None = None
     test_type: str = "op"
+    quant: tuple[float, float] | None = None    # int8: (quant_sqnr, lowering_steps)
 
     def line(self, run_id: str, baseline: str, ts: str) -> dict[str, Any]:
         all_ = self.infer_ms_all if self.infer_ms_all is not None else (
@@ -46,7 +47,8 @@ class Res:
         metrics = None if self.max_abs is None else Metrics(
             max_abs=self.max_abs, mean_abs=self.max_abs / 2, mse=self.max_abs ** 2, max_rel=self.max_abs,
             mismatched=0 if Verdict(self.status) is Verdict.PASS else 1, numel=12, worst_index=(0, 1), worst_output="0",
-            worst_expected=1.0, worst_actual=1.0 + self.max_abs, min_atol=self.max_abs)
+            worst_expected=1.0, worst_actual=1.0 + self.max_abs, min_atol=self.max_abs,
+            **({"quant_sqnr": self.quant[0], "lowering_steps": self.quant[1]} if self.quant else {}))
         result = Result(self.test_id, self.seed, self.preset, Verdict(self.status), self.error_message or "",
                         test_type=self.test_type, suite=self.suite, spec_hash="h-" + self.test_id,
                         baseline=baseline, error_class=self.error_class, export_ms=10.0, load_ms=1.0,
