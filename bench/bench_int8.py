@@ -13,7 +13,7 @@ from the history, per preset:
 - how many results the preset's default tolerance (its option `steps`, and half a step of
   mean) would fail.
 
-    python bench/bench_int8.py -j 2                          # models.yaml + the zoo, 6 presets
+    python bench/bench_int8.py -j 2                          # models.yaml + the zoo, 8 presets
     python bench/bench_int8.py --suites suites/models.yaml --presets onnx_cpu_int8
 
 Prints JSON; the history stays in --store (default a scratch folder) for queries.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ("executorch_cpu_int8,executorch_cpu_int8pt,executorch_cpu_int8dyn,onnx_cpu_int8,onnx_cpu_int8pt,"
-           "onnx_cpu_int8dyn")
+           "onnx_cpu_int8dyn,inductor_cpu_int8,inductor_cpu_int8dyn")
 OFF = 1e9          # the `steps` that no lowering error reaches
 BIAS = 0.5
 

@@ -32,6 +32,7 @@ BUILT_IN_PRESETS = (
     + [f"coreml_{d}_{p}" for d in ("cpu", "gpu", "ane", "any") for p in ("fp32", "fp16")]
     # int8 only where the family's quantizer targets the device
     + [f"{f}_cpu_{p}" for f in ("onnx", "executorch") for p in ("int8", "int8pt", "int8dyn")]
+    + ["inductor_cpu_int8", "inductor_cpu_int8dyn"]
 )
 
 

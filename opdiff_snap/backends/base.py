@@ -337,8 +337,9 @@ class Backend:
 
     def quantizes(self, preset: Preset) -> bool:
         """Whether `preset` quantizes: its export is `export_quantized`, and its results are
-        judged against the quantized reference. Default False."""
-        return False
+        judged against the quantized reference. Default: where its precision is an int8
+        one (`Preset.scheme`) and the backend defines `export_quantized`."""
+        return preset.scheme is not None and type(self).export_quantized is not Backend.export_quantized
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
@@ -478,9 +479,11 @@ class PluginBackend(Backend):
         return super().offers(device, precision)
 
     def quantizes(self, preset: Preset) -> bool:
-        if "quantizes" in self.defined and "export_quantized" in self.defined:
+        if "export_quantized" not in self.defined:
+            return False
+        if "quantizes" in self.defined:
             return bool(self.plugin.quantizes(preset))
-        return super().quantizes(preset)
+        return preset.scheme is not None
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,

@@ -116,9 +116,6 @@ class ExecuTorchBackend(Backend):
     def offers(self, device: str, precision: str) -> bool:
         return precision not in QUANTIZED or device == "cpu"
 
-    def quantizes(self, preset: Preset) -> bool:
-        return preset.scheme is not None
-
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
                          workdir: Path) -> tuple[Artifact, Quantized]:

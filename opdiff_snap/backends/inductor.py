@@ -3,6 +3,11 @@
 Export wraps the module with `torch.compile` *and calls it once on the example inputs*, so
 the compilation cost lands in export_ms and load/infer times are those of compiled code.
 Nothing is serialised: the compiled module lives in memory of the process that built it.
+
+int8 (cpu): the module is quantized through PT2E with torch's X86InductorQuantizer (weights
+per channel; activations static, or dynamic for int8dyn), then compiled with Inductor's
+freezing on, which lowers the quantized patterns to oneDNN's int8 kernels; the converted
+module, run eagerly, is the quantized reference.
 """
 
 from __future__ import annotations
@@ -10,13 +15,16 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
-from .base import CUDA, Artifact, Availability, Backend, Preset, Runnable
-from .common import cast_inputs, cast_module, has_module, reduced_dtype, script_source
+from ..core.limits import CALIBRATION_SAMPLES
+from .base import CUDA, QUANTIZED, Artifact, Availability, Backend, Preset, Quantized, Runnable
+from .common import cast_inputs, cast_module, has_module, pt2e_quantize, reduced_dtype, script_source
 from .torch_eager import device_availability, device_runner, grad_context
+
+INT8 = ("int8", "int8dyn")   # what the x86 quantizer offers: weights per channel only
 
 
 def _cxx_compiler() -> str | None:
@@ -47,12 +55,22 @@ def compile_options(opts: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def x86_quantizer(dynamic: bool) -> Any:
+    """torch's X86InductorQuantizer with its default configuration (weights per channel)."""
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    return X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config(is_dynamic=dynamic))
+
+
 class InductorBackend(Backend):
-    """`inductor_<cpu|cuda>_<fp32|fp16|bf16>`."""
+    """`inductor_<cpu|cuda>_<fp32|fp16|bf16>`, and `inductor_cpu_<int8|int8dyn>`."""
 
     family = "inductor"
     devices = ("cpu", "cuda")
-    precisions = ("fp32", "fp16", "bf16")
+    precisions = ("fp32", "fp16", "bf16", *INT8)
     default_options: Mapping[str, Any] = {
         "fullgraph": False,       # True: a graph break is an export failure
         "mode": "default",        # torch.compile mode: default | reduce-overhead | max-autotune | ...
@@ -60,12 +78,31 @@ class InductorBackend(Backend):
         "backend": "inductor",    # torch.compile backend= (e.g. aot_eager to bisect)
         "inductor_options": {},   # torch.compile options= (Inductor config keys)
         "inference_mode": True,
+        "calibration_samples": 8,  # int8: calibration inputs drawn from each test's input spec
+        "steps": 2.0,             # int8: lowering error allowed, in quantization steps
+        "min_sqnr": None,         # int8: quantized model vs golden below this (dB) is SQNR_LOW
     }
+    option_ranges = {"calibration_samples": CALIBRATION_SAMPLES}
     serializes = False
     can_differentiate = True
 
     def requires(self, preset: Preset) -> frozenset[str]:
         return frozenset({CUDA}) if preset.device == "cuda" else frozenset()
+
+    def offers(self, device: str, precision: str) -> bool:
+        return precision not in QUANTIZED or device == "cpu"
+
+    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                         workdir: Path) -> tuple[Artifact, Quantized]:
+        import torch._inductor.config as inductor_config
+
+        scheme = preset.scheme
+        assert scheme is not None
+        converted, reference, steps = pt2e_quantize(module, inputs, calibration, x86_quantizer(scheme.dynamic),
+                                                    preset.options)
+        with inductor_config.patch(freezing=True):   # what lowers the quantized patterns to int8 kernels
+            return self.export(converted, inputs, preset, workdir), Quantized(reference, steps)
 
     def availability(self, preset: Preset) -> Availability:
         dev = device_availability(preset.device)

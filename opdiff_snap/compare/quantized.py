@@ -7,7 +7,8 @@
   output computed in float) it is max|reference| / 127, one step of a symmetric 8-bit
   grid over that output's range. This is the backend's error: MISMATCH beyond `steps`
   (the largest) or beyond BIAS_STEPS (the mean signed error, a shift every element shares,
-  on outputs of at least BIAS_ELEMENTS elements, where a mean says more than its noise).
+  where the mean stands out of its own noise: at least BIAS_ELEMENTS elements, and more
+  than BIAS_SIGMAS standard errors from zero).
 - **Quantization error**: the quantized reference against the fp32 golden, as SQNR in
   dB. Always reported; a verdict (SQNR_LOW) only where a tolerance sets `min_sqnr`.
 
@@ -28,10 +29,12 @@ from ..suite.model import Tolerance
 # The lowering tolerance in steps, by precision, where no tolerance sets `steps`
 # (docs/check.md, "int8 presets: two errors"; measured with bench/bench_int8.py).
 STEPS = {"int8": 2.0, "int8pt": 2.0, "int8dyn": 2.0}
-# The mean signed lowering error, in steps, a result may have on any output of at least
-# BIAS_ELEMENTS elements (a handful of logits one step off is not a shift).
+# The mean signed lowering error, in steps, a result may have on any output, where that
+# mean is more than BIAS_SIGMAS standard errors from zero over at least BIAS_ELEMENTS
+# elements (two logits, one a step off, are not a shift).
 BIAS_STEPS = 0.5
-BIAS_ELEMENTS = 64
+BIAS_ELEMENTS = 8
+BIAS_SIGMAS = 3.0
 RANGE_LEVELS = 127.0
 SLACK = 1e-3   # of a step: float rounding in the division
 
@@ -85,6 +88,7 @@ def judge_int8(golden: Sequence[torch.Tensor], actual: Sequence[torch.Tensor], r
                           "lowering")
     floating = [i for i, r in enumerate(reference) if r.is_floating_point()]
     worst_steps, worst_bias, worst_at, worst_step = 0.0, 0.0, None, None
+    shifted = 0.0   # the largest mean that stands out of its noise
     for i in range(len(reference)):
         r, a = reference[i], actual[i]
         if i not in floating:
@@ -106,18 +110,20 @@ def judge_int8(golden: Sequence[torch.Tensor], actual: Sequence[torch.Tensor], r
         err = (a64 - r64)[keep]
         if not err.numel():
             continue
-        largest = float(err.abs().max())
-        bias = abs(float(err.mean())) if err.numel() >= BIAS_ELEMENTS else 0.0
+        largest, bias = float(err.abs().max()), abs(float(err.mean()))
         in_steps = largest / step if step > 0 else (0.0 if largest == 0 else math.inf)
         bias_steps = bias / step if step > 0 else (0.0 if bias == 0 else math.inf)
         if in_steps > worst_steps or worst_at is None:
             worst_steps, worst_at, worst_step = in_steps, i, step
         worst_bias = max(worst_bias, bias_steps)
+        n = err.numel()
+        if n >= BIAS_ELEMENTS and bias > BIAS_SIGMAS * float(err.std()) / math.sqrt(n):
+            shifted = max(shifted, bias_steps)
     # errors on a quantized output come in whole steps: 2.0000001 steps is 2
-    if worst_steps > allowed + SLACK or worst_bias > BIAS_STEPS:
+    if worst_steps > allowed + SLACK or shifted > BIAS_STEPS:
         what = (f"up to {worst_steps:.3g} quantization steps (above the {allowed:g}-step tolerance)"
                 if worst_steps > allowed + SLACK else
-                f"a mean signed error of {worst_bias:.3g} steps (above {BIAS_STEPS:g}: every element shifted alike)")
+                f"a mean signed error of {shifted:.3g} steps (above {BIAS_STEPS:g}: every element shifted alike)")
         return _quant(Verdict.MISMATCH, f"lowering error: out[{worst_at}] differs from the quantized reference by "
                       f"{what}; one step there is {worst_step:.4g}. The backend computes the quantized model "
                       "differently from the quantizer's own reference", golden, actual, reference, worst_steps,

@@ -60,6 +60,7 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
     from . import quantized as q
 
     quantizing = backend.quantizes(preset)
+    made: list[Quantized] = []    # what this export quantized (none: the artifact came from the store)
 
     def export(work: Path) -> Artifact:
         inputs = tuple(prepared.fresh_inputs())
@@ -67,9 +68,11 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
             if not quantizing:
                 return backend.export(prepared.module, inputs, preset, work)
             samples = list(calibration) if calibration is not None else [tuple(prepared.fresh_inputs())]
-            artifact, made = backend.export_quantized(prepared.module, inputs, samples, preset, work)
-        made.calibration = q.digest(samples)
-        q.save(Path(artifact.path if artifact.path is not None else work), made)
+            artifact, quantized = backend.export_quantized(prepared.module, inputs, samples, preset, work)
+        quantized.calibration = q.digest(samples)
+        if artifact.path is not None:   # kept beside a serialised artifact, and so in the cache with it
+            q.save(Path(artifact.path), quantized)
+        made.append(quantized)
         return artifact
 
     out = Lowered()
@@ -90,9 +93,8 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         return out
     if quantizing:
         try:
-            assert out.artifact.path is not None, "a quantizing backend serialises its artifact"
-            out.quantized = q.load(Path(out.artifact.path))
-        except (ValueError, AssertionError) as exc:
+            out.quantized = q.load(Path(out.artifact.path)) if out.artifact.path is not None else made[0]
+        except (ValueError, IndexError) as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
             return out
     try:

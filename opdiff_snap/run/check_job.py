@@ -118,8 +118,9 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
 
 def grad_request(case: TestCase, golden: Golden, preset: Preset) -> list | None:
     """The recorded cotangent, for a grad test whose golden has gradients, on a preset whose
-    backend can differentiate; None otherwise."""
-    if not case.grad or golden.grads is None or not can_differentiate(preset):
+    backend can differentiate; None otherwise (an int8 preset too: its gradients are the
+    float module's)."""
+    if not case.grad or golden.grads is None or not can_differentiate(preset) or preset.scheme is not None:
         return None
     return list(golden.grads.cotangent)
 
