@@ -1,5 +1,5 @@
-"""Compare the items of two history run files apart from timings, ids, the time and
-process id in a library's log lines (and where a log's tail happens to be cut), the
+"""Compare the items of two history run files apart from timings, ids (a dead worker's
+process id among them), the time and process id in a library's log lines (and where a log's tail happens to be cut), the
 folder of the checkout that made them, and keys written as null.
 
 usage: python same_items.py A.jsonl B.jsonl
@@ -19,6 +19,8 @@ CHECKOUT = re.compile(r"/[^\s\"']*?/opdiff_snap/")
 TAIL = re.compile(r"(backend output:\n)[^\n]*\n")
 # an object's address in a library's log line ("<torch.fx.graph.Graph object at 0x7fd27fb45d10>")
 ADDRESS = re.compile(r" at 0x[0-9a-f]{6,}")
+# the process id of a worker that died ("... while running the job (pid 5452)")
+PID = re.compile(r"\(pid \d+\)")
 
 # timings, ids, whether the result came from the artifact cache (a cached failure says so), and the
 # size of the batch that compiled its artifact
@@ -34,6 +36,7 @@ def clean(value):
         return [clean(v) for v in value]
     if isinstance(value, str):
         value = CHECKOUT.sub("<checkout>/opdiff_snap/", TAIL.sub(r"\1<cut line>\n", value))
+        value = PID.sub("(pid <pid>)", value)
         return ADDRESS.sub(" at <address>", STAMP.sub("<time>", LOG_LINE.sub("<log line>", value)))
     return value
 
