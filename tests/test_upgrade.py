@@ -177,7 +177,7 @@ def test_python_then_upgrade_hold_both_versions_and_diff_runs_matches_the_jsonl(
         text = text.lstrip()[end:]
     printed = dict(zip(["environment differences", "newly failing", "newly passing", "metric drift",
                         "latency changes", "delegation changes"], tables))
-    assert len(tables) == 6, proc.stdout
+    assert len(tables) == 7, proc.stdout
     assert printed["delegation changes"] == []   # onnxruntime delegates nothing
     expected = direct_diff(files[-2], files[-1])      # older version first: 1.30.x -> 1.31.x
     for section in ("newly failing", "newly passing", "metric drift", "latency changes"):

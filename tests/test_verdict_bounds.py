@@ -124,7 +124,10 @@ def test_a_single_elementwise_op_is_held_to_ulps_of_its_exact_answer(checked):
     assert gelu.metrics.failed_bound == "elementwise" and gelu.metrics.elementwise_ulps > 4
     assert "ulps from the float64 result on fp16-rounded inputs" in gelu.message
     clean = results[("gelu", "torch_cpu_fp16")]
-    assert clean.metrics.elementwise_ulps < 2.0
+    # torch's own fp16 gelu: under 2 ulps where it computes in float32 (AVX2), 4.0 where the
+    # CPU has AVX512-FP16 (measured); the planted approximation is hundreds of ulps off
+    assert clean.verdict.value == "PASS" and clean.metrics.elementwise_ulps < 8.0
+    assert gelu.metrics.elementwise_ulps > 50 * clean.metrics.elementwise_ulps
 
 
 def test_a_golden_that_proves_nothing_is_flagged_at_record_and_in_every_result(checked):
