@@ -4,7 +4,6 @@ check`, and what the dormant plugin costs a session that does not use it.
     python bench/bench_pytest_plugin.py [-b onnx_cpu_fp32] [-j 2] [--reps 2] [--xdist]
     python bench/bench_pytest_plugin.py --dormant-only
     python bench/bench_pytest_plugin.py --suite models.yaml --skip-dormant   # one suite file only
-    python bench/bench_pytest_plugin.py --suite core_aten.yaml --skip-dormant --cold   # batches
 
 Both checks run in a scratch project whose suites/ and goldens/ are links to this
 repository's, with the artifact cache `--cache` (default ./.opdiff-cache) shared and
@@ -17,8 +16,6 @@ the median of each is reported, with the 1-minute load average before each run.
 from what the environment's other plugins cost every pytest session. `--suite FILE` makes the
 scratch project of that one shipped suite file (and the folders beside it) and the goldens
 of its tests only, for a run whose fixed costs weigh as they do on a small project.
-`--cold` empties a scratch artifact cache before every run instead (no warm-up check), and
-adds `pytest --opdiff --opdiff-batch 1`: what compiling the items in batches saves.
 
 The plugin is loaded through its pytest11 entry point; where the package was installed
 before that entry point existed, a scratch *.dist-info registers it.
@@ -127,7 +124,6 @@ def main() -> None:
     ap.add_argument("--dormant-only", action="store_true")
     ap.add_argument("--skip-dormant", action="store_true")
     ap.add_argument("--suite", help="one file of suites/ (say models.yaml): only its tests and goldens")
-    ap.add_argument("--cold", action="store_true", help="every run on an empty scratch cache; adds --opdiff-batch 1")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="opdiff-bench-pytest-"))
@@ -144,8 +140,7 @@ def main() -> None:
         else:
             (project / "suites").symlink_to(ROOT / "suites")
             (project / "goldens").symlink_to(ROOT / "goldens")
-        cache = work / "cache" if args.cold else args.cache.resolve()
-        (project / "pyproject.toml").write_text(f'[tool.opdiff]\ncache = "{cache}"\n')
+        (project / "pyproject.toml").write_text(f'[tool.opdiff]\ncache = "{args.cache.resolve()}"\n')
         check = [sys.executable, "-m", "opdiff_snap.cli", "check", "-b", args.backend, "-j", str(args.jobs),
                  "--format", "json"]
         pytest_cmd = [sys.executable, "-m", "pytest", "--opdiff", "-b", args.backend, "--opdiff-jobs",
@@ -157,17 +152,12 @@ def main() -> None:
         if args.only_this_plugin:
             variants["pytest --opdiff, no other plugin"] = (
                 pytest_cmd + ["-p", "opdiff_snap.pytest_plugin"], dict(env, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
-        if args.cold:
-            variants["pytest --opdiff --opdiff-batch 1"] = (pytest_cmd + ["--opdiff-batch", "1"], env)
-        else:
-            wall, _, _ = timed(check, project, env, work / "warmup.log")
-            print(f"warm-up check (fills the cache where needed): {wall:.1f} s")
+        wall, _, _ = timed(check, project, env, work / "warmup.log")
+        print(f"warm-up check (fills the cache where needed): {wall:.1f} s")
         walls: dict[str, list[tuple[float, float, str]]] = {k: [] for k in variants}
         for rep in range(args.reps):
             for name, (cmd, run_env) in variants.items():
                 slug = re.sub(r"\W+", "_", name)
-                if args.cold:
-                    shutil.rmtree(cache, ignore_errors=True)
                 walls[name].append(timed(cmd, project, run_env, work / f"{slug}-{rep}.log"))
         for name, runs in walls.items():
             shown = ", ".join(f"{w:.1f} s (load {ld:.2f})" for w, ld, _ in runs)
