@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from .base import Preset
+from ..core.limits import CALIBRATION_SAMPLES, Range
+from .base import QUANTIZED, Preset
 
 IS_MACOS = sys.platform == "darwin"
 
@@ -176,6 +177,22 @@ def pieces_of(node: Any) -> set[int]:
     return found
 
 
+# The options every int8 family shares, with their defaults (a family whose quantizer cannot
+# take `per_channel` leaves it out), and their ranges.
+INT8_OPTIONS: Mapping[str, Any] = {
+    "calibration_samples": 8,   # calibration inputs drawn from each test's input spec
+    "per_channel": None,        # weights per channel (true) or per tensor (false); None: the precision's
+    "steps": 2.0,               # lowering error allowed, in quantization steps
+    "min_sqnr": None,           # quantized model against the golden below this (dB) is SQNR_LOW
+}
+INT8_RANGES: Mapping[str, Range] = {"calibration_samples": CALIBRATION_SAMPLES}
+
+
+def int8_on_cpu(device: str, precision: str) -> bool:
+    """`Backend.offers` of a family whose quantizer targets its cpu device alone."""
+    return precision not in QUANTIZED or device == "cpu"
+
+
 def pt2e_quantize(module: torch.nn.Module, inputs: Sequence[torch.Tensor],
                   calibration: Sequence[Sequence[torch.Tensor]], quantizer: Any,
                   opts: Any) -> tuple[torch.nn.Module, list[torch.Tensor], list[float | None]]:
@@ -198,9 +215,6 @@ def pt2e_quantize(module: torch.nn.Module, inputs: Sequence[torch.Tensor],
         return converted, [t.detach().clone() for t in reference], output_steps(converted)
     except Exception as exc:
         raise QuantizeFailed(f"{type(exc).__name__}: {exc}") from exc
-
-
-_DEQUANTIZE = ("dequantize_per_tensor", "dequantize_per_channel")
 
 
 def output_steps(graph_module: Any) -> list[float | None]:

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..core.limits import CALIBRATION_SAMPLES, THREADS
+from ..core.limits import THREADS
 from ..core.sources import source_line
 from .base import (
     APPLE_SILICON,
@@ -44,12 +44,15 @@ from .base import (
     Runnable,
 )
 from .common import (
+    INT8_OPTIONS,
+    INT8_RANGES,
     IS_MACOS,
     Pieces,
     cast_inputs,
     contiguous_cpu,
     export_program,
     has_module,
+    int8_on_cpu,
     pieces_at_fault,
     pieces_of,
     pt2e_quantize,
@@ -95,12 +98,9 @@ class ExecuTorchBackend(Backend):
         "require_delegated": False,           # check: an op node left off the delegate is NOT_DELEGATED
         "delegate": True,                     # False: no partitioner (every op on the runtime's kernels)
         "batch_program": False,               # compile a check's tests in one program per batch (no infer_ms)
-        "calibration_samples": 8,             # int8: calibration inputs drawn from each test's input spec
-        "per_channel": None,                  # int8: weights per channel (true) or tensor; None: the precision's
-        "steps": 2.0,                         # int8: lowering error allowed, in quantization steps
-        "min_sqnr": None,                     # int8: quantized model vs golden below this (dB) is SQNR_LOW
+        **INT8_OPTIONS,                       # the int8 presets'
     }
-    option_ranges = {"num_threads": THREADS, "calibration_samples": CALIBRATION_SAMPLES}
+    option_ranges = {"num_threads": THREADS, **INT8_RANGES}
     serializes = True
     can_differentiate = False
     repro_needs = "torch, executorch"
@@ -114,7 +114,7 @@ class ExecuTorchBackend(Backend):
         return {"export_fp16": precision == "fp16"}
 
     def offers(self, device: str, precision: str) -> bool:
-        return precision not in QUANTIZED or device == "cpu"
+        return int8_on_cpu(device, precision)
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,

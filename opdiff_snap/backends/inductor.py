@@ -19,9 +19,18 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..core.limits import CALIBRATION_SAMPLES
-from .base import CUDA, QUANTIZED, Artifact, Availability, Backend, Preset, Quantized, Runnable
-from .common import cast_inputs, cast_module, has_module, pt2e_quantize, reduced_dtype, script_source
+from .base import CUDA, Artifact, Availability, Backend, Preset, Quantized, Runnable
+from .common import (
+    INT8_OPTIONS,
+    INT8_RANGES,
+    cast_inputs,
+    cast_module,
+    has_module,
+    int8_on_cpu,
+    pt2e_quantize,
+    reduced_dtype,
+    script_source,
+)
 from .torch_eager import device_availability, device_runner, grad_context
 
 INT8 = ("int8", "int8dyn")   # what the x86 quantizer offers: weights per channel only
@@ -78,11 +87,10 @@ class InductorBackend(Backend):
         "backend": "inductor",    # torch.compile backend= (e.g. aot_eager to bisect)
         "inductor_options": {},   # torch.compile options= (Inductor config keys)
         "inference_mode": True,
-        "calibration_samples": 8,  # int8: calibration inputs drawn from each test's input spec
-        "steps": 2.0,             # int8: lowering error allowed, in quantization steps
-        "min_sqnr": None,         # int8: quantized model vs golden below this (dB) is SQNR_LOW
+        # the int8 presets' (not per_channel: the x86 quantizer quantizes weights per channel only)
+        **{k: v for k, v in INT8_OPTIONS.items() if k != "per_channel"},
     }
-    option_ranges = {"calibration_samples": CALIBRATION_SAMPLES}
+    option_ranges = INT8_RANGES
     serializes = False
     can_differentiate = True
 
@@ -90,7 +98,7 @@ class InductorBackend(Backend):
         return frozenset({CUDA}) if preset.device == "cuda" else frozenset()
 
     def offers(self, device: str, precision: str) -> bool:
-        return precision not in QUANTIZED or device == "cpu"
+        return int8_on_cpu(device, precision)
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,

@@ -22,11 +22,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..core.limits import CALIBRATION_SAMPLES, THREADS, Range
+from ..core.limits import THREADS, Range
 from .base import (
     CUDA,
     MACOS,
-    QUANTIZED,
     Artifact,
     Availability,
     Backend,
@@ -38,10 +37,13 @@ from .base import (
     Runnable,
 )
 from .common import (
+    INT8_OPTIONS,
+    INT8_RANGES,
     Pieces,
     cast_inputs,
     cast_module,
     contiguous_cpu,
+    int8_on_cpu,
     pieces_at_fault,
     reduced_dtype,
     script_source,
@@ -80,13 +82,11 @@ class OnnxBackend(Backend):
         "graph_optimization_level": "all",  # ORT: disable | basic | extended | layout | all
         "intra_op_num_threads": None,       # None: the job's thread budget
         "inter_op_num_threads": 1,
-        "calibration_samples": 8,           # int8: calibration inputs drawn from each test's input spec
-        "per_channel": None,                # int8: weights per channel (true) or tensor (false); None: the precision's
-        "steps": 12.0,                      # int8: lowering error allowed, in quantization steps (measured)
-        "min_sqnr": None,                   # int8: quantized model vs golden below this (dB) is SQNR_LOW
+        **INT8_OPTIONS,                     # the int8 presets'; static int8's `steps` is ORT's own (measured)
+        "steps": 12.0,
     }
     option_ranges = {"opset": Range(1, 99, whole=True), "intra_op_num_threads": THREADS,
-                     "inter_op_num_threads": THREADS, "calibration_samples": CALIBRATION_SAMPLES}
+                     "inter_op_num_threads": THREADS, **INT8_RANGES}
     serializes = True
     can_differentiate = False
     repro_needs = "torch, onnx, onnxscript, onnxruntime"
@@ -97,7 +97,7 @@ class OnnxBackend(Backend):
         return {"providers": [PROVIDERS[device]], **({"steps": 2.0} if precision == "int8dyn" else {})}
 
     def offers(self, device: str, precision: str) -> bool:
-        return precision not in QUANTIZED or device == "cpu"
+        return int8_on_cpu(device, precision)
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
@@ -279,9 +279,11 @@ def onnx_quantize(source: Path, target: Path, calibration: Sequence[Sequence[tor
     if dynamic:
         quantize_dynamic(str(source), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
         return
-    import onnxruntime as ort
+    import onnx
 
-    names = [i.name for i in ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).get_inputs()]
+    graph = onnx.load(str(source), load_external_data=False).graph
+    weights = {t.name for t in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in weights]
 
     class Samples(CalibrationDataReader):
         def __init__(self) -> None:

@@ -36,8 +36,10 @@ class _Raised:
     error: BaseException
 
 
-def _same(task: Task) -> Task:
-    return task
+def _given(work: Task | Ready | Exception) -> Task | Ready:
+    if isinstance(work, Exception):
+        raise work
+    return work
 
 
 class Dispatcher:
@@ -57,6 +59,11 @@ class Dispatcher:
         self._keys.add(key)
         self._queue.append((key, make))
 
+    def put(self, key: str, work: Task | Ready | Exception) -> None:
+        """Queue work made already: a task, a Ready result, or the exception making it raised
+        (raised by `wait(key)`, for that key alone)."""
+        self.submit(key, functools.partial(_given, work))
+
     def queued(self, key: str) -> bool:
         return key in self._keys
 
@@ -70,7 +77,7 @@ class Dispatcher:
         order (so a Dispatcher serves where a pool's `run` is asked for)."""
         keys = []
         for task in tasks:
-            self.submit(task.key, functools.partial(_same, task))
+            self.put(task.key, task)
             keys.append(task.key)
         for key in keys:
             yield self.wait(key)

@@ -48,13 +48,14 @@ class Lowered:
 
 def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdir: Path | None = None, *,
                     store: Store | None = None, load: bool = True, threads: int = 0,
-                    calibration: Sequence[tuple[torch.Tensor, ...]] | None = None) -> Lowered:
+                    calibration: Callable[[], Sequence[tuple[torch.Tensor, ...]]] | None = None) -> Lowered:
     """Export `prepared` (a flat module and its example inputs) through `backend` into
     `workdir` (created if need be), or through `store`; then, with `load` (this machine
     can run the preset), load it with `threads` intra-op threads. A quantizing preset is
-    quantized from `calibration` first (Backend.export_quantized; None: from the example
-    inputs themselves, as an op survey or a warm-up does), and its quantized reference is
-    written beside the artifact and read back with it."""
+    quantized first (Backend.export_quantized) from the samples `calibration` draws, only
+    when the export runs (None: from the example inputs themselves, as an op survey or a
+    warm-up does), and its quantized reference is written beside the artifact and read
+    back with it."""
     import torch
 
     from . import quantized as q
@@ -67,7 +68,7 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         with torch.no_grad():
             if not quantizing:
                 return backend.export(prepared.module, inputs, preset, work)
-            samples = list(calibration) if calibration is not None else [tuple(prepared.fresh_inputs())]
+            samples = _samples(calibration) if calibration is not None else [tuple(prepared.fresh_inputs())]
             artifact, quantized = backend.export_quantized(prepared.module, inputs, samples, preset, work)
         quantized.calibration = q.digest(samples)
         if artifact.path is not None:   # kept beside a serialised artifact, and so in the cache with it
@@ -109,3 +110,11 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         except Exception as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
     return out
+
+
+def _samples(calibration: Callable[[], Sequence[tuple[torch.Tensor, ...]]]) -> list[tuple[torch.Tensor, ...]]:
+    """The calibration samples drawn; drawing them failing is the quantizer's stage."""
+    try:
+        return list(calibration())
+    except Exception as exc:
+        raise QuantizeFailed(f"drawing the calibration inputs failed: {type(exc).__name__}: {exc}") from exc

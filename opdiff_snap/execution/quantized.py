@@ -30,7 +30,6 @@ from .prepare import tensor_inputs
 
 REFERENCE_FILE = "quantized_reference.pt"
 STEPS_FILE = "quantized.json"
-CALIBRATION_MAX = 1024
 
 
 def calibration_inputs(case: TestCase, invocation: Invocation, seed: int, count: int

@@ -14,12 +14,13 @@ fp32-preset outputs are never cast: a dtype difference there is a finding.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -134,16 +135,10 @@ def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
         return _fail(job, Verdict.STRUCTURE_MISMATCH,
                      f"test '{job.case.id}' returns {_describe(prepared.out_structure)}: nothing to compare; "
                      "make its forward return the result")
-    calibration = None
-    if backend.quantizes(job.preset) and job.prepared is None:
-        try:
-            assert job.invocation is not None
-            count = int(job.preset.options.get("calibration_samples") or 1)
-            calibration = calibration_inputs(job.case, job.invocation, job.seed, count)
-        except Exception as exc:
-            out = _fail(job, Verdict.QUANTIZE_FAIL, exc)
-            out.error_message = f"drawing the calibration inputs failed: {out.error_message}"
-            return out
+    calibration = None    # drawn only when the artifact is not cached
+    if job.prepared is None and job.invocation is not None:
+        count = int(job.preset.options.get("calibration_samples") or 1)
+        calibration = functools.partial(calibration_inputs, job.case, job.invocation, job.seed, count)
     if not backend.serializes or job.cache_dir is not None:
         # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
         outcome = _export_and_run(job, backend, prepared, avail, threads, None, calibration)
@@ -189,7 +184,7 @@ def _gradients(job: Job, outcome: Outcome) -> None:
 
 
 def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Availability, threads: int,
-                    tmp: Path | None, calibration: list | None = None) -> Outcome:
+                    tmp: Path | None, calibration: Callable[[], list] | None = None) -> Outcome:
     use_cache = job.cache_dir is not None and backend.serializes
     cache = ArtifactCache(job.cache_dir) if job.cache_dir is not None and use_cache else None
     key = cache_key(job) if cache is not None else ""

@@ -247,7 +247,7 @@ class SessionRun:
             pending, job = self._pending.pop(key), self._jobs.pop(key)
             result = judge(pending, value)
             if rerun_alone(job, value.batch, result.verdict):   # only a run alone gives its verdict
-                self.dispatcher.submit(key, functools.partial(_same, dataclasses.replace(job, alone=True, batched=0)))
+                self.dispatcher.put(key, dataclasses.replace(job, alone=True, batched=0))
                 result = judge(pending, self.dispatcher.wait(key))
         self.emit(result)
         return result
@@ -265,7 +265,7 @@ class SessionRun:
         for why in done.lost:
             self.note("batches", f"a batch could not be compiled ({why}); its items were exported one by one")
         for it in fresh:
-            self.dispatcher.submit(it.key, functools.partial(_same, made[it.key]))
+            self.dispatcher.put(it.key, made[it.key])
 
     def _together(self, item: Any) -> list[Any]:
         """The suite items to queue with `item`: those this process will run."""
@@ -282,13 +282,13 @@ class SessionRun:
             everything.insert(0, item)
         return everything
 
-    def _made(self, item: Any) -> Any:
-        """An item's work made now (its goldens read): a Job, a Ready result, or a maker that
-        raises what making it raised, for that item alone."""
+    def _made(self, item: Any) -> Task | Ready | Exception:
+        """An item's work made now (its goldens read): a Job, a Ready result, or what making
+        it raised (raised again when that item waits for its result)."""
         try:
             return self._maker(item)()
         except Exception as exc:
-            return _Raising(exc)
+            return exc
 
     def _maker(self, item: Any) -> Callable[[], Task | Ready]:
         def make() -> Task | Ready:
@@ -365,17 +365,6 @@ class SessionRun:
             self.summary.setdefault("history", []).append(
                 f"{writer.path} ({len(self.sinks.results)} results: {tally}; group {self.group})")
         return self.summary
-
-
-def _same(work: Any) -> Any:
-    if isinstance(work, _Raising):
-        raise work.error
-    return work
-
-
-@dataclasses.dataclass
-class _Raising:
-    error: Exception
 
 
 def _suite_files(root: Path) -> list[Path]:
