@@ -33,6 +33,8 @@ BUILT_IN_PRESETS = (
     # int8 only where the family's quantizer targets the device
     + [f"{f}_cpu_{p}" for f in ("onnx", "executorch") for p in ("int8", "int8pt", "int8dyn")]
     + ["inductor_cpu_int8", "inductor_cpu_int8dyn"]
+    # CoreML: static int8 on every device (its activations have no dynamic quantization)
+    + [f"coreml_{d}_{p}" for d in ("cpu", "gpu", "ane", "any") for p in ("int8", "int8pt")]
 )
 
 

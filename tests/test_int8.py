@@ -11,6 +11,7 @@ import math
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from helpers_numerics.planted_int8 import ENTRY_POINTS, PRESET
 
 from opdiff_snap import api
 from opdiff_snap.analytics.reports import diff_runs
+from opdiff_snap.backends.common import IS_MACOS
 from opdiff_snap.compare.quantized import BIAS_STEPS, judge_int8, sqnr_db
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.verdicts import Verdict
@@ -217,6 +219,97 @@ def test_a_quantizer_change_under_the_same_preset_is_a_quantization_error_change
     assert mlp["quant_sqnr_b"] < mlp["quant_sqnr_a"] - 6 and not mlp["calibration_changed"]
     assert "qsin" not in rows                 # nothing of it is quantized
     assert not diff.newly_failing.rows        # the backend still computes what the quantizer defined
+
+
+def test_the_quantized_graph_is_read_as_points_static_and_dynamic():
+    from helpers_numerics.mods import QuantConv, QuantMLP
+
+    from opdiff_snap.backends.common import pt2e_quantize, xnnpack_quantizer
+    from opdiff_snap.cause.quantized_graph import cut_at, points_of
+
+    torch.manual_seed(0)
+    img, x = torch.randn(2, 3, 8, 8), torch.randn(8, 32)
+    conv = QuantConv().eval()
+    static, quantized = pt2e_quantize(conv, (img,), [(torch.randn(2, 3, 8, 8),)], xnnpack_quantizer(True, False), {})
+    points = points_of(static)
+    # each quantized activation, with the ops since the one before and its fixed scale
+    assert [p.ops for p in points] == [["conv2d", "relu"], ["flatten.using_ints"], ["linear"]]
+    assert all(p.scale and p.scale > 0 for p in points) and points[0].module.startswith("conv")
+    assert "mods.py:" in points[0].source and "self.conv" in points[0].source
+    # cut after a point, the graph computes the whole graph's value there; the last is the output
+    with torch.no_grad():
+        assert torch.equal(cut_at(static, points[-1].node)(img)[0], quantized.reference[0])
+        first = cut_at(static, points[0].node)(img)[0]
+    assert first.shape == (2, 8, 6, 6) and bool((first >= 0).all())
+    # dynamic activations: the scale is computed as the model runs, so the points are the ops
+    # that take the quantized values (their float outputs), with no fixed scale
+    dynamic, _ = pt2e_quantize(QuantMLP().eval(), (x,), [(x,)], xnnpack_quantizer(True, True), {})
+    points = points_of(dynamic)
+    assert [p.ops[-1] for p in points] == ["linear", "linear"] and [p.scale for p in points] == [None, None]
+    assert [p.module.split(" ")[0] for p in points] == ["fc1", "fc2"]
+
+
+@pytest.mark.slow
+def test_localize_on_int8_finds_the_first_quantized_point_beyond_its_steps(recorded, tmp_path):
+    from click.testing import CliRunner
+
+    from opdiff_snap.cli import main
+
+    site = make_site(tmp_path / "site", ENTRY_POINTS, "opdiff-int8-test")
+    with plugin_installed(site), contextlib.chdir(recorded):
+        planted = api.localize("qmlp", PRESET, settings=_settings(), in_process=True)
+    q = planted.quantized
+    assert planted.found and q is not None and q.finding == 1, planted.summary()
+    # the plant is in the first linear a quantize follows directly: fc2 (fc1's output goes through relu)
+    point = q.points[1]
+    assert point.ops == ["linear"] and point.module.startswith("fc2") and point.scale
+    assert "mods.py:" in point.source and "self.fc2" in point.source
+    assert [q.results[i].status for i in (0, 1)] == [Verdict.PASS, Verdict.MISMATCH]
+    assert "point 1 of 2" in planted.summary() and "fc2" in planted.summary()
+    with contextlib.chdir(recorded):
+        clean = api.localize("qmlp", "executorch_cpu_int8", settings=_settings(), in_process=True)
+    assert clean.quantized is not None and not clean.found
+    assert [r.status for r in clean.quantized.results.values()] == [Verdict.PASS, Verdict.PASS]
+    # ONNX Runtime's quantized model is an ONNX graph, not a torch one: said, exit 2
+    result = CliRunner().invoke(main, ["--goldens", str(recorded / "goldens"), "--suites", str(recorded / "suites"),
+                                       "localize", "qmlp", "-b", "onnx_cpu_int8"])
+    assert result.exit_code == 2 and "onnx_cpu_int8" in result.output and "torch graph" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_coreml_int8_converts_int8_weights_and_quantized_activations(recorded, tmp_path):
+    import coremltools as ct
+
+    from opdiff_snap.backends.coreml import PACKAGE_NAME, CoreMLBackend
+    from opdiff_snap.backends.registry import get_preset
+    from opdiff_snap.execution.prepare import flat_module
+
+    results = _check(recorded, ["coreml_any_int8", "coreml_any_int8pt"]).results
+    case = next(c for c in load_suites([recorded / "suites" / "int8.yaml"]) if c.id == "qconv")
+    golden = GoldenStore(recorded / "goldens").read("qconv", 0)
+    drawn = digest(calibration_inputs(case, golden.invocation, 0, 8))
+    for r in results:
+        assert r.verdict is (Verdict.PASS if IS_MACOS else Verdict.UNAVAILABLE), (r.test_id, r.preset, r.message)
+        assert r.metrics is not None and r.metrics.quant_sqnr is not None   # measured in torch, run or not
+        if r.test_id == "qconv":       # quantized from the same data as every other family
+            assert r.calibration == drawn and 20 < r.metrics.quant_sqnr < 60
+    # so the quantization error is a verdict here too, where a minimum is set
+    strict = _check(recorded, ["coreml_any_int8"], test_ids=["qconv"],
+                    preset_options={"coreml_any_int8": {"min_sqnr": 100}}).results
+    assert [r.verdict for r in strict] == [Verdict.SQNR_LOW] and "100 dB" in strict[0].message
+    # what was converted holds int8 weights and CoreML's own activation quantize/dequantize
+    prepared = flat_module(case, golden.invocation)
+    inputs = tuple(prepared.fresh_inputs())
+    artifact, quantized = CoreMLBackend().export_quantized(prepared.module, inputs, calibration_inputs(
+        case, golden.invocation, 0, 8), get_preset("coreml_any_int8"), tmp_path)
+    spec = ct.models.MLModel(str(tmp_path / PACKAGE_NAME), skip_model_load=True).get_spec()
+    ops = Counter(op.type for fn in spec.mlProgram.functions.values()
+                  for block in fn.block_specializations.values() for op in block.operations)
+    weights = sum(n for op, n in ops.items() if op in ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"))
+    assert weights == 2 and ops["quantize"] >= 2 and ops["dequantize"] >= 2, ops   # by deployment target
+    assert isinstance(golden.outputs, torch.Tensor) and quantized.scales[0]
+    assert 20 < sqnr_db([golden.outputs], quantized.reference) < 60
 
 
 # ---------------------------------------------------------------- bad input

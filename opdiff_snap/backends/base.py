@@ -338,8 +338,11 @@ class Backend:
     def quantizes(self, preset: Preset) -> bool:
         """Whether `preset` quantizes: its export is `export_quantized`, and its results are
         judged against the quantized reference. Default: where its precision is an int8
-        one (`Preset.scheme`) and the backend defines `export_quantized`."""
-        return preset.scheme is not None and type(self).export_quantized is not Backend.export_quantized
+        one (`Preset.scheme`) and the backend defines `export_quantized`, or `quantize`
+        and `lower_quantized`."""
+        cls = type(self)
+        return preset.scheme is not None and (cls.export_quantized is not Backend.export_quantized
+                                              or self._halves())
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
@@ -348,8 +351,34 @@ class Backend:
         the quantized model before lowering on `inputs` (the quantized reference), then
         export and lower it as `export` does. Raises QuantizeFailed when quantizing fails.
         Called only where `quantizes` is True; the caller keeps the Quantized with the
-        artifact."""
-        raise NotImplementedError(f"the {self.family} backend does not quantize")
+        artifact. Default: `quantize`, then `lower_quantized`."""
+        if not self._halves():
+            raise NotImplementedError(f"the {self.family} backend does not quantize")
+        quantized_module, quantized = self.quantize(module, inputs, calibration, preset)
+        return self.lower_quantized(quantized_module, inputs, preset, workdir), quantized
+
+    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
+        """With `lower_quantized`, the two halves of `export_quantized` for a backend whose
+        quantized model is a torch module (PT2E's converted graph): that module and its
+        Quantized on `inputs`; raises QuantizeFailed. localize steps through the module's
+        graph, lowering parts of it."""
+        raise NotImplementedError(f"the {self.family} backend has no quantized torch model")
+
+    def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
+                        workdir: Path) -> Artifact:
+        """With `quantize`: lower a module `quantize` made, or a graph cut out of one,
+        exactly as `export_quantized` lowers the whole."""
+        raise NotImplementedError(f"the {self.family} backend has no quantized torch model")
+
+    def steps_through_quantized(self, preset: Preset) -> bool:
+        """Whether localize can step through `preset`'s quantized model (`quantize` and
+        `lower_quantized` both defined for it)."""
+        return self.quantizes(preset) and self._halves()
+
+    def _halves(self) -> bool:
+        cls = type(self)
+        return cls.quantize is not Backend.quantize and cls.lower_quantized is not Backend.lower_quantized
 
     def delegates(self, preset: Preset) -> bool:
         """Whether the preset hands programs to a delegate, so that `--require-delegated`
@@ -479,7 +508,7 @@ class PluginBackend(Backend):
         return super().offers(device, precision)
 
     def quantizes(self, preset: Preset) -> bool:
-        if "export_quantized" not in self.defined:
+        if "export_quantized" not in self.defined and not self._halves():
             return False
         if "quantizes" in self.defined:
             return bool(self.plugin.quantizes(preset))
@@ -488,7 +517,20 @@ class PluginBackend(Backend):
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
                          workdir: Path) -> tuple[Artifact, Quantized]:
-        return self.plugin.export_quantized(module, inputs, calibration, preset, workdir)
+        if "export_quantized" in self.defined:
+            return self.plugin.export_quantized(module, inputs, calibration, preset, workdir)
+        return super().export_quantized(module, inputs, calibration, preset, workdir)
+
+    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
+        return self.plugin.quantize(module, inputs, calibration, preset)
+
+    def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
+                        workdir: Path) -> Artifact:
+        return self.plugin.lower_quantized(module, inputs, preset, workdir)
+
+    def _halves(self) -> bool:
+        return {"quantize", "lower_quantized"} <= self.defined
 
     def delegates(self, preset: Preset) -> bool:
         if "delegates" in self.defined:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from ..core.limits import CALIBRATION_SAMPLES, Range
-from .base import QUANTIZED, Preset
+from .base import QUANTIZED, Preset, Quantized, QuantizeFailed
 
 IS_MACOS = sys.platform == "darwin"
 
@@ -193,15 +193,27 @@ def int8_on_cpu(device: str, precision: str) -> bool:
     return precision not in QUANTIZED or device == "cpu"
 
 
+def xnnpack_quantizer(per_channel: bool, dynamic: bool) -> Any:
+    """ExecuTorch's XNNPACK quantizer, symmetric, for the whole graph: int8 weights (per
+    channel or per tensor), int8 activations (static from calibration, or dynamic). The
+    ExecuTorch and CoreML int8 presets quantize with it."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic)
+    return XNNPACKQuantizer().set_global(config)
+
+
 def pt2e_quantize(module: torch.nn.Module, inputs: Sequence[torch.Tensor],
                   calibration: Sequence[Sequence[torch.Tensor]], quantizer: Any,
-                  opts: Any) -> tuple[torch.nn.Module, list[torch.Tensor], list[float | None]]:
+                  opts: Any) -> tuple[torch.fx.GraphModule, Quantized]:
     """Quantize through PT2E (torch.export, prepare_pt2e with `quantizer`, one call per
-    calibration sample, convert_pt2e): the converted module, its outputs on `inputs` (the
-    quantized reference) and each output's step (`output_steps`). Whatever fails in here
-    is the quantizer's failure: raised as QuantizeFailed."""
-    from .base import QuantizeFailed
-
+    calibration sample, convert_pt2e): the converted module (a torch.fx.GraphModule) and its
+    `Quantized` (its outputs on `inputs`, the quantized reference, with each output's step,
+    `output_steps`). Whatever fails in here is the quantizer's failure: raised as
+    QuantizeFailed."""
     try:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -212,7 +224,7 @@ def pt2e_quantize(module: torch.nn.Module, inputs: Sequence[torch.Tensor],
                 prepared(*contiguous_cpu(sample))
             converted = convert_pt2e(prepared)
             reference = as_output_list(converted(*contiguous_cpu(inputs)))
-        return converted, [t.detach().clone() for t in reference], output_steps(converted)
+        return converted, Quantized([t.detach().clone() for t in reference], output_steps(converted))
     except Exception as exc:
         raise QuantizeFailed(f"{type(exc).__name__}: {exc}") from exc
 

@@ -4,17 +4,37 @@ Conversion works on Linux and is done (and checked) there; prediction needs macO
 Linux availability says can_run False and load raises with that reason. The fp16 presets
 follow opdiff: the module exports in float32 and CoreML computes in FLOAT16
 (`compute_precision`); inputs stay float32.
+
+The int8 presets (`int8`: weights per channel, `int8pt`: per tensor; activations static)
+quantize in torch through PT2E with ExecuTorch's symmetric XNNPACK quantizer and convert
+the quantized graph: coremltools turns its weight dequantizes into int8 constants
+(constexpr_blockwise_shift_scale from iOS18, constexpr_affine_dequantize before) and its
+activation quantize/dequantize pairs into CoreML's own. coremltools 9's own PT2E
+quantizer imports torch.ao.quantization.quantizer, which torch 2.13 no longer has, and its
+post-conversion activation calibration runs predictions (macOS only); quantizing in torch
+keeps calibration and the quantized reference on any machine. Between the quantized ops
+CoreML computes in FLOAT16, as it ships.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
-from .base import APPLE_SILICON, MACOS, Artifact, Availability, Backend, Preset, Runnable
-from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module
+from .base import APPLE_SILICON, MACOS, QUANTIZED, Artifact, Availability, Backend, Preset, Quantized, Runnable
+from .common import (
+    INT8_OPTIONS,
+    INT8_RANGES,
+    IS_MACOS,
+    cast_inputs,
+    contiguous_cpu,
+    export_program,
+    has_module,
+    pt2e_quantize,
+    xnnpack_quantizer,
+)
 
 COMPUTE_UNITS = {"cpu": "CPU_ONLY", "gpu": "CPU_AND_GPU", "ane": "CPU_AND_NE", "any": "ALL"}
 PACKAGE_NAME = "model.mlpackage"
@@ -25,11 +45,11 @@ _PRECISION_NAMES = {"fp32": "FLOAT32", "float32": "FLOAT32", "FLOAT32": "FLOAT32
 
 
 class CoreMLBackend(Backend):
-    """`coreml_<cpu|gpu|ane|any>_<fp32|fp16>`."""
+    """`coreml_<cpu|gpu|ane|any>_<fp32|fp16|int8|int8pt>`."""
 
     family = "coreml"
     devices = ("cpu", "gpu", "ane", "any")
-    precisions = ("fp32", "fp16")
+    precisions = ("fp32", "fp16", "int8", "int8pt")
     default_options: Mapping[str, Any] = {
         "convert_to": "mlprogram",                 # ct.convert(convert_to=...)
         "minimum_deployment_target": "iOS18",      # a ct.target name (opdiff: minimum_ios_target)
@@ -38,13 +58,16 @@ class CoreMLBackend(Backend):
         "export_fp16": False,                      # also cast module + float inputs to float16 before export
         "export_strict": False,                    # torch.export.export(strict=...)
         "use_default_decompositions": False,       # run_decompositions() instead of run_decompositions({})
+        **INT8_OPTIONS,                            # the int8 presets'
     }
     option_aliases = {"minimum_ios_target": "minimum_deployment_target"}
+    option_ranges = INT8_RANGES
     serializes = True
     can_differentiate = False
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
-        return {"compute_units": COMPUTE_UNITS[device], "compute_precision": _PRECISION_NAMES[precision]}
+        compute = "FLOAT16" if precision in QUANTIZED else _PRECISION_NAMES[precision]
+        return {"compute_units": COMPUTE_UNITS[device], "compute_precision": compute}
 
     def requires(self, preset: Preset) -> frozenset[str]:
         """Conversion runs anywhere, but a CoreML model predicts only on macOS (the Neural
@@ -54,6 +77,10 @@ class CoreMLBackend(Backend):
     def availability(self, preset: Preset) -> Availability:
         if not has_module("coremltools"):
             return Availability(False, False, "coremltools is not installed (pip install 'opdiff-snap[coreml]')")
+        if preset.scheme is not None and not (has_module("torchao.quantization.pt2e")
+                                              and has_module("executorch.backends.xnnpack.quantizer")):
+            return Availability(False, False, "the CoreML int8 presets quantize with torchao's PT2E and ExecuTorch's "
+                                              "XNNPACK quantizer (pip install 'opdiff-snap[executorch]')")
         if not IS_MACOS:
             return Availability(True, False, NOT_MACOS)
         return Availability(True, True)
@@ -82,6 +109,17 @@ class CoreMLBackend(Backend):
         workdir.mkdir(parents=True, exist_ok=True)
         mlmodel.save(str(workdir / PACKAGE_NAME))
         return Artifact(path=workdir)
+
+    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
+        scheme = preset.scheme
+        assert scheme is not None
+        return pt2e_quantize(module, inputs, calibration, xnnpack_quantizer(scheme.per_channel, dynamic=False),
+                             preset.options)
+
+    def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
+                        workdir: Path) -> Artifact:
+        return self.export(module, inputs, preset, workdir)
 
     def prepare_runtime(self, preset: Preset) -> None:
         import coremltools  # noqa: F401

@@ -59,6 +59,7 @@ from .common import (
     script_source,
     single_file,
     thread_budget,
+    xnnpack_quantizer,
 )
 
 PROGRAM_FILE = "model.pte"
@@ -107,8 +108,8 @@ class ExecuTorchBackend(Backend):
     repro_source = ""  # set below the class, from the functions export and load call
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
-        if precision in QUANTIZED:
-            return {"export_fp16": False}
+        if precision in QUANTIZED:   # dynamic activations: the zoo's transformers reach 7 steps (measured)
+            return {"export_fp16": False, **({"steps": 8.0} if precision == "int8dyn" else {})}
         if device == "coreml":
             return {"coreml_compute_precision": precision}
         return {"export_fp16": precision == "fp16"}
@@ -116,14 +117,16 @@ class ExecuTorchBackend(Backend):
     def offers(self, device: str, precision: str) -> bool:
         return int8_on_cpu(device, precision)
 
-    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
-                         workdir: Path) -> tuple[Artifact, Quantized]:
+    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
         scheme = preset.scheme
         assert scheme is not None
-        converted, reference, steps = pt2e_quantize(module, inputs, calibration, xnnpack_quantizer(
-            scheme.per_channel, scheme.dynamic), preset.options)
-        return self.export(converted, inputs, preset, workdir), Quantized(reference, steps)
+        return pt2e_quantize(module, inputs, calibration, xnnpack_quantizer(scheme.per_channel, scheme.dynamic),
+                             preset.options)
+
+    def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
+                        workdir: Path) -> Artifact:
+        return self.export(module, inputs, preset, workdir)
 
     def requires(self, preset: Preset) -> frozenset[str]:
         return {"mps": frozenset({MACOS, APPLE_SILICON}), "coreml": frozenset({MACOS})}.get(preset.device, frozenset())
@@ -314,17 +317,6 @@ def executorch_partitioners(device: str, precision: str, options: Mapping[str, A
         return [CoreMLPartitioner(compile_specs=specs,
                                   lower_full_graph=bool(options.get("coreml_lower_full_graph")))]
     raise ValueError(f"unknown ExecuTorch device '{device}'")
-
-
-def xnnpack_quantizer(per_channel: bool, dynamic: bool) -> Any:
-    """ExecuTorch's XNNPACK quantizer, symmetric, for the whole graph."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-
-    config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic)
-    return XNNPACKQuantizer().set_global(config)
 
 
 def executorch_edge(program: Any, device: str, precision: str, options: Mapping[str, Any]) -> Any:

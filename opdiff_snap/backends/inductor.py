@@ -100,17 +100,18 @@ class InductorBackend(Backend):
     def offers(self, device: str, precision: str) -> bool:
         return int8_on_cpu(device, precision)
 
-    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
-                         workdir: Path) -> tuple[Artifact, Quantized]:
-        import torch._inductor.config as inductor_config
-
+    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
         scheme = preset.scheme
         assert scheme is not None
-        converted, reference, steps = pt2e_quantize(module, inputs, calibration, x86_quantizer(scheme.dynamic),
-                                                    preset.options)
+        return pt2e_quantize(module, inputs, calibration, x86_quantizer(scheme.dynamic), preset.options)
+
+    def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
+                        workdir: Path) -> Artifact:
+        import torch._inductor.config as inductor_config
+
         with inductor_config.patch(freezing=True):   # what lowers the quantized patterns to int8 kernels
-            return self.export(converted, inputs, preset, workdir), Quantized(reference, steps)
+            return self.export(module, inputs, preset, workdir)
 
     def availability(self, preset: Preset) -> Availability:
         dev = device_availability(preset.device)

@@ -176,7 +176,7 @@ def signature(nodes: list[GraphNode], lookup: Callable[[Ref], Any]) -> tuple[str
     return ", ".join(args), outs
 
 
-def _module_label(meta: dict[str, Any]) -> str:
+def module_label(meta: dict[str, Any]) -> str:
     stack = meta.get("nn_module_stack") or {}
     if not stack:
         return ""
@@ -263,7 +263,7 @@ def export_scope(module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any
             constant = all(r.name in graph.constants for r in refs_in((args, kwargs)))
             graph.nodes.append(GraphNode(
                 len(graph.nodes), node.name, node.target._schema.name, node.target._overloadname, args, kwargs,
-                source=source, source_path=path, module=_module_label(node.meta), constant=constant))
+                source=source, source_path=path, module=module_label(node.meta), constant=constant))
             if constant:
                 graph.constants.add(node.name)
             graph.values[node.name] = env[node.name]

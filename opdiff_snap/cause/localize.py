@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..backends.base import Backend, Preset
-from ..backends.registry import availability, get_preset
+from ..backends.registry import availability, backend_for, get_preset
+from ..compare.quantized import STEPS
 from ..compare.tolerance import tolerance_for
 from ..core.config import Settings
 from ..core.errors import OpdiffError
@@ -45,6 +46,7 @@ from .atengraph import Fragment, FragmentTask, NodeGraph, ScopeGraphTask, signat
 from .calls import CallInfo, CallTree, CallTreeTask, SubmoduleTask
 from .localize_report import CONSTANT_NODE, LocalizeReport, NodeRow, OpFinding, OpsReport, SubmoduleRow, metrics_text
 from .lowering import Survey, survey_graph
+from .quantized_graph import Point, PointTask, QuantizedGraph, QuantizedGraphTask, QuantizedSearch
 from .stored import golden_case
 from .together import run_pieces
 
@@ -85,6 +87,31 @@ class _Search:
             rows.append(SubmoduleRow(c.order, c.name, c.cls, r.status, r.metrics, r.text, c.leaf,
                                      depth[c.order], c.scope))
         return rows
+
+    # -------------------------------------------------------- int8: the quantized graph
+    def points(self, points: list[Point], seed: int) -> QuantizedSearch:
+        """Probe the quantized graph's points in order, up to the first beyond its steps."""
+        allowed = self.tol.steps if self.tol.steps is not None else STEPS.get(self.preset.precision, 2.0)
+        if not points:
+            return QuantizedSearch([], {}, None, allowed, note="the quantized graph quantizes no computed value "
+                                   "with a fixed scale, so it has no point to probe.")
+        tasks = [PointTask(str(p.index), self.case, self.invocation, seed, self.preset, self.tol, self.backend, p)
+                 for p in points]
+        # one piece a task: a part of the quantized graph is lowered as the whole model is
+        done = run_pieces(self.pool.run, tasks, self.fine, max(1, self.pool.n), first_only=True, most=1)
+        results = {int(k): r for k, r in done.items()}
+        finding = min((i for i, r in results.items() if r.status not in self.fine), default=None)
+        if finding is not None:
+            results = {i: r for i, r in results.items() if i <= finding}
+        if finding is not None:
+            note = ""
+        elif self.converts_only:
+            note = (f"the quantized graph converts cut after each of its {len(points)} points (this machine cannot "
+                    "run the preset, so only conversion was tested).")
+        else:
+            note = (f"all {len(points)} quantized points are within {allowed:g} steps of the quantized graph, each "
+                    "lowered up to it.")
+        return QuantizedSearch(points, results, finding, allowed, note)
 
     # -------------------------------------------------------- ATen nodes
     def fragment_task(self, key: str, scope: str, fragment: Fragment) -> FragmentTask:
@@ -264,11 +291,11 @@ def localize(case: TestCase, invocation: Invocation, preset: Preset,
     if case.call.kind != "module" or case.pair is not None:
         raise OpdiffError(f"test '{case.id}' is a{'n op' if case.test_type == 'op' else ' pair'} test; "
                           "localize needs a module test (it hooks the module's submodules).")
-    if preset.scheme is not None:
-        raise OpdiffError(f"localize of int8 preset '{preset.name}' is not built yet: its pieces would each be "
-                          "quantized apart, from calibration of the whole test. The result's lowering_steps and "
-                          "quant_sqnr say which error it is; localize its float preset to find where a model "
-                          "diverges.")
+    if preset.scheme is not None and not (backend or backend_for(preset)).steps_through_quantized(preset):
+        raise OpdiffError(f"localize of int8 preset '{preset.name}' steps through the quantized model as a torch "
+                          f"graph, and the {preset.family} backend's quantized model is not one (it quantizes with "
+                          "tools of its own). The result's lowering_steps and quant_sqnr say which error it is; "
+                          "localize the test on an ExecuTorch or inductor int8 preset, or on its float preset.")
     tol = tol_for(preset) if tol_for is not None else tolerance_for(case.tolerance, preset)
     own_pool = pool is None
     # isolated workers by default; a Backend object given here cannot travel to one, so it runs here
@@ -291,6 +318,14 @@ def _localize(search: _Search, ops: bool, seed: int) -> LocalizeReport:
     case = search.case
     report = LocalizeReport(case.id, search.preset.name, search.tol, [], None, seed=seed,
                             converts_only=search.converts_only)
+    if search.preset.scheme is not None:
+        graph: QuantizedGraph = search.one(QuantizedGraphTask("graph", case, search.invocation, seed,
+                                                               search.preset, search.backend))
+        if graph.error is not None:
+            report.error = graph.error
+        else:
+            report.quantized = search.points(graph.points, seed)
+        return report
     tree: CallTree = search.one(CallTreeTask(case, search.invocation))
     if tree.error is not None:
         report.error = tree.error

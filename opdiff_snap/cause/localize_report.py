@@ -11,6 +11,7 @@ from ..core.verdicts import NOT_DIVERGED, NOT_DIVERGED_CONVERTING, RAN, Verdict
 from ..suite.model import Tolerance
 from .atengraph import GraphNode
 from .lowering import Survey
+from .quantized_graph import QuantizedSearch
 
 CONSTANT_NODE = "computed from weights and constants only (backends fold it at export); not run alone"
 
@@ -113,6 +114,7 @@ class LocalizeReport:
     preset_options: str | None = None       # as given, for the repro command
     converts_only: bool = False             # the preset converts here but cannot run (CoreML off macOS)
     lowering: Survey | None = None          # the test failed to lower: every op that fails alone
+    quantized: QuantizedSearch | None = None   # an int8 preset: the quantized graph's points probed
 
     def to_json(self) -> dict[str, Any]:
         """What `opdiff localize --format json` prints: the verdicts of the pieces run, the
@@ -132,7 +134,8 @@ class LocalizeReport:
                 "first_divergent": None if self.first_divergent is None else self.first_divergent.scope,
                 "submodules": [row(r) for r in sorted(self.rows + self.enclosing, key=lambda x: x.order)],
                 "node": finding, "repro": self.repro_command(),
-                "lowering": None if self.lowering is None else self.lowering.to_json()}
+                "lowering": None if self.lowering is None else self.lowering.to_json(),
+                "quantized": None if self.quantized is None else self.quantized.to_json()}
 
     def passes(self, status: Verdict) -> bool:
         """A piece that does not mark where the divergence starts: it matched, or, where the
@@ -145,6 +148,11 @@ class LocalizeReport:
         failed, crashed or hung), for the deepest thing found."""
         if self.ops is not None and self.ops.finding is not None:
             return "mismatch" if self.ops.finding.status in RAN else "failed"
+        q = self.quantized
+        if q is not None:
+            if q.finding is None:
+                return "none"
+            return "mismatch" if q.results[q.finding].status in RAN else "failed"
         if self.lowering is not None and self.lowering.ops:
             return "failed"
         row = self.first_divergent or next((r for r in self.enclosing if not self.passes(r.status)), None)
@@ -172,6 +180,8 @@ class LocalizeReport:
 
     def summary(self) -> str:
         head = f"{self.test_id} on {self.preset}"
+        if self.quantized is not None:
+            return f"{head}: {quantized_summary(self.quantized)}"
         ops = self.ops
         low = self.lowering
         if low is not None and low.ops:
@@ -219,6 +229,32 @@ class LocalizeReport:
         return text
 
 
+def quantized_summary(q: QuantizedSearch) -> str:
+    if q.finding is None:
+        return q.note
+    p, r = q.points[q.finding], q.results[q.finding]
+    n = p.index
+    before = (f"the {n} point{'s' if n > 1 else ''} before it {'are' if n > 1 else 'is'} within {q.steps:g} steps, "
+              f"each lowered up to {'itself' if n == 1 else 'themselves'}" if n else "it is the first")
+    if r.status in RAN:
+        what = (f"the lowering error starts at quantized point {p.index} of {len(q.points)} ({p.node}, "
+                f"{_steps(r.metrics)}); {before}")
+    else:
+        what = f"the quantized graph up to point {p.index} of {len(q.points)} ({p.node}) fails: {r.status}; {before}"
+    where = f", from {p.source}" if p.source else ""
+    inside = f" in {p.module}" if p.module else ""
+    return f"{what}. It computes {p.label}{inside}{where}."
+
+
+def _steps(m: dict[str, Any]) -> str:
+    parts = []
+    if isinstance(m.get("lowering_steps"), (int, float)):
+        parts.append(f"up to {m['lowering_steps']:.3g} steps")
+    if isinstance(m.get("lowering_bias"), (int, float)):
+        parts.append(f"mean {m['lowering_bias']:.3g} steps")
+    return ", ".join(parts)
+
+
 def scope_label(scope: str, cls: str) -> str:
     return f"'{scope or '<root>'}' ({cls})" if cls else f"'{scope or '<root>'}'"
 
@@ -244,6 +280,8 @@ def format_report(report: LocalizeReport, context: int = 3) -> str:
     the finding, and the command that writes its repro."""
     if report.error is not None:
         return f"{report.test_id} on {report.preset}: localize failed: {report.error}"
+    if report.quantized is not None:
+        return "\n".join(_quantized_lines(report.quantized, report.preset, context) + ["", report.summary()])
     head = f"{'':1} {'#':>3}  {'submodule':<30} {'class':<18} {'status':<14} {'max_abs':>10} {'max_rel':>10}"
     lines = [head, "-" * len(head)]
     mark_row = report.first_divergent
@@ -324,3 +362,37 @@ def _lowering_lines(low: Survey, preset: str) -> list[str]:
             lines.append(f"  {'':<34} {'':>5}  {'':<12} at {u.source_paths[0]}")
         lines.append(f"  {'':<34} {'':>5}  {'':<12} {u.error.splitlines()[0][:200] if u.error else ''}")
     return lines
+
+
+def _quantized_lines(q: QuantizedSearch, preset: str, context: int) -> list[str]:
+    """The quantized graph's points probed: each lowered up to itself on `preset` and judged
+    in steps of its scale (the passing ones before the finding elided down to `context`)."""
+    lines = [f"Quantized points of the int8 graph: {len(q.points)}; each lowered up to itself on {preset}, "
+             f"judged in steps of its scale (tolerance {q.steps:g} steps)."]
+    head = f"{'':1} {'#':>4}  {'status':<14} {'steps':>8} {'bias':>8} {'scale':>10}  computes"
+    lines += [head, "-" * len(head)]
+    ran = [p for p in q.points if p.index in q.results]
+    stop = q.finding if q.finding is not None else len(q.points)
+    hidden = [p for p in ran if p.index < stop - context and q.results[p.index].status is Verdict.PASS]
+    if hidden:
+        lines.append(f"  {'...':>4}  {len(hidden)} points within tolerance ({hidden[0].index}-{hidden[-1].index})")
+    for p in ran:
+        if p in hidden:
+            continue
+        r = q.results[p.index]
+        m = r.metrics
+        mark = ">" if p.index == q.finding else ""
+        scale = f"{p.scale:10.3g}" if p.scale else f"{'range':>10}"
+        inside = f" in {p.module}" if p.module else ""
+        lines.append(f"{mark:1} {p.index:>4}  {str(r.status):<14} {_fmt8(m.get('lowering_steps'))} "
+                     f"{_fmt8(m.get('lowering_bias'))} {scale}  {p.label}{inside}")
+        if p.index == q.finding:
+            if p.source:
+                lines.append(f"  {'':>4}  source: {p.source_path or '?'}  ({p.source})")
+            if r.text:
+                lines.append(f"  {'':>4}  {r.text.splitlines()[0][:400]}")
+    return lines
+
+
+def _fmt8(v: Any) -> str:
+    return f"{v:8.3g}" if isinstance(v, (int, float)) else f"{'-':>8}"

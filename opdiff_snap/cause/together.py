@@ -103,9 +103,10 @@ def _groups(tasks: list[PieceTask], width: int, most: int) -> list[list[PieceTas
     return [tasks[i:i + size] for i in range(0, len(tasks), size)]
 
 
-def run_pieces(run: Callable[[Iterable[Any]], Iterator[Any]], tasks: list[PieceTask], fine: frozenset[Verdict],
+def run_pieces(run: Callable[[Iterable[Any]], Iterator[Any]], tasks: list[Any], fine: frozenset[Verdict],
                width: int, first_only: bool = False, most: int = MOST) -> dict[str, PieceResult]:
     """Each piece's result, by key, running them in batches on `run` (a pool's run).
+    `tasks`: PieceTasks; with `most` 1 (no batch), any task whose result is a PieceResult.
 
     `fine`: the verdicts that pass. `first_only`: only the first piece, in the order given,
     that does not pass matters: pieces after it are not run (those already handed to a

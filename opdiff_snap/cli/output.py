@@ -140,7 +140,7 @@ def _line(r: Result) -> str:
     text = f"{label(r):<18} {printable(r.test_id)} seed={r.seed} {printable(r.preset)}"
     if r.infer_ms is not None:
         text += f" infer={r.infer_ms:.3f}ms"
-    if r.metrics and r.verdict not in GOOD:
+    if r.metrics and r.verdict not in GOOD and _max_abs(r) is not None:
         text += f" max_abs={_max_abs(r)}"
     if r.message and r.verdict not in GOOD:
         text += f" -- {printable(detail(r, 200))}"

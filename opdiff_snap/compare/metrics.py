@@ -51,7 +51,8 @@ class Metrics:
     error failed the result (lowering, quantization).
 
     `compared` is False for the metrics of a result whose outputs could not be compared
-    (a structure mismatch) but that keeps what was measured beside them."""
+    (a structure mismatch, an int8 result converted but not run) but that keeps what was
+    measured beside them: there, only the int8 numbers that were measured are written."""
 
     max_abs: float = 0.0
     mean_abs: float = 0.0
@@ -94,7 +95,10 @@ class Metrics:
     compared: bool = field(default=True, metadata={"beside": True})
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: json_safe(getattr(self, k)) for k in NUMBERS} if self.compared else {}
+        if self.compared:
+            out = {k: json_safe(getattr(self, k)) for k in NUMBERS}
+        else:   # the numbers of no comparison would read as one: only the int8 ones measured
+            out = {k: json_safe(getattr(self, k)) for k in QUANT_NUMBERS if getattr(self, k) is not None}
         for name in ("control", "b_vs_a", "grad"):
             part = getattr(self, name)
             if part is not None:
@@ -112,7 +116,7 @@ class Metrics:
             if k in data:
                 values[k] = data[k]
         control, b_vs_a, grad = (data.get(k) for k in ("control", "b_vs_a", "grad"))
-        return cls(**values, compared=bool(values),
+        return cls(**values, compared=any(k not in QUANT_NUMBERS for k in values),
                    control=Control.from_json(control) if isinstance(control, Mapping) else None,
                    b_vs_a=Judged.from_json(b_vs_a) if isinstance(b_vs_a, Mapping) else None,
                    grad=Judged.from_json(grad) if isinstance(grad, Mapping) else None)
@@ -155,6 +159,7 @@ class Judged:
 
 NUMBERS = tuple(f.name for f in fields(Metrics) if not f.metadata.get("beside"))
 """The comparison's numbers: the metric columns of the history's views."""
+QUANT_NUMBERS = frozenset(k for k in NUMBERS if k.startswith(("quant_", "lowering_")))
 
 
 def _number(value: Any) -> Any:

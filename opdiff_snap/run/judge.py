@@ -27,7 +27,7 @@ from ..backends.base import Delegation, Preset
 from ..compare.gradients import compare_grads
 from ..compare.metrics import Control, Judged, Metrics
 from ..compare.numerics import Comparison, compare
-from ..compare.quantized import judge_int8
+from ..compare.quantized import judge_int8, sqnr_db
 from ..compare.results import Result
 from ..compare.rules import Rounding
 from ..compare.vacuous import vacuous_reason
@@ -63,6 +63,8 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
         result.verdict = outcome.status
         if outcome.status is Verdict.UNAVAILABLE and outcome.control is not None:
             result.message = f"{result.message}{judged_there(golden, preset, tol, outcome)}"
+        if outcome.status is Verdict.UNAVAILABLE and outcome.quantized is not None:
+            _quantization_only(result, golden, outcome, tol)
         return result
     result.vacuous = vacuous_reason(golden.outputs, tol)
     actual = restore_outputs(outcome.output_structure, outcome.outputs or [])
@@ -110,6 +112,28 @@ def _judge_int8(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance
         result.message = ""
     else:
         result.message = judged.message + "."
+
+
+def _quantization_only(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance) -> None:
+    """An int8 result converted but not run here: its quantization error is still measured
+    (the quantized reference ran in the worker), and is SQNR_LOW below a `min_sqnr` set."""
+    q = outcome.quantized
+    assert q is not None
+    expected = flat_values(golden.outputs)
+    if len(expected) != len(q.reference) or any(e.shape != r.shape for e, r in zip(expected, q.reference)):
+        return
+    sqnr = sqnr_db(expected, q.reference)
+    metrics = _beside(result)
+    metrics.quant_sqnr = sqnr
+    if sqnr is None:
+        return
+    result.message = f"{result.message}; the quantized model is {sqnr:.3g} dB SQNR from the golden"
+    if tol.min_sqnr is not None and sqnr < tol.min_sqnr:
+        metrics.quant_failed = "quantization"
+        result.verdict = Verdict.SQNR_LOW
+        result.message = (f"quantization error: the quantized model (before lowering) is {sqnr:.3g} dB SQNR from "
+                          f"the fp32 golden, below the {tol.min_sqnr:g} dB asked (the backend converted it; it "
+                          "cannot run here).")
 
 
 def rounding_for(golden: Golden, preset: Preset, structure: Any = None,

@@ -1,8 +1,8 @@
 """`qbias_cpu_int8`: ExecuTorch's int8 preset with a planted change, chosen by its option
 `plant`:
 
-- "bias" (the default), a lowering bug: after the quantized reference is computed, the
-  model's first quantized `aten.linear` gets one quantization step of its output (the
+- "bias" (the default), a lowering bug: what is lowered (after the quantized reference
+  is computed) has its first quantized `aten.linear` get one quantization step of its output (the
   scale of the quantize that follows it) added to its bias, and the program is lowered
   from that: a backend whose one kernel comes out one step up on every result. Tests
   without a linear layer are not reached.
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from opdiff_snap.backends.base import Quantized
-from opdiff_snap.backends.common import pt2e_quantize
-from opdiff_snap.backends.executorch import ExecuTorchBackend, xnnpack_quantizer
+from opdiff_snap.backends.common import pt2e_quantize, xnnpack_quantizer
+from opdiff_snap.backends.executorch import ExecuTorchBackend
 
 PLANTS = ("bias", "coarse_weights", "none")
 
@@ -58,14 +57,16 @@ class QBiasBackend(ExecuTorchBackend):
     precisions = ("int8",)
     default_options = {**ExecuTorchBackend.default_options, "plant": "bias"}
 
-    def export_quantized(self, module, inputs, calibration, preset, workdir):
+    def quantize(self, module, inputs, calibration, preset):
         plant = preset.options["plant"]
         if plant not in PLANTS:
             raise ValueError(f"plant must be one of {PLANTS}")
         scheme = preset.scheme
         quantizer = (_coarse_quantizer() if plant == "coarse_weights"
                      else xnnpack_quantizer(scheme.per_channel, scheme.dynamic))
-        converted, reference, steps = pt2e_quantize(module, inputs, calibration, quantizer, preset.options)
-        if plant == "bias":
-            _plant_step(converted)
-        return self.export(converted, inputs, preset, workdir), Quantized(reference, steps)
+        return pt2e_quantize(module, inputs, calibration, quantizer, preset.options)
+
+    def lower_quantized(self, module, inputs, preset, workdir):
+        if preset.options["plant"] == "bias":
+            _plant_step(module)
+        return self.export(module, inputs, preset, workdir)
