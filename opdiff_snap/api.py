@@ -135,9 +135,10 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
           trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
           listener: Callable[[Result], None] | None = None, python: str | Path | None = None,
           shard: tuple[int, int] | None = None, run_group: str | None = None,
-          require_delegated: bool = False) -> RunReport:
+          require_delegated: bool = False, expectations=None) -> RunReport:
     """Check the goldens on the `backends` presets; run.check.CheckRequest says what each
-    option means."""
+    option means. `expectations`: an expectations.entries.Expectations (see
+    `load_expectations`), whose expected verdicts the results carry."""
     from .run.check import CheckRequest
     from .run.check import check as check_run
     from .run.pipeline import Running, Selection
@@ -147,8 +148,23 @@ def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
     return check_run(CheckRequest(
         list(backends), Selection(suites, test_ids, tags, seeds, seed_list), running,
         preset_options=preset_options, skips=tuple(skips), tolerance=tolerance, resume=resume,
-        trust_goldens=trust_goldens, shard=shard, run_group=run_group, require_delegated=require_delegated),
+        trust_goldens=trust_goldens, shard=shard, run_group=run_group, require_delegated=require_delegated,
+        expectations=expectations),
         settings=settings, argv=argv, listener=listener)
+
+
+def load_expectations(path: Path | str | None = None, settings: Settings = Settings()):
+    """The expectations file at `path` (default: the settings' `expectations`), validated
+    against the preset names; None where the default file does not exist. Raises
+    ExpectationsError with every problem of the file."""
+    from .backends.registry import preset_names
+    from .expectations.file import load
+
+    if path is None:
+        if not Path(settings.expectations).is_file():
+            return None
+        path = settings.expectations
+    return load(path, preset_names())
 
 
 def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | None = None, selection=None,

@@ -3,7 +3,6 @@ registered by entry point, JSON / JUnit output, exit codes, SIGKILL then --resum
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -12,40 +11,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers_check import copy_project, make_site, new_project, opdiff, opdiff_popen
+from helpers_check import opdiff, opdiff_popen, perturbed_ids
 
-from opdiff_snap import api
-from opdiff_snap.core.config import Settings
 from opdiff_snap.history.runs import read_run
-from opdiff_snap.suite import load_suites
 
 PERTURB = ["perturb_cpu_fp32", '{"perturb": ["aten::exp", "aten::tanh"]}']
 FAST = ["--repeats", "1", "--warmup", "0"]
 
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    return make_site(tmp_path_factory.mktemp("site"))
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """suite30.yaml recorded once on torch_cpu_fp32 (in-process, relative paths)."""
-    root = new_project(tmp_path_factory.mktemp("p30"), "suite30.yaml")
-    with contextlib.chdir(root):
-        report = api.record(settings=Settings(repeats=1, warmup=0), in_process=True)
-    assert report.counts() == {"RECORDED": 32}
-    return root
-
-
-@pytest.fixture
-def project(recorded, tmp_path):
-    return copy_project(recorded, tmp_path / "p")
-
-
-def perturbed_ids(root: Path) -> set[str]:
-    with contextlib.chdir(root):
-        return {c.id for c in load_suites([Path("suites/suite30.yaml")]) if "uses_exp_or_tanh" in c.tags}
+pytest_plugins = ["helpers_check.project30"]
 
 
 def no_traceback(proc) -> None:

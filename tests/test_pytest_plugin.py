@@ -202,6 +202,29 @@ def test_every_verdict_maps_to_its_outcome_and_junit_has_one_case_per_item(pytes
 
 
 @pytest.mark.slow
+def test_expected_failures_are_strict_xfails_and_junit_skips_them_with_the_reason(pytester, verdicts):
+    (verdicts / "expectations.yaml").write_text(
+        "perturb_cpu_fp32:\n  - {test: exp, verdict: MISMATCH, reason: planted exp kernel}\n"
+        "stages_export_fp32:\n  - {test: relu, verdict: EXPORT_FAIL, reason: no exporter}\n"
+        "stages_fine_fp32:\n  - {test: relu, verdict: CRASH, reason: it used to crash}\n")
+    args = [a if a != "perturb_cpu_fp32 or (relu and stages_)" else
+            "(exp and perturb_cpu_fp32) or (relu and (stages_export or stages_fine))" for a in VERDICT_ARGS]
+    result = pytester.runpytest_subprocess(*args, timeout=300)
+    result.assert_outcomes(xfailed=2, failed=1, deselected=7 * (1 + len(STAGES)) - 3)
+    cases = junit_cases(verdicts / "junit.xml")
+    exp, export = cases[f"{SUITE}::exp[s0-perturb_cpu_fp32]"], cases[f"{SUITE}::relu[s0-stages_export_fp32]"]
+    assert exp[0] == "skipped" and "MISMATCH on perturb_cpu_fp32, as expected: planted exp kernel" in exp[1]
+    assert export[0] == "skipped" and "no exporter" in export[1]
+    fine = cases[f"{SUITE}::relu[s0-stages_fine_fp32]"]
+    assert fine[0] == "failed" and "unexpected pass" in fine[1] and "CRASH was expected" in fine[1]
+    run = history_runs(verdicts)[0]      # the history keeps the verdict, and what was expected
+    assert {(i["id"], i["preset"]): (i["status"], i["expected"]) for i in run.items} == {
+        ("exp", "perturb_cpu_fp32"): ("MISMATCH", "MISMATCH"), ("relu", "stages_export_fp32"): ("EXPORT_FAIL",
+                                                                                             "EXPORT_FAIL"),
+        ("relu", "stages_fine_fp32"): ("PASS", "CRASH")}
+
+
+@pytest.mark.slow
 def test_xdist_gives_the_same_outcomes_with_one_history_run_per_worker(pytester, verdicts):
     result = pytester.runpytest_subprocess(*VERDICT_ARGS, "-n", "2", timeout=300)
     result.assert_outcomes(passed=2, failed=10, skipped=2)   # the same as without -n (previous test)

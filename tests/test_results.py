@@ -23,7 +23,7 @@ SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
 ITEM_KEYS = {"id", "seed", "preset", "status", "error_message", "test_type", "suite", "spec_hash", "tags",
              "baseline", "error_class", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "batch",
              "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous", "calibration",
-             "backends", "times_all", "diff_all"}
+             "expected", "backends", "times_all", "diff_all"}
 
 
 def full() -> Result:
@@ -45,7 +45,8 @@ def full() -> Result:
                   delegation=Delegation("XnnpackBackend", 1, [DelegatedOp("aten::linear.default", 2, 0),
                                                              DelegatedOp("aten::cumsum.default", 0, 1,
                                                                          ["m.py:5 in forward: x.cumsum(-1)"])]),
-                  precision_limited=True, vacuous="all 4 output elements equal 0", calibration="0123456789abcdef")
+                  precision_limited=True, vacuous="all 4 output elements equal 0", calibration="0123456789abcdef",
+                  expected=Verdict.EXPORT_FAIL)
 
 
 def test_every_field_is_set_by_the_fixture():

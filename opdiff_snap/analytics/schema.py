@@ -69,6 +69,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "numel": "number of compared elements",
         "max_expected": "largest |expected| over the compared outputs (M, which the allowances scale with)",
         "min_atol": "smallest atol that would have passed (rtol kept)",
+        "min_rtol": "smallest rtol that would have passed (atol kept; inf where an element beyond atol expects 0)",
+        "sqnr": "10 log10(sum expected^2 / sum (actual - expected)^2) over the compared elements, dB (inf: equal)",
+        "mean_dev": "mean signed deviation, mean(actual - expected)",
+        "rel_l2": "relative L2 error, ||actual - expected|| / ||expected||",
         "worst_index": "index of the worst element", "worst_output": "output holding it",
         "worst_expected": "expected value there", "worst_actual": "actual value there",
         "baseline_error": "largest |golden - float64 reference|: the baseline's own rounding error",
@@ -104,6 +108,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "quant_failed": "int8: which error failed the result: lowering (MISMATCH) or quantization (SQNR_LOW)",
         "calibration": "int8: sha256 (16 hex) of the calibration inputs the model was quantized from; equal "
                        "digests quantized from the same data",
+        "expected": "the verdict the expectations file expects of the result (NULL: none that holds); status = "
+                    "expected is a known failure, status != expected a new or different one, or a pass",
         "precision_limited": "a MISMATCH on fp16/bf16 that torch eager at the same precision shares, by at least "
                              "half as much: look at the precision before the backend",
         "vacuous": "why the golden proves nothing (every output near zero, constant, or non-finite); NULL: it does",

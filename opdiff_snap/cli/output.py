@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -151,10 +152,31 @@ def detail(r: Result, width: int = 160) -> str:
     """What a not-passing result says in one line: the ops its preset cannot lower, where
     they were surveyed, else the informative line of its message."""
     if r.unsupported_ops:
+        n = len(r.unsupported_ops)
+        head = f"cannot lower {n} op{'s' if n > 1 else ''}: "
+        where = _test_place(r)
+        if where is not None:   # an op test: no code of the user's called the op
+            names = ", ".join(u.op.removeprefix("aten::") for u in r.unsupported_ops)
+            return f"{head}{names} (the test at {where})"[:width]
         ops = ", ".join(f"{u.op.removeprefix('aten::')}" + (f" ({u.sources[0].split(' in ')[0]})" if u.sources else "")
                         for u in r.unsupported_ops)
-        return f"cannot lower {len(r.unsupported_ops)} op{'s' if len(r.unsupported_ops) > 1 else ''}: {ops}"[:width]
+        return f"{head}{ops}"[:width]
     return headline(r.message, width)
+
+
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
+
+
+def _test_place(r: Result) -> str | None:
+    """'suites/x.yaml:LINE' where every source of the ops a result cannot lower is opdiff's
+    own code (the test has none of the user's), else None."""
+    paths = [p for u in r.unsupported_ops or [] for p in u.source_paths]
+    if not r.suite or not paths or not all(p.startswith(_PACKAGE) for p in paths):
+        return None
+    from ..suite.load import line_of_test
+
+    line = line_of_test(r.suite, r.test_id)
+    return f"{r.suite}:{line}" if line else str(r.suite)
 
 
 def _numbers(r: Result) -> Metrics | None:
@@ -172,10 +194,17 @@ def _severity(r: Result) -> float:
     return m.min_atol if m is not None and math.isfinite(m.min_atol) else float("inf")
 
 
-def print_summary(console: Console, report: RunReport, limit: int = 20) -> None:
-    """Results grouped by verdict, failures first and worst metrics first."""
+def print_summary(console: Console, report: RunReport, limit: int = 20, standing=None) -> None:
+    """Results grouped by verdict, failures first and worst metrics first. `standing` (an
+    expectations.standing.StandingReport): the failures expected as they came are left out
+    of the table (counted at the end)."""
     counts = Counter(r.verdict for r in report.results)
     failing = [r for r in report.results if r.verdict not in GOOD | QUIET]
+    if standing is not None:
+        from ..expectations.standing import Standing
+
+        expected = {id(j.result) for j in standing.judged if j.standing is Standing.EXPECTED}
+        failing = [r for r in failing if id(r) not in expected]
     failing.sort(key=lambda r: (PRECEDENCE.index(r.verdict), -_severity(r)))
     if failing:
         table = Table(title="Not passing (worst first)", show_lines=False)
@@ -279,8 +308,8 @@ def write_junit(report: RunReport, path: Path, fail_on: set[Verdict]) -> None:
     for r in report.results:
         by_preset.setdefault(r.preset, []).append(r)
     for preset, results in by_preset.items():
-        fails = sum(r.verdict in fail_on for r in results)
-        skipped = sum(r.verdict not in fail_on and r.verdict not in GOOD for r in results)
+        fails = sum(_junit_fails(r, fail_on) for r in results)
+        skipped = sum(not _junit_fails(r, fail_on) and r.verdict not in GOOD for r in results)
         suite = ET.SubElement(root, "testsuite", name=printable(preset), tests=str(len(results)),
                               failures=str(fails), errors="0", skipped=str(skipped))
         for r in results:
@@ -291,14 +320,24 @@ def write_junit(report: RunReport, path: Path, fail_on: set[Verdict]) -> None:
             if r.metrics:
                 detail += "\n" + json.dumps(r.metrics.to_json())
             detail = printable(detail, lines=True)
-            if r.verdict in fail_on:
+            if r.expected is not None and r.verdict in GOOD:   # a failure was expected: strict
+                ET.SubElement(case, "failure", message=f"unexpected pass: {r.expected.value} was expected",
+                              type="UNEXPECTED_PASS").text = detail
+            elif _junit_fails(r, fail_on):
                 ET.SubElement(case, "failure", message=detail.splitlines()[0][:500],
                               type=r.verdict.value).text = detail
+            elif r.expected is r.verdict and r.verdict not in GOOD:
+                ET.SubElement(case, "skipped", message=f"expected failure: {detail.splitlines()[0][:480]}")
             elif r.verdict not in GOOD:
                 ET.SubElement(case, "skipped", message=detail.splitlines()[0][:500])
     ET.indent(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _junit_fails(r: Result, fail_on: set[Verdict]) -> bool:
+    """A failure in JUnit: a --fail-on verdict not expected as it came, or an unexpected pass."""
+    return (r.verdict in fail_on and r.expected is not r.verdict) or (r.expected is not None and r.verdict in GOOD)
 
 
 def parse_fail_on(text: str | None) -> set[Verdict]:

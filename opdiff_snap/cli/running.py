@@ -131,25 +131,82 @@ def _overrides_source(file: Path | None, inline: str | None):
     return str(file)
 
 
-def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label):
+def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label, expecting=None, summary_md=None):
+    """Run, print the summary, write JUnit (and for a check the Markdown summary), exit.
+    `expecting`: (expectations, path, update) where a check is held to its expectations
+    file (cli/expecting.py)."""
     from .output import ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary, report_json, write_junit
 
     fail_on = parse_fail_on(fail_on_text)
     output_file(Path(junit) if junit else None, "--junit")
+    output_file(Path(summary_md) if summary_md else None, "--summary-md")
     console = make_console(sys.stderr if fmt == "json" else sys.stdout)
     with ProgressDisplay(console, None, label, verbose) as progress:
         report = runner(progress)
+    standing = None
+    if expecting is not None:
+        from .expecting import judge
+
+        standing = judge(expecting[0], report.results, fail_on)
     if fmt == "json":
         echo(report_json(report))
     else:
-        print_summary(console, report)
+        print_summary(console, report, standing=standing)
     if junit:
         try:
             write_junit(report, Path(junit), fail_on)
         except OSError as exc:
             raise OpdiffError(f"--junit {junit}: cannot write it ({exc.strerror}); the run itself is in "
                               f"{report.path}.") from None
-    sys.exit(exit_code(report.results, fail_on))
+    if report.command == "check":
+        _write_summary(report, fail_on, standing, summary_md)
+    if expecting is None:
+        sys.exit(exit_code(report.results, fail_on))
+    from .expecting import standing_lines, update_command, write_update
+
+    expectations, path, update = expecting
+    strict = settings_of(ctx).strict_expectations
+    out = console if fmt != "json" else make_console(sys.stderr)
+    if update:
+        for line in write_update(expectations, report.results, fail_on, path):
+            out.print(line, highlight=False, markup=False)
+        sys.exit(0)
+    assert standing is not None
+    for line in standing_lines(standing, strict, update_command()):
+        out.print(line, highlight=False, markup=False)
+    sys.exit(1 if standing.fails(strict) else 0)
+
+
+def _write_summary(report, fail_on, standing, given: Path | None) -> None:
+    """The Markdown summary into --summary-md (written anew) or GitHub's step summary
+    (appended to, as each step of a job does)."""
+    from .summary_md import markdown, summary_path
+
+    target = summary_path(given)
+    if target is None:
+        return
+    try:
+        with open(target, "w" if given is not None else "a", encoding="utf-8") as f:
+            f.write(markdown(report, fail_on, standing))
+    except OSError as exc:
+        raise OpdiffError(f"cannot write the Markdown summary to {target} ({exc.strerror or exc}); the run itself "
+                          f"is in {report.path}.") from None
+
+
+def _expecting(ctx, path: Path | None, update: bool):
+    """(expectations, path, update) for a check: the file given, else the settings' one if
+    it exists (else, without --update-expectations, None: no expectations)."""
+    from .. import api
+    from ..expectations.entries import Expectations
+
+    settings = settings_of(ctx)
+    target = Path(path) if path is not None else Path(settings.expectations)
+    if target.is_file():
+        return api.load_expectations(target), target, update
+    if path is not None and not update:
+        raise OpdiffError(f"--expectations {path}: no such file. Give an existing expectations file, or write "
+                          "one from a run with --update-expectations.")
+    return (Expectations([], str(target)), target, True) if update else None
 
 
 @click.command()
@@ -232,6 +289,15 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--fail-on", help="Comma-separated verdicts that make the exit code 1 (default: all but "
                                 + ", ".join(v.value for v in reversed(PRECEDENCE) if v in NOT_FAILING) + ").")
 @click.option("--junit", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
+@click.option("--expectations", "expectations_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="The expectations file: results known not to pass (default: expectations.yaml, or "
+                   "`expectations` under [tool.opdiff]; none if that file does not exist).")
+@click.option("--summary-md", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write a Markdown summary here (counts per preset, what needs a look first, the command to "
+                   "run next); in GitHub Actions it goes to the job summary without this.")
+@click.option("--update-expectations", is_flag=True,
+              help="Write this run's failures into the expectations file (keeping reasons written), remove "
+                   "entries that pass now, and say what changed; entries of other presets and tests stay.")
 @python_option
 @click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _shard(value, ctx, param),
               help="Run the K-th of N shards of the planned jobs (with --run-group).")
@@ -246,14 +312,18 @@ def _preset_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.pass_context
 @guarded
 def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, precision_factor, resume, no_cache,
-          trust_goldens, fail_on, junit, python, shard, run_group, require_delegated, batch, jobs,
+          trust_goldens, fail_on, junit, expectations_path, summary_md, update_expectations, python, shard,
+          run_group,
+          require_delegated, batch, jobs,
           timeout_s, repeats, warmup, in_process, test_ids, tags, seeds, seed_list, fmt, verbose,
           opdiff_backends, opdiff_skips, backend_overrides_file, backend_overrides_json,
           num_sampled_inputs) -> None:
     """Check goldens on target presets: exactly the stored inputs and weights, compared
     with tolerances; one JSONL history file per run in ./store.
 
-    Exit 0 when nothing failed, 1 when a --fail-on verdict occurred, 2 on input errors."""
+    Exit 0 when nothing failed, 1 when a --fail-on verdict occurred, 2 on input errors. With
+    an expectations file: 1 only for a failure it does not expect (or expects otherwise),
+    or an expected failure that now passes (strict_expectations)."""
     from .. import api
 
     backends = list(backends) + [n.strip() for n in (opdiff_backends or "").split(";") if n.strip()]
@@ -272,14 +342,17 @@ def check(ctx, suites, backends, preset_options, atol, rtol, baseline_factor, pr
     given = (atol, rtol, baseline_factor, precision_factor)
     tol = Tolerance(*given) if any(v is not None for v in given) else None
     settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s, repeats=repeats, warmup=warmup, batch=batch)
+    expecting = _expecting(ctx, expectations_path, update_expectations)
     _run_and_report(ctx, lambda listener: api.check(
         list(suites) or None, backends=backends, preset_options=options,
         seeds=seeds, seed_list=parse_seed_list(seed_list), test_ids=patterns(test_ids), tags=patterns(tags),
         skips=_parse_skips(opdiff_skips), tolerance=tol, resume=resume, in_process=in_process,
         use_cache=not no_cache, trust_goldens=trust_goldens, settings=settings,
         argv=sys.argv[1:], listener=listener, python=python, shard=shard,
-        run_group=run_group, require_delegated=require_delegated),
-        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard[0]}/{shard[1]}")
+        run_group=run_group, require_delegated=require_delegated,
+        expectations=expecting[0] if expecting is not None else None),
+        fmt, verbose, fail_on, junit, "check" if not shard else f"check shard {shard[0]}/{shard[1]}", expecting,
+        summary_md)
 
 
 def _shard(text: str | None, ctx: click.Context, param: click.Parameter) -> tuple[int, int] | None:

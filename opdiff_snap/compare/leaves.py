@@ -41,6 +41,8 @@ class Leaf:
     worst_expected: float | None = None
     worst_actual: float | None = None
     min_atol: float = 0.0
+    min_rtol: float = 0.0      # the smallest rtol with which it passes at its atol
+    sum_signed: float = 0.0    # of actual - expected, over the finite-on-both-sides components
     exact: bool = False
     atol: float = 0.0
     rtol: float = 0.0
@@ -201,9 +203,29 @@ def _leaf_values(out: Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, af
         out.max_abs = float(d.max())
         out.max_rel = float((d / np.where(abs_e > 0, abs_e, np.inf)).max())  # e == 0 left out
         out.dot, out.ee, out.aa = _dot(ef, af), _dot(ef, ef), _dot(af, af)
+        out.sum_signed = float((af.astype(np.float64) - ef.astype(np.float64)).sum())
         if r is not None:
             out.min_atol = _passing_atol(max(0.0, float((d - r).max())), d, r)
+            out.min_rtol = _passing_rtol(d, abs_e, out.atol)
     return out
+
+
+def _passing_rtol(d: np.ndarray, abs_e: np.ndarray, atol: float) -> float:
+    """The smallest rtol with which `d <= atol + rtol * |e|` holds everywhere (inf where an
+    element beyond atol faces an expected 0)."""
+    over = d > atol
+    if not over.any():
+        return 0.0
+    e = abs_e[over]
+    if not (e > 0).all():
+        return math.inf
+    need = (d[over] - atol) / e
+    m = float(need.max())
+    for _ in range(16):   # the division can round down: nudge up until it holds in float64
+        if bool((d <= atol + m * abs_e).all()):
+            return m
+        m = math.nextafter(m, math.inf)
+    return m
 
 
 def _passing_atol(m: float, d: np.ndarray, r: np.ndarray) -> float:

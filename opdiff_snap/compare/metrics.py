@@ -43,6 +43,13 @@ class Metrics:
     larger ratio), and `torch_factor` the multiple allowed; `as_torch` counts the elements
     outside every band of outputs forgiven for being within it.
 
+    The statistics people compare backends by, over the same entries: `min_atol` is the
+    smallest atol with which every element passes at the test's rtol, `min_rtol` the
+    smallest rtol at its atol (inf where an element beyond atol expects 0); `sqnr` is
+    10 log10(sum expected^2 / sum (actual - expected)^2) in dB (inf: equal; None: both
+    sums zero), `mean_dev` the mean signed deviation (actual - expected), `rel_l2` the
+    relative L2 error ||actual - expected|| / ||expected||.
+
     On an int8 preset (compare/quantized.py): `quant_sqnr` is the quantized reference's
     SQNR (dB) against the golden, the quantization error; `lowering_sqnr` the backend's
     against the quantized reference; `lowering_steps` its largest error there, and
@@ -68,6 +75,10 @@ class Metrics:
     worst_expected: float | str | None = None
     worst_actual: float | str | None = None
     min_atol: float = 0.0
+    min_rtol: float = 0.0
+    sqnr: float | None = None
+    mean_dev: float = 0.0
+    rel_l2: float = 0.0
     baseline_error: float | None = None
     error_bound: float | None = None
     within_rounding: int = 0

@@ -131,6 +131,13 @@ def _metrics(leaves: list[Leaf]) -> Metrics:
     m.max_rel = max((lf.max_rel for lf in leaves), default=0.0)
     m.max_expected = max((lf.max_expected for lf in leaves), default=0.0)
     m.min_atol = max((lf.min_atol for lf in leaves), default=0.0)
+    m.min_rtol = max((lf.min_rtol for lf in leaves), default=0.0)
+    noise, power = sum(lf.sum_sq for lf in leaves), sum(lf.ee for lf in leaves)
+    if n:
+        m.mean_dev = sum(lf.sum_signed for lf in leaves) / n
+    m.sqnr = None if noise == 0.0 and power == 0.0 else (
+        math.inf if noise == 0.0 else -math.inf if power == 0.0 else 10.0 * math.log10(power / noise))
+    m.rel_l2 = 0.0 if noise == 0.0 else math.inf if power == 0.0 else math.sqrt(noise / power)
     referenced = [lf for lf in leaves if lf.baseline_error is not None]
     if referenced:
         m.baseline_error = max(lf.baseline_error or 0.0 for lf in referenced)
@@ -210,7 +217,8 @@ def compare(expected: Any, actual: Any, tol: Tolerance, root: str = "out",
     msg += (f". Worst element at {metrics.worst_output}{list(metrics.worst_index or ())}: expected "
             f"{metrics.worst_expected}, got {metrics.worst_actual}, off by "
             f"{_off(metrics.worst_expected, metrics.worst_actual)}{allowed}; max_abs={metrics.max_abs:.3g}, "
-            f"min_atol={metrics.min_atol:.3g}")
+            f"min_atol={metrics.min_atol:.3g}, min_rtol={metrics.min_rtol:.3g}"
+            + (f", SQNR {metrics.sqnr:.3g} dB" if metrics.sqnr is not None else ""))
     return Comparison(Verdict.MISMATCH, msg, metrics, tuple(lf.path for lf in failing))
 
 

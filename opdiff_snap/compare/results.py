@@ -29,7 +29,7 @@ JSON_KEYS = {"test_id": "id", "verdict": "status", "message": "error_message"}
 # the fields repeated in opdiff's per-backend `res` object
 RES_FIELDS = ("verdict", "export_ms", "load_ms", "infer_ms", "infer_ms_all", "cache_hit", "batch", "error_class",
               "message", "tolerance", "metrics", "unsupported_ops", "delegation", "precision_limited", "vacuous",
-              "calibration")
+              "calibration", "expected")
 
 
 @dataclass
@@ -67,6 +67,8 @@ class Result:
     vacuous: str | None = None
     # an int8 preset: the digest of the calibration inputs it was quantized from
     calibration: str | None = None
+    # the verdict the expectations file expects of this result (None: none that holds)
+    expected: Verdict | None = None
 
     @classmethod
     def of(cls, case: TestCase | None, test_id: str, seed: int, preset: str, verdict: Verdict,
@@ -109,8 +111,8 @@ class Result:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "verdict":
-                value = value.value
+            if f.name in ("verdict", "expected"):
+                value = None if value is None else value.value
             elif f.name == "message":
                 value = None if self.verdict in NO_ERROR else (value or None)
             elif f.name == "tolerance":
@@ -140,6 +142,8 @@ class Result:
                     continue
                 value = line[key]
                 if f.name == "verdict":
+                    value = Verdict(value)
+                elif f.name == "expected" and value is not None:
                     value = Verdict(value)
                 elif f.name == "message":
                     value = value or ""

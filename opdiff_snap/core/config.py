@@ -45,6 +45,10 @@ class Settings:
     # bytes one worker process may hold (resident) before its job is stopped; None: 3/4 of this
     # machine's memory shared by the workers (pool.default_worker_memory)
     worker_memory_limit: int | None = None
+    # results known not to pass (expectations/): a missing file at this path means none
+    expectations: Path = Path("expectations.yaml")
+    # an expected failure that now passes fails the run (False: a warning)
+    strict_expectations: bool = True
 
     def with_overrides(self, **values: Any) -> "Settings":
         """Replace the fields whose value is not None."""
@@ -121,6 +125,9 @@ def load_settings(start: Path | None = None) -> Settings:
                 raise OpdiffError(f"{pyproject}: [tool.opdiff] {key}: {exc}") from None
         elif name == "executor":
             parse_executor(value, f"{pyproject}: [tool.opdiff] {key}")
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise OpdiffError(f"{pyproject}: [tool.opdiff] {key} must be true or false, not {value!r}.")
         elif isinstance(default, (int, float)):
             value = setting(f"{pyproject}: [tool.opdiff] {key}", value, NUMBERS[name])
         values[name] = value

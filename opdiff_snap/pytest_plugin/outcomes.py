@@ -12,7 +12,7 @@ The groups come from core/verdicts.py; nothing here decides a verdict.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import pytest
 
@@ -62,11 +62,26 @@ def describe(result: Result, fix: str | None = None, presets: Sequence[str] = ()
     return printable("\n".join(lines), lines=True)
 
 
-def settle(results: Sequence[Result], fixes: dict[Verdict, str] | None = None) -> None:
+def settle(results: Sequence[Result], fixes: dict[Verdict, str] | None = None, expected: Any = None,
+           strict: bool = True) -> None:
     """Turn results into the test's outcome: return when every one passed (or nothing
     ran for a stated reason and at least one passed), skip when none ran, raise
-    VerdictFailed naming every failing one (presets failing alike are named together)."""
+    VerdictFailed naming every failing one (presets failing alike are named together).
+    `expected`: the expectation (expectations.entries.Expectation) of a single result: its
+    verdict as expected is an xfail with the reason; a pass is an unexpected pass, failed
+    when `strict`."""
     __tracebackhide__ = True
+    if expected is not None and len(results) == 1:
+        r = results[0]
+        why = f"{r.verdict.value} on {r.preset}, as expected" + (f": {expected.reason}" if expected.reason else "")
+        if r.verdict is expected.verdict and r.verdict not in PASSING:
+            pytest.xfail(printable(why))
+        if r.verdict in PASSING and strict:
+            raise VerdictFailed(printable(
+                f"unexpected pass on {r.preset} (test '{r.test_id}' seed {r.seed}): {expected.verdict.value} was "
+                f"expected (line {expected.line} of the expectations file"
+                + (f": {expected.reason}" if expected.reason else "") + "). If it is fixed for good, remove the "
+                f"entry, or run `opdiff check -b {r.preset} --update-expectations`."))
     fixes = fixes or {}
     failing = [r for r in results if r.verdict not in PASSING | QUIET]
     if failing:

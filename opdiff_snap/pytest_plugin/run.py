@@ -42,6 +42,7 @@ from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
 from ..execution.runner import Job
 from ..execution.warmup import warm_ups
+from ..expectations.standing import Expecter
 from ..goldens import GoldenStore
 from ..history.runs import check_store_dir
 from ..history.writer import RunWriter
@@ -55,7 +56,7 @@ from .options import Options
 if TYPE_CHECKING:
     from .suite_items import SuitePlan
 
-PATH_SETTINGS = ("suites", "goldens", "store", "cache")
+PATH_SETTINGS = ("suites", "goldens", "store", "cache", "expectations")
 
 
 def _display(path: Path) -> Path:
@@ -108,6 +109,7 @@ class SessionRun:
         self._taken: set[str] = set()
         self._use_cache: bool | None = None
         self._started = time.perf_counter()
+        self.expectations: Any = None   # expectations.entries.Expectations, read by validate
 
     # ------------------------------------------------------------ setup
     def validate(self) -> None:
@@ -117,6 +119,18 @@ class SessionRun:
         _ = self.presets   # resolving them is the check
         check_store_dir(self.settings.store)
         _ = self.goldens   # opening the store is the check
+        from .. import api
+
+        self.expectations = api.load_expectations(settings=self.settings)   # None: no file
+        if self.expectations is not None:
+            self.sinks.annotate = Expecter(self.expectations, ())
+
+    def expectation(self, result: Result) -> Any:
+        """The expectation (that holds) naming `result`, if any."""
+        if self.expectations is None:
+            return None
+        return Expecter(self.expectations, ()).holding(
+            self.expectations.match(result.preset, result.test_id, result.seed))
 
     @functools.cached_property
     def goldens(self) -> GoldenStore:

@@ -147,12 +147,15 @@ class OpdiffItem(pytest.Item):
         return job_key(self.planned.test_id, self.planned.seed, self.preset.name)
 
     def runtest(self) -> None:
-        result = _run(self).result_for(self)
+        run = _run(self)
+        result = run.result_for(self)
         self.user_properties.append(("opdiff_verdict", result.verdict.value))
         from ..core.verdicts import Verdict
 
+        expected_as = run.expectation(result)
         settle([result], {Verdict.NO_GOLDEN: self.fix(), Verdict.STALE: self.fix(),
-                          Verdict.CORRUPT: self.fix(force=True)})
+                          Verdict.CORRUPT: self.fix(force=True)},
+               expected=expected_as, strict=run.settings.strict_expectations)
 
     def fix(self, force: bool = False) -> str:
         """The command that (re-)records this golden, or prunes it when no suite defines it."""

@@ -28,6 +28,8 @@ from ..execution.cache import cache_unusable
 from ..execution.job import Outcome
 from ..execution.runner import Job
 from ..execution.warmup import warm_ups
+from ..expectations.entries import Expectations
+from ..expectations.standing import Expecter
 from ..goldens import GoldenStore
 from ..goldens.cases import GoldenCases
 from ..history.runs import ItemKey, RunFile, read_run
@@ -65,6 +67,7 @@ class CheckRequest:
     shard: tuple[int, int] | None = None
     run_group: str | None = None
     require_delegated: bool = False   # any op node left off a delegate fails the result (NOT_DELEGATED)
+    expectations: Expectations | None = None   # each result carries the verdict expected of it
 
     def refusal(self) -> str | None:
         """Why these options cannot make a check, before anything is read."""
@@ -154,7 +157,7 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
                 yield from runs
 
     with writer:
-        sinks = Sinks(listener, writer)
+        sinks = Sinks(listener, writer, Expecter(request.expectations, ()) if request.expectations else None)
         stream: list | Iterator = work()
         if settings.batch > 1 and use_cache:
             stream = list(stream)

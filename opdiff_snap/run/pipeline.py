@@ -60,12 +60,16 @@ class Sinks:
     """Where each result of a run goes, in order: the run's history file (set when the
     run starts), the results the report is made from, the caller's listener."""
 
-    def __init__(self, listener: Listener | None = None, writer: RunWriter | None = None):
+    def __init__(self, listener: Listener | None = None, writer: RunWriter | None = None,
+                 annotate: Callable[[Result], None] | None = None):
         self.listener = listener
         self.writer = writer
+        self.annotate = annotate   # sets what the result's own job cannot know (its expected verdict)
         self.results: list[Result] = []
 
     def __call__(self, result: Result) -> None:
+        if self.annotate is not None:
+            self.annotate(result)
         if self.writer is not None:
             self.writer.item(result.to_json())
         self.results.append(result)

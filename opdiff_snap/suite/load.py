@@ -5,6 +5,7 @@ is raised at once, in one SuiteError."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -104,3 +105,39 @@ def _from_cache(reader: SuiteReader, path: Path, check_names: bool, roots: Searc
                  Origin(as_path(t["suite"]), t["index"], tuple(map(as_path, t["chain"])))) for t in tests]
     except (KeyError, TypeError, AttributeError, ValueError, OpdiffError):
         return None   # another shape: expanded afresh, and kept again
+
+
+def line_of_test(suite: Path | str, test_id: str) -> int | None:
+    """The line of `suite` where the test `test_id` is written: the entry of its `tests`
+    whose id is the test's, or the longest that a parametrized id starts with (None: not
+    found, or the file does not read)."""
+    try:
+        st = Path(suite).stat()
+    except OSError:
+        return None
+    lines = _test_lines(str(suite), st.st_mtime_ns, st.st_size)
+    if test_id in lines:
+        return lines[test_id]
+    bases = [tid for tid in lines if test_id.startswith(tid + "__")]
+    return lines[max(bases, key=len)] if bases else None
+
+
+@functools.lru_cache(maxsize=32)
+def _test_lines(suite: str, mtime_ns: int, size: int) -> dict[str, int]:
+    """{id: line} of the entries of a suite file's `tests` (read once per version of it)."""
+    from .yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
+
+    try:
+        data, _ = load_yaml_text(read_yaml_file(Path(suite)))
+    except (OSError, YamlSyntaxError):
+        return {}
+    tests = data.get("tests") if isinstance(data, dict) else None
+    if not isinstance(tests, list):
+        return {}
+    out: dict[str, int] = {}
+    for i, entry in enumerate(tests):
+        tid = entry.get("id") if isinstance(entry, dict) else None
+        mark = getattr(tests, "marks", {}).get(i)
+        if isinstance(tid, str) and mark is not None:
+            out.setdefault(tid, mark[0])
+    return out

@@ -51,6 +51,26 @@ def new_project(root: Path, *suites: str) -> Path:
     return root
 
 
+def recorded_suite30(root: Path) -> Path:
+    """root/ holding suite30.yaml recorded once on torch_cpu_fp32 (in-process, relative paths):
+    the project the checks of the perturbing backend run on."""
+    from opdiff_snap import api
+
+    new_project(root, "suite30.yaml")
+    with contextlib.chdir(root):
+        report = api.record(settings=Settings(repeats=1, warmup=0), in_process=True)
+    assert report.counts() == {"RECORDED": 32}
+    return root
+
+
+def perturbed_ids(root: Path) -> set[str]:
+    """The tests of root's suite30.yaml that run aten::exp or aten::tanh (tagged so)."""
+    from opdiff_snap.suite import load_suites
+
+    with contextlib.chdir(root):
+        return {c.id for c in load_suites([Path("suites/suite30.yaml")]) if "uses_exp_or_tanh" in c.tags}
+
+
 def copy_project(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".opdiff-cache"))
     return dst

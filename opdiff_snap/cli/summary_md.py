@@ -1,0 +1,111 @@
+"""A check's summary in Markdown, for a CI page (`--summary-md FILE`, or GitHub's
+`GITHUB_STEP_SUMMARY`): per preset the counts by verdict and the pass rate; then what
+needs a look first (new failures, failures of another kind, unexpected passes), each with
+its one-line cause and the command to run next; the expected failures folded away."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+from ..compare.results import Result, RunReport
+from ..core.verdicts import PASSING, QUIET, Verdict
+from ..expectations.standing import Standing, StandingReport
+from .output import detail
+
+
+def _cell(text: object) -> str:
+    """Text safe in one table cell: no newline, pipes escaped, at most 200 characters."""
+    flat = " ".join(str(text).split())
+    flat = flat if len(flat) <= 200 else flat[:199] + "…"
+    return flat.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if "`" not in text else f"``{text}``"
+
+
+def cause(r: Result) -> str:
+    """The result's one-line cause (for an op test that cannot lower, the test's own line
+    in its suite, not opdiff's)."""
+    return detail(r, 200)
+
+
+def next_command(r: Result) -> str:
+    """What to run next: localize for a module test that ran and disagrees, else repro."""
+    from .output import repro_command
+
+    if r.test_type == "module" and r.verdict is Verdict.MISMATCH:
+        return f"opdiff localize {shlex.quote(r.test_id)} -b {shlex.quote(r.preset)} --seed {r.seed}"
+    return repro_command(r) or ""
+
+
+def _rows(judged: Sequence[tuple[Result, str]]) -> list[str]:
+    lines = ["| test | seed | preset | verdict | cause | next |", "| --- | --- | --- | --- | --- | --- |"]
+    for r, verdict in judged:
+        cmd = next_command(r)
+        lines.append(f"| {_code(_cell(r.test_id))} | {r.seed} | {_cell(r.preset)} | {_cell(verdict)} | "
+                     f"{_cell(cause(r)) if r.verdict not in PASSING else ''} | {_code(_cell(cmd)) if cmd else ''} |")
+    return lines
+
+
+def markdown(report: RunReport, fail_on: set[Verdict], standing: StandingReport | None = None,
+             shown: int = 50) -> str:
+    results = report.results
+    presets = sorted({r.preset for r in results})
+    verdicts = sorted({r.verdict for r in results}, key=lambda v: v.value)
+    lines = [f"## opdiff {report.command} {report.run_id}", "",
+             f"{len(results)} results in {report.wall_s:.1f} s; history `{report.path}`.", "",
+             "| preset | " + " | ".join(v.value for v in verdicts) + " | pass rate |",
+             "| --- |" + " --- |" * (len(verdicts) + 1)]
+    for p in presets:
+        counts = Counter(r.verdict for r in results if r.preset == p)
+        ran = sum(n for v, n in counts.items() if v not in QUIET)
+        passed = sum(n for v, n in counts.items() if v in PASSING)
+        rate = f"{100 * passed / ran:.1f} %" if ran else "-"
+        lines.append(f"| {_cell(p)} | " + " | ".join(str(counts.get(v, "")) for v in verdicts) + f" | {rate} |")
+    lines.append("")
+    if standing is None:
+        failing = [(r, r.verdict.value) for r in results if r.verdict in fail_on]
+        if failing:
+            lines += [f"### Failures ({len(failing)})", ""] + _rows(failing[:shown])
+            if len(failing) > shown:
+                lines.append(f"\nand {len(failing) - shown} more (`opdiff query`).")
+        return "\n".join(lines) + "\n"
+    groups = ((Standing.NEW, "New failures"), (Standing.DIFFERENT, "Failed otherwise than expected"),
+              (Standing.UNEXPECTED_PASS, "Unexpected passes"))
+    for kind, title in groups:
+        rows = standing.of(kind)
+        if not rows:
+            continue
+        shown_rows = [(j.result, j.result.verdict.value if j.expectation is None or kind is Standing.NEW
+                       else f"{j.result.verdict.value} (expected {j.expectation.verdict.value})") for j in rows]
+        lines += [f"### {title} ({len(rows)})", ""] + _rows(shown_rows[:shown]) + [""]
+    for e in standing.expired:
+        lines.append(f"- expired: {_cell(e.preset)} {_code(_cell(e.test))} expected {e.verdict.value} "
+                     f"until {_code(_cell(e.until))} (line {e.line} of {_code(_cell(standing.path))})")
+    expected = standing.of(Standing.EXPECTED)
+    verdict = "fails" if standing.fails() else "passes"
+    lines += ["", f"**The run {verdict}** against `{_cell(standing.path)}`: {len(expected)} expected failures, "
+              f"{len(standing.of(Standing.NEW))} new, {len(standing.of(Standing.DIFFERENT))} different, "
+              f"{len(standing.of(Standing.UNEXPECTED_PASS))} unexpected passes.", ""]
+    if expected:
+        lines += ["<details><summary>Expected failures</summary>", "",
+                  "| test | preset | verdict | reason |", "| --- | --- | --- | --- |"]
+        for j in expected[:500]:
+            reason = j.expectation.reason if j.expectation is not None else ""
+            lines.append(f"| {_code(_cell(j.result.test_id))} | {_cell(j.result.preset)} | "
+                         f"{j.result.verdict.value} | {_cell(reason)} |")
+        lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def summary_path(given: Path | None) -> Path | None:
+    """--summary-md, else GitHub's step summary file when the job has one."""
+    if given is not None:
+        return given
+    env = os.environ.get("GITHUB_STEP_SUMMARY")
+    return Path(env) if env else None

@@ -1,0 +1,100 @@
+"""Known results that are not PASS, as data: one expectation says that a preset (or a glob
+of presets) gives a test (or a glob of tests), at one seed or every seed, a verdict, why,
+and for which library versions that holds.
+
+Matching picks, of the expectations that name a result, the most specific: an exact test
+id before a glob, an exact preset before a glob, one seed before every seed. An
+expectation whose version range does not hold for this environment has expired: it
+excuses nothing, and is reported as expired.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.metadata
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from ..core.verdicts import Verdict
+
+GLOB_CHARS = frozenset("*?[")
+
+
+def is_glob(pattern: str) -> bool:
+    return any(c in GLOB_CHARS for c in pattern)
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """`preset` gives `test` (at `seed`; None: every seed) the verdict `verdict`, because
+    `reason`, while `until` (a requirement such as "onnxruntime<1.32"; "" always) holds.
+    `line`: where it is written in the file."""
+
+    preset: str
+    test: str
+    verdict: Verdict
+    reason: str = ""
+    seed: int | None = None
+    until: str = ""
+    line: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int | None]:
+        return self.preset, self.test, self.seed
+
+    def names(self, preset: str, test_id: str, seed: int) -> bool:
+        return ((self.seed is None or self.seed == seed) and fnmatch.fnmatchcase(preset, self.preset)
+                and fnmatch.fnmatchcase(test_id, self.test))
+
+    def specificity(self) -> tuple[int, int, int]:
+        """Larger is more specific (max() of the ones that match)."""
+        return (not is_glob(self.test), not is_glob(self.preset), self.seed is not None)
+
+    def holds(self, version_of: Callable[[str], str | None] = installed_version) -> bool:
+        """Whether `until` holds here: the package it names is installed at a version in
+        its range (always, without `until`)."""
+        if not self.until:
+            return True
+        from packaging.requirements import Requirement
+
+        req = Requirement(self.until)
+        version = version_of(req.name)
+        return version is not None and req.specifier.contains(version, prereleases=True)
+
+
+@dataclass
+class Expectations:
+    """The expectations of one file (`path`), in the order written."""
+
+    entries: list[Expectation] = field(default_factory=list)
+    path: str = ""
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def match(self, preset: str, test_id: str, seed: int) -> Expectation | None:
+        """The most specific expectation that names the result, expired or not."""
+        found = [e for e in self.entries if e.names(preset, test_id, seed)]
+        return max(found, key=Expectation.specificity) if found else None
+
+    def expired(self, version_of: Callable[[str], str | None] = installed_version) -> list[Expectation]:
+        return [e for e in self.entries if not e.holds(version_of)]
+
+    def about(self, presets: Iterable[str], tests: Iterable[str]) -> list[Expectation]:
+        """The entries that name any of `presets` x `tests` (what a run of that selection
+        may confirm or contradict)."""
+        presets, tests = list(presets), list(tests)
+        return [e for e in self.entries
+                if any(fnmatch.fnmatchcase(p, e.preset) for p in presets)
+                and any(fnmatch.fnmatchcase(t, e.test) for t in tests)]
+
+
+def versions(names: Iterable[str]) -> Mapping[str, str | None]:
+    return {n: installed_version(n) for n in names}

@@ -1,0 +1,137 @@
+"""The expectations file on its own: reading and validating it, matching results to it,
+judging a run against it, and updating it from a run. (Checks against it, end to end:
+tests/test_expectations_check.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.verdicts import NOT_FAILING, Verdict
+from opdiff_snap.expectations.entries import Expectation, Expectations
+from opdiff_snap.expectations.file import ExpectationsError, dump, load
+from opdiff_snap.expectations.standing import Expecter, Standing
+from opdiff_snap.expectations.update import update
+
+PRESETS = ["onnx_cpu_fp32", "onnx_cpu_fp16", "executorch_cpu_fp32", "torch_cpu_fp32"]
+FAILING = set(Verdict) - NOT_FAILING
+V = Verdict
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "expectations.yaml"
+    path.write_text(text)
+    return path
+
+
+def _r(test: str, verdict: Verdict, preset: str = "onnx_cpu_fp32", seed: int = 0) -> Result:
+    return Result(test, seed, preset, verdict)
+
+
+def test_a_file_reads_into_entries_with_their_lines(tmp_path):
+    path = _write(tmp_path, "# known\nonnx_cpu_fp32:\n"
+                            "  - {test: erfinv, verdict: EXPORT_FAIL, reason: \"no kernel\"}\n"
+                            "  - {test: \"conv*\", verdict: mismatch, seed: 1, until: \"onnxruntime<99\"}\n"
+                            "\"onnx_*\":\n  - {test: sin, verdict: INFER_FAIL}\n")
+    exps = load(path, PRESETS)
+    assert [(e.preset, e.test, e.verdict, e.seed, e.line) for e in exps.entries] == [
+        ("onnx_cpu_fp32", "erfinv", V.EXPORT_FAIL, None, 3), ("onnx_cpu_fp32", "conv*", V.MISMATCH, 1, 4),
+        ("onnx_*", "sin", V.INFER_FAIL, None, 6)]
+    assert exps.entries[0].reason == "no kernel" and exps.entries[1].until == "onnxruntime<99"
+
+
+def test_every_problem_of_a_malformed_file_is_named_with_its_line_and_nothing_is_read(tmp_path):
+    path = _write(tmp_path, "onnx_cpu_fp23:\n  - {test: a, verdict: EXPORT_FAIL}\n"
+                            "onnx_cpu_fp32:\n"
+                            "  - {test: b, verdict: EXPORT_FAILED}\n"
+                            "  - {test: \"c[\", verdict: MISMATCH}\n"
+                            "  - {test: d, verdict: MISMATCH, until: \"onnxruntime<<1\"}\n"
+                            "  - {test: e, verdict: MISMATCH}\n"
+                            "  - {test: e, verdict: CRASH}\n"
+                            "  - {test: f, verdict: PASS, colour: red}\n"
+                            "\"tensorrt_*\":\n  - {test: g, verdict: CRASH}\n")
+    with pytest.raises(ExpectationsError) as err:
+        load(path, PRESETS)
+    text = str(err.value)
+    assert "problems in the expectations file" in text
+    lines = {p.line: p.message for p in err.value.problems}
+    assert "unknown preset 'onnx_cpu_fp23'" in lines[1] and "onnx_cpu_fp32" in lines[1]   # suggested
+    assert "EXPORT_FAILED" in lines[4] and "EXPORT_FAIL" in lines[4]
+    assert "not a valid glob" in lines[5]
+    assert "version range" in lines[6]
+    assert "duplicate" in lines[8] and "line 7" in lines[8]
+    assert any("colour" in p.message for p in err.value.problems)
+    assert any("PASS" in p.message and p.line == 9 for p in err.value.problems)
+    assert "matches no preset" in lines[10]
+    assert all(str(path) in str(p) for p in err.value.problems)
+
+
+def test_the_most_specific_expectation_names_a_result():
+    exps = Expectations([Expectation("onnx_*", "conv*", V.MISMATCH), Expectation("onnx_cpu_fp32", "conv*", V.CRASH),
+                         Expectation("onnx_cpu_fp32", "conv2d", V.EXPORT_FAIL),
+                         Expectation("onnx_cpu_fp32", "conv2d", V.INFER_FAIL, seed=1)])
+    assert exps.match("onnx_cpu_fp32", "conv2d", 0).verdict is V.EXPORT_FAIL
+    assert exps.match("onnx_cpu_fp32", "conv2d", 1).verdict is V.INFER_FAIL
+    assert exps.match("onnx_cpu_fp32", "conv1d", 0).verdict is V.CRASH
+    assert exps.match("onnx_cpu_fp16", "conv1d", 0).verdict is V.MISMATCH
+    assert exps.match("torch_cpu_fp32", "conv1d", 0) is None
+
+
+def test_a_run_is_judged_expected_new_different_and_unexpectedly_passing():
+    versions = {"onnxruntime": "1.31.1"}.get
+    exps = Expectations([Expectation("onnx_cpu_fp32", "a", V.EXPORT_FAIL),
+                         Expectation("onnx_cpu_fp32", "b", V.EXPORT_FAIL),
+                         Expectation("onnx_cpu_fp32", "c", V.MISMATCH),
+                         Expectation("onnx_cpu_fp32", "old", V.MISMATCH, until="onnxruntime<1.30"),
+                         Expectation("onnx_cpu_fp32", "now", V.MISMATCH, until="onnxruntime>=1.31,<1.32")])
+    expecter = Expecter(exps, FAILING, versions)
+    results = [_r("a", V.EXPORT_FAIL), _r("b", V.MISMATCH), _r("c", V.PASS), _r("d", V.CRASH), _r("e", V.PASS),
+               _r("old", V.MISMATCH), _r("now", V.MISMATCH), _r("f", V.UNAVAILABLE)]
+    for r in results:
+        expecter(r)
+    assert [r.expected for r in results] == [V.EXPORT_FAIL, V.EXPORT_FAIL, V.MISMATCH, None, None, None,
+                                             V.MISMATCH, None]
+    report = expecter.report(results)
+    assert [j.standing for j in report.judged] == [
+        Standing.EXPECTED, Standing.DIFFERENT, Standing.UNEXPECTED_PASS, Standing.NEW, Standing.PASSED,
+        Standing.NEW, Standing.EXPECTED, Standing.QUIET]
+    assert [e.test for e in report.expired] == ["old"]     # expired: it excuses nothing
+    assert report.fails(strict=True) and report.fails(strict=False)
+    only_pass = Expecter(exps, FAILING, versions).report([_r("a", V.EXPORT_FAIL), _r("c", V.PASS)])
+    assert only_pass.fails(strict=True) and not only_pass.fails(strict=False)
+
+
+def test_an_update_makes_the_file_agree_with_the_run_and_touches_nothing_else(tmp_path):
+    exps = Expectations([Expectation("onnx_cpu_fp32", "a", V.EXPORT_FAIL, reason="kept reason"),
+                         Expectation("onnx_cpu_fp32", "b", V.EXPORT_FAIL, reason="why b"),
+                         Expectation("onnx_cpu_fp32", "gone", V.MISMATCH),
+                         Expectation("onnx_cpu_fp32", "elsewhere", V.CRASH),     # not in the run
+                         Expectation("torch_cpu_fp32", "a", V.CRASH),            # another preset
+                         Expectation("onnx_cpu_fp32", "g*", V.MISMATCH)], str(tmp_path / "e.yaml"))
+    results = [_r("a", V.EXPORT_FAIL), _r("b", V.MISMATCH), _r("gone", V.PASS), _r("new", V.CRASH),
+               _r("s", V.MISMATCH, seed=0), _r("s", V.PASS, seed=1), _r("g1", V.PASS), _r("g2", V.PASS)]
+    after, changes = update(exps, results, FAILING)
+    keys = {(e.preset, e.test, e.seed): e for e in after.entries}
+    assert keys[("onnx_cpu_fp32", "a", None)].reason == "kept reason"
+    assert keys[("onnx_cpu_fp32", "b", None)].verdict is V.MISMATCH and keys[("onnx_cpu_fp32", "b", None)].reason
+    assert ("onnx_cpu_fp32", "gone", None) not in keys and ("onnx_cpu_fp32", "g*", None) not in keys
+    assert keys[("onnx_cpu_fp32", "new", None)].verdict is V.CRASH
+    assert keys[("onnx_cpu_fp32", "s", 0)].verdict is V.MISMATCH and ("onnx_cpu_fp32", "s", None) not in keys
+    assert ("onnx_cpu_fp32", "elsewhere", None) in keys and ("torch_cpu_fp32", "a", None) in keys
+    assert sorted(changes.lines()) == sorted([
+        "+ onnx_cpu_fp32: new CRASH", "+ onnx_cpu_fp32: s seed 0 MISMATCH",
+        "~ onnx_cpu_fp32: b EXPORT_FAIL -> MISMATCH",
+        "- onnx_cpu_fp32: gone MISMATCH (passes now)", "- onnx_cpu_fp32: g* MISMATCH (passes now)"])
+    # what it writes reads back the same, and a second update changes nothing
+    path = tmp_path / "e.yaml"
+    path.write_text(dump(after))
+    again = load(path, PRESETS)
+    def rows(x: Expectations) -> list:
+        return sorted((str(e.key), e.verdict, e.reason) for e in x.entries)
+
+    assert rows(again) == rows(after)
+    assert not update(again, results, FAILING)[1]
+    judged = Expecter(again, FAILING).report(results)
+    assert not judged.fails()
