@@ -154,6 +154,13 @@ def test_the_readme_main_job_exits_0_on_the_shipped_suites_and_expectations(tmp_
     shipped = [e for e in api.load_expectations(ROOT / "expectations.yaml").entries if e.preset == "onnx_cpu_fp32"]
     assert f"{len(shipped)} expected, 0 new, 0 different, 0 unexpected passes" in proc.stdout
     assert all(e.reason for e in shipped)     # each says why
+    # a failure planted in a shipped test (its tolerance taken to zero): exit 1, naming it
+    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(tmp_path / "store"),
+                           "--cache", str(tmp_path / "cache"), "check", "--backend", "onnx_cpu_fp32", *suites,
+                           "--test-ids", "cumsum_large", "--atol", "0", "--rtol", "0", "--baseline-factor", "0"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "new failures (nothing expected them): 1" in proc.stdout
+    assert "MISMATCH cumsum_large seed=0 onnx_cpu_fp32" in proc.stdout
     # held to no expectation, every one of them is new, with its cause; an op test's cause
     # names the test's own line in its suite, not opdiff's code
     (tmp_path / "none.yaml").write_text("")

@@ -241,6 +241,21 @@ def test_the_quantized_graph_is_read_as_points_static_and_dynamic():
         assert torch.equal(cut_at(static, points[-1].node)(img)[0], quantized.reference[0])
         first = cut_at(static, points[0].node)(img)[0]
     assert first.shape == (2, 8, 6, 6) and bool((first >= 0).all())
+    # a value several ops take is one point (PT2E gives each user a dequantize of its own)
+    class Fan(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2, self.fc3 = torch.nn.Linear(32, 16), torch.nn.Linear(16, 8), torch.nn.Linear(16, 8)
+
+        def forward(self, t):
+            h = torch.relu(self.fc1(t))
+            return self.fc2(h) + self.fc3(h)
+
+    fanned, _ = pt2e_quantize(Fan().eval(), (x,), [(x,)], xnnpack_quantizer(True, False), {})
+    relu_out = [n for n in fanned.graph.nodes if "dequantize_per_tensor" in str(n.target)
+                and n.args[0].args[0].target is torch.ops.aten.relu.default]
+    assert len(relu_out) == 2                                     # one dequantize per user ...
+    assert [p.ops for p in points_of(fanned)].count(["linear", "relu"]) == 1   # ... one point
     # dynamic activations: the scale is computed as the model runs, so the points are the ops
     # that take the quantized values (their float outputs), with no fixed scale
     dynamic, _ = pt2e_quantize(QuantMLP().eval(), (x,), [(x,)], xnnpack_quantizer(True, True), {})

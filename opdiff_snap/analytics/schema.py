@@ -109,7 +109,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "calibration": "int8: sha256 (16 hex) of the calibration inputs the model was quantized from; equal "
                        "digests quantized from the same data",
         "expected": "the verdict the expectations file expects of the result (NULL: none that holds); status = "
-                    "expected is a known failure, status != expected a new or different one, or a pass",
+                    "expected is a known failure, status != expected a known one that changed (a different "
+                    "failure, or a pass); a failure with expected NULL is new",
         "precision_limited": "a MISMATCH on fp16/bf16 that torch eager at the same precision shares, by at least "
                              "half as much: look at the precision before the backend",
         "vacuous": "why the golden proves nothing (every output near zero, constant, or non-finite); NULL: it does",

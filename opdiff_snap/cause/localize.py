@@ -93,8 +93,8 @@ class _Search:
         """Probe the quantized graph's points in order, up to the first beyond its steps."""
         allowed = self.tol.steps if self.tol.steps is not None else STEPS.get(self.preset.precision, 2.0)
         if not points:
-            return QuantizedSearch([], {}, None, allowed, note="the quantized graph quantizes no computed value "
-                                   "with a fixed scale, so it has no point to probe.")
+            return QuantizedSearch([], {}, None, allowed, note="the quantized graph quantizes no activation, so "
+                                   "it has no point to probe.")
         tasks = [PointTask(str(p.index), self.case, self.invocation, seed, self.preset, self.tol, self.backend, p)
                  for p in points]
         # one piece a task: a part of the quantized graph is lowered as the whole model is
@@ -111,7 +111,7 @@ class _Search:
         else:
             note = (f"all {len(points)} quantized points are within {allowed:g} steps of the quantized graph, each "
                     "lowered up to it.")
-        return QuantizedSearch(points, results, finding, allowed, note)
+        return QuantizedSearch(points, results, finding, allowed, note, self.converts_only)
 
     # -------------------------------------------------------- ATen nodes
     def fragment_task(self, key: str, scope: str, fragment: Fragment) -> FragmentTask:

@@ -234,8 +234,9 @@ def quantized_summary(q: QuantizedSearch) -> str:
         return q.note
     p, r = q.points[q.finding], q.results[q.finding]
     n = p.index
-    before = (f"the {n} point{'s' if n > 1 else ''} before it {'are' if n > 1 else 'is'} within {q.steps:g} steps, "
-              f"each lowered up to {'itself' if n == 1 else 'themselves'}" if n else "it is the first")
+    did = "convert," if q.converts_only else f"{'are' if n > 1 else 'is'} within {q.steps:g} steps,"
+    before = (f"the {n} point{'s' if n > 1 else ''} before it {did} each lowered up to "
+              f"{'itself' if n == 1 else 'themselves'}" if n else "it is the first")
     if r.status in RAN:
         what = (f"the lowering error starts at quantized point {p.index} of {len(q.points)} ({p.node}, "
                 f"{_steps(r.metrics)}); {before}")

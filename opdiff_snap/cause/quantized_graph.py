@@ -63,7 +63,6 @@ class QuantizedGraph:
 
     points: list[Point] = field(default_factory=list)
     error: str | None = None
-    status: Verdict | None = None       # QUANTIZE_FAIL where quantizing failed
 
 
 @dataclass
@@ -76,6 +75,7 @@ class QuantizedSearch:
     finding: int | None
     steps: float
     note: str = ""
+    converts_only: bool = False   # the preset converts here but cannot run: the points were converted only
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": self.steps, "note": self.note,
@@ -114,18 +114,18 @@ def _op_name(node: torch.fx.Node) -> str:
     return str(getattr(node.target, "__name__", node.target)).replace(".default", "")
 
 
-def _segment(node: torch.fx.Node, stop: set[torch.fx.Node]) -> list[torch.fx.Node]:
-    """The compute nodes that lead to `node` since the last dequantize, input or node of
-    `stop` (the points before it), in order."""
+def _segment(ends: list[torch.fx.Node], stop: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The compute nodes that lead to `ends` since the last dequantize, input or node of
+    `stop` (the points before them), in order."""
     seen: dict[torch.fx.Node, None] = {}
-    todo = [node]
+    todo = list(ends)
     while todo:
         n = todo.pop()
-        if n in seen or n.op != "call_function" or _dequantizes(n) or (n in stop and n is not node):
+        if n in seen or n.op != "call_function" or _dequantizes(n) or (n in stop and n not in ends):
             continue
         seen[n] = None
         todo += [a for a in n.all_input_nodes]
-    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    order = {n: i for i, n in enumerate(ends[0].graph.nodes)}
     return sorted((n for n in seen if not _quantizes(n)), key=order.__getitem__)
 
 
@@ -135,7 +135,10 @@ def points_of(gm: torch.fx.GraphModule) -> list[Point]:
     Where it is computed as the model runs (dynamic), the quantize and dequantize belong to
     the op that takes them (a delegate lowers them only with it), so the points are that
     op's outputs, in float, inputs quantized included."""
-    found: dict[torch.fx.Node, tuple[torch.fx.Node, float | None]] = {}   # point: (where its ops end, scale)
+    # point: (where its ops end, its scale); static: a value's first dequantize only (PT2E
+    # gives each user of a quantized value a dequantize of its own)
+    found: dict[torch.fx.Node, tuple[list[torch.fx.Node], float | None]] = {}
+    taken: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
         if not _dequantizes(node) or not node.args or not _quantizes(node.args[0]):
             continue
@@ -145,18 +148,19 @@ def points_of(gm: torch.fx.GraphModule) -> list[Point]:
             continue
         scale = _constant(gm, quantize.args[1]) if len(quantize.args) > 1 else None
         if scale is not None:
-            if value.op == "call_function":   # an input quantized is no point: nothing computed it
-                found.setdefault(node, (value, scale))
+            if value.op == "call_function" and quantize not in taken:   # an input quantized: nothing computed it
+                taken.add(quantize)
+                found[node] = ([value], scale)
             continue
-        for user in node.users:
+        for user in node.users:   # dynamic: the op that takes it, with what led to its input
             if user.op == "call_function" and not _dequantizes(user) and not _quantizes(user):
-                found.setdefault(user, (user, None))
+                found.setdefault(user, ([value, user], None))
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     stop = set(found)
     points: list[Point] = []
     for node in sorted(found, key=order.__getitem__):
-        end, scale = found[node]   # a static point's ops lead to its quantize; a dynamic one's end with it
-        ops = _segment(end, stop)
+        ends, scale = found[node]
+        ops = _segment(ends, stop)
         if not ops:
             continue
         main = ops[0] if scale is not None else ops[-1]   # what the quantizer annotated
@@ -234,13 +238,13 @@ class QuantizedGraphTask:
         try:
             gm, _ = _quantized(self.case, self.invocation, self.seed, self.preset, _backend(self.preset, self.backend))
         except QuantizeFailed as exc:
-            return QuantizedGraph(error=f"quantizing failed: {exc}", status=Verdict.QUANTIZE_FAIL)
+            return QuantizedGraph(error=f"quantizing failed: {exc}")
         except Exception as exc:
-            return QuantizedGraph(error=f"quantizing failed: {error_text(exc)}", status=Verdict.QUANTIZE_FAIL)
+            return QuantizedGraph(error=f"quantizing failed: {error_text(exc)}")
         return QuantizedGraph(points_of(gm))
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> QuantizedGraph:
-        return QuantizedGraph(error=message, status=status)
+        return QuantizedGraph(error=f"{status.value}: {message}")
 
 
 @dataclass

@@ -138,8 +138,12 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label, expec
     from .output import ProgressDisplay, exit_code, make_console, parse_fail_on, print_summary, report_json, write_junit
 
     fail_on = parse_fail_on(fail_on_text)
+    strict = settings_of(ctx).strict_expectations
     output_file(Path(junit) if junit else None, "--junit")
-    output_file(Path(summary_md) if summary_md else None, "--summary-md")
+    if label.startswith("check"):
+        from .summary_md import summary_path
+
+        output_file(summary_path(Path(summary_md) if summary_md else None), "--summary-md")
     console = make_console(sys.stderr if fmt == "json" else sys.stdout)
     with ProgressDisplay(console, None, label, verbose) as progress:
         report = runner(progress)
@@ -152,32 +156,33 @@ def _run_and_report(ctx, runner, fmt, verbose, fail_on_text, junit, label, expec
         echo(report_json(report))
     else:
         print_summary(console, report, standing=standing)
+    out = console if fmt != "json" else make_console(sys.stderr)
+    if expecting is not None and expecting[2]:   # --update-expectations: the file first, then the rest
+        from .expecting import write_update
+
+        for line in write_update(expecting[0], report.results, fail_on, expecting[1]):
+            out.print(line, highlight=False, markup=False)
     if junit:
         try:
-            write_junit(report, Path(junit), fail_on)
+            write_junit(report, Path(junit), fail_on, strict)
         except OSError as exc:
             raise OpdiffError(f"--junit {junit}: cannot write it ({exc.strerror}); the run itself is in "
                               f"{report.path}.") from None
     if report.command == "check":
-        _write_summary(report, fail_on, standing, summary_md)
+        _write_summary(report, fail_on, standing, summary_md, strict)
     if expecting is None:
         sys.exit(exit_code(report.results, fail_on))
-    from .expecting import standing_lines, update_command, write_update
-
-    expectations, path, update = expecting
-    strict = settings_of(ctx).strict_expectations
-    out = console if fmt != "json" else make_console(sys.stderr)
-    if update:
-        for line in write_update(expectations, report.results, fail_on, path):
-            out.print(line, highlight=False, markup=False)
+    if expecting[2]:
         sys.exit(0)
+    from .expecting import standing_lines, update_command
+
     assert standing is not None
     for line in standing_lines(standing, strict, update_command()):
         out.print(line, highlight=False, markup=False)
     sys.exit(1 if standing.fails(strict) else 0)
 
 
-def _write_summary(report, fail_on, standing, given: Path | None) -> None:
+def _write_summary(report, fail_on, standing, given: Path | None, strict: bool) -> None:
     """The Markdown summary into --summary-md (written anew) or GitHub's step summary
     (appended to, as each step of a job does)."""
     from .summary_md import markdown, summary_path
@@ -187,7 +192,7 @@ def _write_summary(report, fail_on, standing, given: Path | None) -> None:
         return
     try:
         with open(target, "w" if given is not None else "a", encoding="utf-8") as f:
-            f.write(markdown(report, fail_on, standing))
+            f.write(markdown(report, fail_on, standing, strict=strict))
     except OSError as exc:
         raise OpdiffError(f"cannot write the Markdown summary to {target} ({exc.strerror or exc}); the run itself "
                           f"is in {report.path}.") from None

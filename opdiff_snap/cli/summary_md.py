@@ -38,9 +38,22 @@ def next_command(r: Result) -> str:
     """What to run next: localize for a module test that ran and disagrees, else repro."""
     from .output import repro_command
 
-    if r.test_type == "module" and r.verdict is Verdict.MISMATCH:
+    if r.test_type == "module" and r.verdict is Verdict.MISMATCH and _localizes(r.preset):
         return f"opdiff localize {shlex.quote(r.test_id)} -b {shlex.quote(r.preset)} --seed {r.seed}"
     return repro_command(r) or ""
+
+
+def _localizes(preset_name: str) -> bool:
+    """Whether localize takes the preset (an int8 one only where its quantized model is a
+    torch graph)."""
+    from ..backends.registry import backend_for, get_preset
+    from ..core.errors import OpdiffError
+
+    try:
+        preset = get_preset(preset_name)
+    except OpdiffError:
+        return False
+    return preset.scheme is None or backend_for(preset).steps_through_quantized(preset)
 
 
 def _rows(judged: Sequence[tuple[Result, str]]) -> list[str]:
@@ -53,7 +66,7 @@ def _rows(judged: Sequence[tuple[Result, str]]) -> list[str]:
 
 
 def markdown(report: RunReport, fail_on: set[Verdict], standing: StandingReport | None = None,
-             shown: int = 50) -> str:
+             shown: int = 50, strict: bool = True) -> str:
     results = report.results
     presets = sorted({r.preset for r in results})
     verdicts = sorted({r.verdict for r in results}, key=lambda v: v.value)
@@ -84,18 +97,20 @@ def markdown(report: RunReport, fail_on: set[Verdict], standing: StandingReport 
         shown_rows = [(j.result, j.result.verdict.value if j.expectation is None or kind is Standing.NEW
                        else f"{j.result.verdict.value} (expected {j.expectation.verdict.value})") for j in rows]
         lines += [f"### {title} ({len(rows)})", ""] + _rows(shown_rows[:shown]) + [""]
+        if len(rows) > shown:
+            lines += [f"and {len(rows) - shown} more (`opdiff query`).", ""]
     for e in standing.expired:
         lines.append(f"- expired: {_cell(e.preset)} {_code(_cell(e.test))} expected {e.verdict.value} "
                      f"until {_code(_cell(e.until))} (line {e.line} of {_code(_cell(standing.path))})")
     expected = standing.of(Standing.EXPECTED)
-    verdict = "fails" if standing.fails() else "passes"
+    verdict = "fails" if standing.fails(strict) else "passes"
     lines += ["", f"**The run {verdict}** against `{_cell(standing.path)}`: {len(expected)} expected failures, "
               f"{len(standing.of(Standing.NEW))} new, {len(standing.of(Standing.DIFFERENT))} different, "
               f"{len(standing.of(Standing.UNEXPECTED_PASS))} unexpected passes.", ""]
     if expected:
         lines += ["<details><summary>Expected failures</summary>", "",
                   "| test | preset | verdict | reason |", "| --- | --- | --- | --- |"]
-        for j in expected[:500]:
+        for j in expected[:500]:   # a CI page holds about 1 MiB
             reason = j.expectation.reason if j.expectation is not None else ""
             lines.append(f"| {_code(_cell(j.result.test_id))} | {_cell(j.result.preset)} | "
                          f"{j.result.verdict.value} | {_cell(reason)} |")

@@ -2,8 +2,8 @@
 of presets) gives a test (or a glob of tests), at one seed or every seed, a verdict, why,
 and for which library versions that holds.
 
-Matching picks, of the expectations that name a result, the most specific: an exact test
-id before a glob, an exact preset before a glob, one seed before every seed. An
+Matching picks, of the expectations that name a result, the most specific: the test's own
+id before a glob, the preset's own name before a glob, one seed before every seed. An
 expectation whose version range does not hold for this environment has expired: it
 excuses nothing, and is reported as expired.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import importlib.metadata
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 from ..core.verdicts import Verdict
 
@@ -50,12 +50,16 @@ class Expectation:
         return self.preset, self.test, self.seed
 
     def names(self, preset: str, test_id: str, seed: int) -> bool:
-        return ((self.seed is None or self.seed == seed) and fnmatch.fnmatchcase(preset, self.preset)
-                and fnmatch.fnmatchcase(test_id, self.test))
+        """Whether it names the result: a test id equal to `test` (whatever characters it
+        holds) or matching it as a glob; the same for the preset."""
+        return ((self.seed is None or self.seed == seed)
+                and (preset == self.preset or fnmatch.fnmatchcase(preset, self.preset))
+                and (test_id == self.test or fnmatch.fnmatchcase(test_id, self.test)))
 
-    def specificity(self) -> tuple[int, int, int]:
-        """Larger is more specific (max() of the ones that match)."""
-        return (not is_glob(self.test), not is_glob(self.preset), self.seed is not None)
+    def specificity(self, preset: str, test_id: str) -> tuple[bool, bool, bool]:
+        """How closely it names (preset, test_id): larger is more specific; the id or the
+        name itself counts as exact whatever characters it holds."""
+        return (self.test == test_id, self.preset == preset, self.seed is not None)
 
     def holds(self, version_of: Callable[[str], str | None] = installed_version) -> bool:
         """Whether `until` holds here: the package it names is installed at a version in
@@ -82,10 +86,7 @@ class Expectations:
     def match(self, preset: str, test_id: str, seed: int) -> Expectation | None:
         """The most specific expectation that names the result, expired or not."""
         found = [e for e in self.entries if e.names(preset, test_id, seed)]
-        return max(found, key=Expectation.specificity) if found else None
-
-    def expired(self, version_of: Callable[[str], str | None] = installed_version) -> list[Expectation]:
-        return [e for e in self.entries if not e.holds(version_of)]
+        return max(found, key=lambda e: e.specificity(preset, test_id)) if found else None
 
     def about(self, presets: Iterable[str], tests: Iterable[str]) -> list[Expectation]:
         """The entries that name any of `presets` x `tests` (what a run of that selection
@@ -95,6 +96,3 @@ class Expectations:
                 if any(fnmatch.fnmatchcase(p, e.preset) for p in presets)
                 and any(fnmatch.fnmatchcase(t, e.test) for t in tests)]
 
-
-def versions(names: Iterable[str]) -> Mapping[str, str | None]:
-    return {n: installed_version(n) for n in names}

@@ -161,8 +161,8 @@ def _range_problem(until: Any) -> str:
 
 
 def dump(expectations: Expectations) -> str:
-    """The file's text: presets in the order first written, then new ones sorted; within
-    each, entries sorted by test and seed; one line each."""
+    """The file's text: presets in the order their first entry comes (new ones after the
+    file's own); within each, entries sorted by test and seed; one line each."""
     by_preset: dict[str, list[Expectation]] = {}
     for e in expectations.entries:
         by_preset.setdefault(e.preset, []).append(e)

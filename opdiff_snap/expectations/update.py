@@ -1,35 +1,47 @@
 """`--update-expectations`: the file made to agree with a run, for what the run checked.
 
-Every failure of the run becomes expected (an exact entry, per test, or per seed where its
-seeds failed differently; the reason already written is kept); an exact entry whose
-results all pass now is removed; a glob entry is removed only when every result it names
-in the run passes. Entries that name nothing the run checked are never touched.
+Per (preset, test) that ran (a skipped or unavailable result says nothing): a failure
+already expected by an entry that holds stays as it is. Otherwise the test gets one exact
+entry for every seed when all its seeds that ran failed alike (its per-seed entries for
+those seeds are folded into it), else one per failing seed (an every-seed entry it had is
+split into them); a reason already written is kept, and an expired `until` is dropped
+from an entry rewritten. An exact entry whose results all pass now is removed. A glob
+entry is never removed here: it may name presets and tests the run did not check, so one
+that names only passing results is reported for removal by hand. Entries that name
+nothing the run checked are never touched.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ..compare.results import Result
 from ..core.verdicts import PASSING, Verdict
-from .entries import Expectation, Expectations, is_glob
+from .entries import Expectation, Expectations, installed_version, is_glob
 
 
 @dataclass
 class Changes:
     added: list[Expectation] = field(default_factory=list)
     changed: list[tuple[Expectation, Expectation]] = field(default_factory=list)   # (before, after)
-    removed: list[Expectation] = field(default_factory=list)
+    removed: list[Expectation] = field(default_factory=list)                      # it passes now
+    replaced: list[Expectation] = field(default_factory=list)    # by entries per seed, or by one for all
+    globs_passing: list[Expectation] = field(default_factory=list)   # to remove by hand, maybe
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.changed or self.removed)
+        return bool(self.added or self.changed or self.removed or self.replaced)
 
     def lines(self) -> list[str]:
         out = [f"+ {e.preset}: {e.test}{_seed(e)} {e.verdict.value}" for e in self.added]
-        out += [f"~ {a.preset}: {a.test}{_seed(a)} {a.verdict.value} -> {b.verdict.value}" for a, b in self.changed]
+        out += [f"~ {a.preset}: {a.test}{_seed(a)} {a.verdict.value} -> {b.verdict.value}"
+                + (" (its expired `until` dropped)" if a.until and not b.until else "") for a, b in self.changed]
         out += [f"- {e.preset}: {e.test}{_seed(e)} {e.verdict.value} (passes now)" for e in self.removed]
+        out += [f"- {e.preset}: {e.test}{_seed(e)} {e.verdict.value} (replaced, see the entries added)"
+                for e in self.replaced]
+        out += [f"? {e.preset}: {e.test} {e.verdict.value} (a glob, line {e.line}): every result it names in "
+                "this run passes; remove it by hand if it is fixed everywhere it names" for e in self.globs_passing]
         return out
 
 
@@ -37,8 +49,8 @@ def _seed(e: Expectation) -> str:
     return f" seed {e.seed}" if e.seed is not None else ""
 
 
-def update(expectations: Expectations, results: Sequence[Result], failing: Iterable[Verdict]
-           ) -> tuple[Expectations, Changes]:
+def update(expectations: Expectations, results: Sequence[Result], failing: Iterable[Verdict],
+           version_of: Callable[[str], str | None] = installed_version) -> tuple[Expectations, Changes]:
     """The expectations after the run `results` (every result of the selection), and what
     changed. `failing`: the verdicts that fail a run (the others are never expected)."""
     failing = frozenset(failing)
@@ -46,53 +58,66 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
     changes = Changes()
     by_test: dict[tuple[str, str], list[Result]] = {}
     for r in results:
-        by_test.setdefault((r.preset, r.test_id), []).append(r)
+        if r.verdict in failing or r.verdict in PASSING:
+            by_test.setdefault((r.preset, r.test_id), []).append(r)
 
     def exact(preset: str, test: str, seed: int | None) -> int | None:
         return next((i for i, e in enumerate(entries) if e.key == (preset, test, seed)), None)
 
+    def holding(preset: str, test: str, seed: int) -> Expectation | None:
+        e = Expectations(entries).match(preset, test, seed)
+        return e if e is not None and e.holds(version_of) else None
+
+    def put(preset: str, test: str, seed: int | None, verdict: Verdict, reason: str) -> None:
+        at = exact(preset, test, seed)
+        if at is None:
+            added = Expectation(preset, test, verdict, reason, seed)
+            entries.append(added)
+            changes.added.append(added)
+            return
+        before = entries[at]
+        after = dataclasses.replace(before, verdict=verdict, until=before.until if before.holds(version_of) else "")
+        if after != before:
+            changes.changed.append((before, after))
+            entries[at] = after
+
     for (preset, test), runs in by_test.items():
         failed = [r for r in runs if r.verdict in failing]
         passed = [r for r in runs if r.verdict in PASSING]
-        verdicts = {r.verdict for r in failed}
-        reason = ""
-        if failed and not passed and len(verdicts) == 1:   # the test's one verdict, at every seed
-            wanted: list[tuple[int | None, Verdict]] = [(None, failed[0].verdict)]
-        else:
-            wanted = [(r.seed, r.verdict) for r in failed]
-            at = exact(preset, test, None)
-            if at is not None and (passed or len(verdicts) > 1):   # its seeds differ now: one entry each
-                reason = entries[at].reason
-                changes.removed.append(entries.pop(at))
-        for seed, verdict in wanted:
-            run_seed = next(r.seed for r in runs if seed is None or r.seed == seed)
-            current = Expectations(entries).match(preset, test, run_seed)
-            if current is not None and current.verdict is verdict and (current.seed is None or seed is not None):
-                continue                   # expected already (by this entry or a glob)
-            at = exact(preset, test, seed)
-            if at is not None:
-                after = dataclasses.replace(entries[at], verdict=verdict)
-                changes.changed.append((entries[at], after))
-                entries[at] = after
-            else:
-                added = Expectation(preset, test, verdict, reason or (current.reason if current else ""), seed)
-                entries.append(added)
-                changes.added.append(added)
+        if all((e := holding(preset, test, r.seed)) is not None and e.verdict is r.verdict for r in failed) \
+                and not any(holding(preset, test, r.seed) is not None for r in passed):
+            continue                       # the file agrees with this test already
+        if not failed:                     # it passes at every seed that ran: its exact entries go
+            for seed in [None, *sorted({r.seed for r in passed})]:
+                at = exact(preset, test, seed)
+                if at is not None:
+                    changes.removed.append(entries.pop(at))
+            continue
+        every = exact(preset, test, None)
+        reason = entries[every].reason if every is not None else ""
+        if not passed and len({r.verdict for r in failed}) == 1:   # one verdict at every seed that ran
+            for r in failed:               # its per-seed entries of those seeds fold into one
+                at = exact(preset, test, r.seed)
+                if at is not None:
+                    reason = reason or entries[at].reason
+                    changes.replaced.append(entries.pop(at))
+            put(preset, test, None, failed[0].verdict, reason)
+            continue
+        if every is not None:              # its seeds differ now: one entry each
+            changes.replaced.append(entries.pop(every))
+        for r in failed:
+            e = holding(preset, test, r.seed)
+            if e is None or e.verdict is not r.verdict:
+                put(preset, test, r.seed, r.verdict, reason or (e.reason if e is not None else ""))
         for r in passed:                   # an exact entry of a seed that passes now goes
             at = exact(preset, test, r.seed)
             if at is not None:
                 changes.removed.append(entries.pop(at))
-        if passed and not failed:
-            at = exact(preset, test, None)
-            if at is not None:
-                changes.removed.append(entries.pop(at))
     named: dict[Expectation, list[Result]] = {}
-    for r in results:
+    for (preset, test), runs in by_test.items():
         for e in entries:
-            if is_glob(e.preset + e.test) and e.names(r.preset, r.test_id, r.seed):
-                named.setdefault(e, []).append(r)
-    for e, runs in named.items():   # a glob goes only when all it names in the run passes
-        if all(r.verdict in PASSING for r in runs):
-            entries.remove(e)
-            changes.removed.append(e)
+            if is_glob(e.preset + e.test) and e.names(preset, test, runs[0].seed):
+                named.setdefault(e, []).extend(runs)
+    changes.globs_passing = [e for e, runs in named.items() if all(r.verdict in PASSING for r in runs)]
     return Expectations(entries, expectations.path), changes
+

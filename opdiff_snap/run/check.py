@@ -170,6 +170,9 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         wall = time.perf_counter() - started
         all_present(writer, planned)
         writer.end(RunReport(writer.run_id, writer.path, "check", sinks.results, wall).counts(), wall)
+    if sinks.annotate is not None:   # the results of the interrupted session are held to them too
+        for result in prior:
+            sinks.annotate(result)
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
 
 

@@ -1,0 +1,66 @@
+"""Fill the empty reasons of expectations.yaml from docs/results-notes.yaml, the rules that
+explain every non-PASS of docs/results.md, matched against the results of check runs.
+
+    for p in onnx_cpu_fp16 executorch_cpu_fp32; do
+        opdiff --store /tmp/s check -b $p suites/*.yaml --update-expectations
+    done
+    python tools/expectation_reasons.py /tmp/s/runs/*.jsonl
+
+A reason already written is kept; an entry no rule explains is listed, to be written by
+hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from results_page import KINDS, load_rules  # noqa: E402
+
+from opdiff_snap import api  # noqa: E402
+from opdiff_snap.expectations.file import dump  # noqa: E402
+from opdiff_snap.history.runs import read_run  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, help="run files whose results the entries describe")
+    ap.add_argument("--expectations", type=Path, default=ROOT / "expectations.yaml")
+    ap.add_argument("--notes", type=Path, default=ROOT / "docs" / "results-notes.yaml")
+    args = ap.parse_args()
+    rules = load_rules(args.notes)
+    found: dict[tuple[str, str], dict] = {}
+    for path in args.runs:   # the latest result of each (preset, test) wins
+        for item in read_run(path).items:
+            found[(item["preset"], item["id"])] = item
+    exps = api.load_expectations(args.expectations)
+    assert exps is not None, f"no expectations file at {args.expectations}"
+    filled, missing = [], []
+    for e in exps.entries:
+        item = found.get((e.preset, e.test))
+        if e.reason or item is None:
+            filled.append(e)
+            continue
+        rule = next((r for r in rules if r.explains(e.preset, e.test, item["status"], item.get("error_message") or "")),
+                    None)
+        if rule is None:
+            missing.append(f"{e.preset}: {e.test} {item['status']}")
+            filled.append(e)
+            continue
+        why = re.split(r"(?<=[.;:])\s", rule.why.strip())[0].rstrip(".;:")   # its first clause
+        filled.append(dataclasses.replace(e, reason=f"{KINDS[rule.kind]}: {why}"[:200]))
+    exps.entries = filled
+    args.expectations.write_text(dump(exps))
+    print(f"{sum(1 for e in filled if e.reason)} of {len(filled)} entries have a reason")
+    for line in missing:
+        print(f"no rule explains {line}")
+
+
+if __name__ == "__main__":
+    main()
