@@ -142,6 +142,34 @@ def test_a_malformed_expectations_file_is_refused_before_anything_runs(site, pro
 
 
 @pytest.mark.slow
+def test_the_shipped_known_failures_passing_fail_the_run_until_the_file_is_updated(site, tmp_path):
+    """ONNX Runtime's shipped known failures held against a backend that computes each of
+    those tests as torch does (the perturbing backend, nothing perturbed), on the shipped
+    goldens: every one is an unexpected pass; the update removes exactly those entries."""
+    import dataclasses
+
+    from opdiff_snap.expectations.entries import Expectations
+    from opdiff_snap.expectations.file import dump
+
+    shipped = [e for e in api.load_expectations(ROOT / "expectations.yaml").entries if e.preset == "onnx_cpu_fp32"]
+    path = tmp_path / "expectations.yaml"
+    path.write_text(dump(Expectations([dataclasses.replace(e, preset=PRESET) for e in shipped])))
+    before = path.read_text()
+    suites = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "suites").glob("*.yaml"))
+    args = ["--store", str(tmp_path / "store"), "--cache", str(tmp_path / "cache"), "check", *suites, *_perturb(),
+            *FAST, "--expectations", str(path), *[a for e in shipped for a in ("--test-ids", e.test)]]
+    proc = opdiff(ROOT, site, *args)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"unexpected passes (a failure was expected): {len(shipped)}" in proc.stdout
+    proc = opdiff(ROOT, site, *args, "--update-expectations")
+    assert proc.returncode == 0 and f"(0 added, 0 changed, {len(shipped)} removed)" in proc.stdout
+    diff = [d for d in difflib.unified_diff(before.splitlines(), path.read_text().splitlines(), lineterm="", n=0)
+            if d[:1] in "+-" and not d.startswith(("+++", "---"))]
+    assert sorted(diff) == sorted(["-" + line for line in before.splitlines()[3:]])   # every entry, and the preset
+    assert opdiff(ROOT, site, *args).returncode == 0
+
+
+@pytest.mark.slow
 def test_the_readme_main_job_exits_0_on_the_shipped_suites_and_expectations(tmp_path):
     """As the README runs it (from the repository, ONNX Runtime on suites/*.yaml), with a
     store and cache of its own."""
