@@ -62,10 +62,12 @@ def test_the_first_run_asks_the_backend_and_keeps_each_failure(cold):
 
 def test_a_re_check_serves_them_from_the_cache_with_the_original_message(cold):
     settings, first = cold
+    none = Path(settings.store).parent / "no-expectations.yaml"   # not the project's: these fail
+    none.write_text("")
     cli = CliRunner().invoke(main, ["--goldens", str(settings.goldens), "--store", str(settings.store),
                                     "--cache", str(settings.cache), "check", str(SUITE), "-b", PRESET,
                                     "--in-process", "-j", "1", "--repeats", "1",
-                                    "--test-ids", ";".join(FAILING)])
+                                    "--test-ids", ";".join(FAILING), "--expectations", str(none)])
     assert cli.exit_code == 1, cli.output
     assert "EXPORT_FAIL (cached)" in cli.output and "LOAD_FAIL (cached)" in cli.output
     runs = sorted((Path(settings.store) / "runs").glob("*.jsonl"))
