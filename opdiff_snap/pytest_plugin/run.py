@@ -110,6 +110,7 @@ class SessionRun:
         self._use_cache: bool | None = None
         self._started = time.perf_counter()
         self.expectations: Any = None   # expectations.entries.Expectations, read by validate
+        self._expecter: Expecter | None = None
 
     # ------------------------------------------------------------ setup
     def validate(self) -> None:
@@ -123,14 +124,15 @@ class SessionRun:
 
         self.expectations = api.load_expectations(settings=self.settings)   # None: no file
         if self.expectations is not None:
-            self.sinks.annotate = Expecter(self.expectations, ())
+            self._expecter = Expecter(self.expectations, ())
+            self.sinks.annotate = self._expecter
 
     def expectation(self, result: Result) -> Any:
-        """The expectation (that holds) naming `result`, if any."""
-        if self.expectations is None:
+        """The expectation (that holds) naming `result`, if any (whether each holds is
+        asked of the installed versions once per session)."""
+        if self._expecter is None:
             return None
-        return Expecter(self.expectations, ()).holding(
-            self.expectations.match(result.preset, result.test_id, result.seed))
+        return self._expecter.holding(self.expectations.match(result.preset, result.test_id, result.seed))
 
     @functools.cached_property
     def goldens(self) -> GoldenStore:
