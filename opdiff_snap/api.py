@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         support,
         write_diff_page,
     )
+    from .cause.coverage import coverage
     from .cause.gradcheck import gradcheck_tests as gradcheck
     from .cause.localize import localize_golden as localize
     from .cause.ops import survey_ops as ops
@@ -48,10 +49,10 @@ if TYPE_CHECKING:
     from .run.validate import validate
     from .suite import TestCase
 
-__all__ = ["GoldenRow", "Result", "RunReport", "add_references", "check", "compare_envs", "diff_page", "diff_runs",
-           "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency", "list_tests", "localize",
-           "ops", "presets", "prune", "query", "reconcile_history", "record", "regressions", "repro", "run_groups",
-           "runs", "schema", "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
+__all__ = ["GoldenRow", "Result", "RunReport", "add_references", "check", "compare_envs", "coverage", "diff_page",
+           "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency", "list_tests",
+           "localize", "ops", "presets", "prune", "query", "reconcile_history", "record", "regressions", "repro",
+           "run_groups", "runs", "schema", "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
 
 # name here -> (module, its name there)
 _STAGES = {
@@ -61,6 +62,7 @@ _STAGES = {
     "add_references": ("run.record", "add_references"), "upgrade": ("run.upgrade", "upgrade"),
     "localize": ("cause.localize", "localize_golden"), "repro": ("cause.reproduce", "reproduce"),
     "gradcheck": ("cause.gradcheck", "gradcheck_tests"), "ops": ("cause.ops", "survey_ops"),
+    "coverage": ("cause.coverage", "coverage"),
     "run_groups": ("history.runs", "group_runs"),
     **{name: ("analytics.commands", name) for name in ("query", "schema", "support", "latency", "diff_runs",
                                                       "regressions", "site", "html_report", "diff_page",

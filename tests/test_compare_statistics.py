@@ -89,3 +89,22 @@ def test_the_statistics_are_columns_and_in_a_mismatchs_message():
     back = Metrics.from_json(line)
     assert (back.sqnr, back.mean_dev, back.rel_l2, back.min_rtol) == (c.metrics.sqnr, c.metrics.mean_dev,
                                                                       c.metrics.rel_l2, c.metrics.min_rtol)
+
+
+def test_each_floating_output_gets_its_own_statistics():
+    e1, a1 = np.array([1.0, -2.0, 3.0]), np.array([1.0, -2.2, 3.0])
+    e2, a2 = np.array([10.0, 0.0, 0.0, 5.0]), np.array([10.0, 0.0, 0.0, 5.0])
+    idx = torch.tensor([1, 2])
+    c = compare((torch.tensor(e1), torch.tensor(e2), idx), (torch.tensor(a1), torch.tensor(a2), idx),
+                Tolerance(1e-5, 1e-5))
+    first, second = c.metrics.outputs        # the integer output has no statistics
+    assert (first.output, first.numel, second.output) == ("out[0]", 3, "out[1]")
+    hand = _by_hand(e1, a1, 1e-5, 1e-5)
+    for key in ("sqnr", "mean_dev", "rel_l2", "min_atol", "min_rtol"):
+        assert getattr(first, key) == pytest.approx(hand[key], rel=1e-12, abs=1e-15), key
+    assert second.sqnr == math.inf and second.rel_l2 == 0.0 and second.max_abs == 0.0
+    # the result's own numbers are over every compared element together, the exact ones too
+    power = (e1 ** 2).sum() + (e2 ** 2).sum() + 1 + 4
+    assert c.metrics.sqnr == pytest.approx(10 * math.log10(power / 0.04))
+    back = Metrics.from_json(c.metrics.to_json())
+    assert back.outputs == c.metrics.outputs

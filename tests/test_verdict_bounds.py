@@ -164,3 +164,15 @@ def test_verdicts_and_metrics_are_the_same_at_any_jobs(tmp_path):
         assert meta["env"]["threads"]["intra_op"] == 1
     assert len(seen[1]) == 2 * len(MODEL_TESTS) and all(m is not None for _, m in seen[1].values())
     assert seen[1] == seen[2]
+
+
+def test_an_op_that_fills_by_definition_is_not_flagged_and_others_still_are():
+    import torch
+
+    from opdiff_snap.compare.vacuous import vacuous_reason
+
+    filled = torch.full((2, 3), 2.5)
+    assert "equal 2.5" in vacuous_reason(filled)
+    assert vacuous_reason(filled, op="aten::fill.Scalar") is None
+    assert vacuous_reason(torch.zeros(4), op="aten::zeros_like.default") is None
+    assert "within atol" in vacuous_reason(torch.zeros(4), op="aten::relu.default")

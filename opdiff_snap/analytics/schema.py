@@ -73,6 +73,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "sqnr": "10 log10(sum expected^2 / sum (actual - expected)^2) over the compared elements, dB (inf: equal)",
         "mean_dev": "mean signed deviation, mean(actual - expected)",
         "rel_l2": "relative L2 error, ||actual - expected|| / ||expected||",
+        "outputs": "per floating output, in order: {output, numel, max_abs, min_atol, min_rtol, sqnr, mean_dev, "
+                   "rel_l2} (UNNEST(outputs) for a row each)",
         "worst_index": "index of the worst element", "worst_output": "output holding it",
         "worst_expected": "expected value there", "worst_actual": "actual value there",
         "baseline_error": "largest |golden - float64 reference|: the baseline's own rounding error",

@@ -155,6 +155,10 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout
 @click.option("--changes", is_flag=True,
               help="Instead: the op calls whose support changed between the versions the op-support cache "
                    "has answers for (after an upgrade).")
+@click.option("--coverage", is_flag=True,
+              help="Instead: of torch's Core ATen op set, how many ops the tests exercise (exported and "
+                   "decomposed as backends receive them), and per preset how many of those the latest "
+                   "checks in the history ran and passed; the ops no test covers, listed.")
 @click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
 @click.option("--timeout-s", type=TIMEOUT_S, help="Per-test timeout in seconds (>= 0.1).")
 @FORMAT_OPTION
@@ -162,7 +166,8 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout
 @executor_option
 @click.pass_context
 @guarded
-def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, jobs, timeout_s, fmt, python) -> None:
+def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, coverage, jobs, timeout_s, fmt,
+        python) -> None:
     """Which presets lower each ATen op of the suites' tests.
 
     Each test is exported to ATen once; its ops are answered from the op-support cache in
@@ -177,6 +182,11 @@ def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, jobs, ti
     from ..execution.op_support import OpSupportCache
 
     settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s)
+    if coverage:
+        _print_coverage(api.coverage(list(suites) or None, presets=list(backends), test_ids=patterns(test_ids),
+                                     tags=patterns(tags), seed=seed, settings=settings, python=python,
+                                     warn=lambda w: echo(f"warning: {w}", err=True)), fmt)
+        return
     if changes:
         found = support_changes(OpSupportCache(settings.cache), backends)
         rows: list[tuple] = [(c.preset, c.op, c.signature, "yes" if c.lowered_before else "no",
@@ -211,3 +221,32 @@ def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, jobs, ti
 
 def _cell(answer: bool | None) -> str:
     return "-" if answer is None else "yes" if answer else "no"
+
+
+def _print_coverage(found, fmt: str) -> None:
+    import dataclasses
+    import json
+
+    from ..analytics import Table
+
+    n, k = len(found.core), len(found.exercised)
+    if fmt == "json":
+        echo(json.dumps({"core": n, "exercised": {op: tests for op, tests in found.exercised.items()},
+                         "not_covered": found.not_covered, "outside_core": found.other,
+                         "presets": [dataclasses.asdict(p) for p in found.presets],
+                         "no_graph": {t.test_id: t.error for t in found.failed}}, indent=2))
+        return
+    rows = [(p.preset, f"{p.lowered} of {k}", f"{p.passed} of {k}", p.not_checked) for p in found.presets]
+    if fmt in ("table", "markdown"):
+        echo(f"{k} of {n} Core ATen ops exercised by the selected tests ({len(found.other)} more ops outside "
+             "the core set remain in their graphs after decomposition)")
+    print_table(Table(["preset", "lowered", "passed", "not checked"], rows), fmt,
+                "Per preset, in the latest check in the history:")
+    if fmt == "csv":
+        return
+    echo(f"\nNot covered ({len(found.not_covered)}): " + ", ".join(op.removeprefix("aten::")
+                                                               for op in found.not_covered))
+    if found.failed:
+        echo(f"{len(found.failed)} tests have no graph to read:", err=True)
+        for t in found.failed[:10]:
+            echo(f"  {t.test_id}: {t.error}", err=True)

@@ -9,12 +9,47 @@ they are nested objects after the numbers; the DuckDB views read the numbers onl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ..core.trees import json_safe
 
 NONFINITE = ("nan", "inf", "-inf")   # how json_safe writes non-finite floats
+
+
+@dataclass
+class OutputStats:
+    """The statistics of one compared floating output (`output`: its path, `out[1]`), as
+    the result's top-level numbers give them over every output together."""
+
+    output: str
+    numel: int = 0
+    max_abs: float = 0.0
+    min_atol: float = 0.0
+    min_rtol: float = 0.0
+    sqnr: float | None = None
+    mean_dev: float = 0.0
+    rel_l2: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: json_safe(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "OutputStats":
+        return cls(**{f.name: _number(data[f.name]) for f in fields(cls) if f.name in data})
+
+
+def sqnr_db(noise: float, power: float) -> float | None:
+    """10 log10(power / noise): inf when equal, -inf for a zero signal, None when both are 0."""
+    if noise == 0.0 and power == 0.0:
+        return None
+    return math.inf if noise == 0.0 else -math.inf if power == 0.0 else 10.0 * math.log10(power / noise)
+
+
+def rel_l2(noise: float, power: float) -> float:
+    """sqrt(noise / power), the relative L2 error: 0 when equal, inf for a zero signal."""
+    return 0.0 if noise == 0.0 else math.inf if power == 0.0 else math.sqrt(noise / power)
 
 
 @dataclass
@@ -98,6 +133,8 @@ class Metrics:
     lowering_bias: float | None = None
     quant_step: float | None = None
     quant_failed: str | None = None
+    # the statistics above for each floating output on its own, in output order
+    outputs: list[OutputStats] = field(default_factory=list)
 
     # measured beside the comparison when judging asked for it; in the JSON after the numbers
     control: Control | None = field(default=None, metadata={"beside": True})
@@ -107,7 +144,8 @@ class Metrics:
 
     def to_json(self) -> dict[str, Any]:
         if self.compared:
-            out = {k: json_safe(getattr(self, k)) for k in NUMBERS}
+            out = {k: json_safe(getattr(self, k)) for k in NUMBERS if k != "outputs"}
+            out["outputs"] = [o.to_json() for o in self.outputs]
         else:   # the numbers of no comparison would read as one: only the int8 ones measured
             out = {k: json_safe(getattr(self, k)) for k in QUANT_NUMBERS if getattr(self, k) is not None}
         for name in ("control", "b_vs_a", "grad"):
@@ -120,7 +158,9 @@ class Metrics:
     def from_json(cls, data: Mapping[str, Any]) -> "Metrics":
         """The inverse of to_json. A number missing (a line written before it existed)
         takes its default, and keys this version does not know are left out."""
-        values: dict[str, Any] = {k: _number(data[k]) for k in NUMBERS if k in data}
+        values: dict[str, Any] = {k: _number(data[k]) for k in NUMBERS if k in data and k != "outputs"}
+        if isinstance(data.get("outputs"), list):
+            values["outputs"] = [OutputStats.from_json(o) for o in data["outputs"] if isinstance(o, Mapping)]
         if isinstance(values.get("worst_index"), list):
             values["worst_index"] = tuple(values["worst_index"])
         for k in ("worst_expected", "worst_actual"):   # kept as written: "nan" is a value here

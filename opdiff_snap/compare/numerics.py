@@ -45,7 +45,7 @@ from ..core.verdicts import Verdict
 from ..suite.model import Tolerance
 from .bounds import BIAS_SHIFT, ELEMENTWISE_ULPS
 from .leaves import Leaf, measure_leaf
-from .metrics import Metrics
+from .metrics import Metrics, OutputStats, rel_l2, sqnr_db
 from .rules import Rounding
 from .walk import StructureDiffers, leaf_pairs
 
@@ -135,9 +135,10 @@ def _metrics(leaves: list[Leaf]) -> Metrics:
     noise, power = sum(lf.sum_sq for lf in leaves), sum(lf.ee for lf in leaves)
     if n:
         m.mean_dev = sum(lf.sum_signed for lf in leaves) / n
-    m.sqnr = None if noise == 0.0 and power == 0.0 else (
-        math.inf if noise == 0.0 else -math.inf if power == 0.0 else 10.0 * math.log10(power / noise))
-    m.rel_l2 = 0.0 if noise == 0.0 else math.inf if power == 0.0 else math.sqrt(noise / power)
+    m.sqnr, m.rel_l2 = sqnr_db(noise, power), rel_l2(noise, power)
+    m.outputs = [OutputStats(lf.path, lf.numel, lf.max_abs, lf.min_atol, lf.min_rtol, sqnr_db(lf.sum_sq, lf.ee),
+                             lf.sum_signed / lf.n_vals if lf.n_vals else 0.0, rel_l2(lf.sum_sq, lf.ee))
+                 for lf in leaves if not lf.exact]
     referenced = [lf for lf in leaves if lf.baseline_error is not None]
     if referenced:
         m.baseline_error = max(lf.baseline_error or 0.0 for lf in referenced)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..core.trees import flatten
-from ..suite.model import Tolerance
+from ..suite.model import TestCase, Tolerance
 from .tolerance import DEFAULT_TOLERANCES
 
 
@@ -34,8 +34,21 @@ def _values(outputs: Any) -> list[np.ndarray]:
     return out
 
 
-def vacuous_reason(outputs: Any, tolerance: Tolerance | None = None) -> str | None:
-    """Why `outputs` (a golden's) would be matched by almost any answer, or None."""
+# ATen ops whose every output element is a constant by definition (a size and a fill
+# value): their goldens test shape, dtype and the value, which is all there is to test
+CONSTANT_BY_DEFINITION = frozenset({
+    "aten::full", "aten::full_like", "aten::fill", "aten::fill_", "aten::zeros", "aten::zeros_like",
+    "aten::ones", "aten::ones_like", "aten::new_full", "aten::new_zeros", "aten::new_ones",
+    "aten::scalar_tensor",
+})
+
+
+def vacuous_reason(outputs: Any, tolerance: Tolerance | None = None, op: str | None = None) -> str | None:
+    """Why `outputs` (a golden's) would be matched by almost any answer, or None. `op`:
+    the ATen op of an op test (`aten::fill.Scalar`); one that fills by definition is
+    never flagged."""
+    if op is not None and op.split(".")[0] in CONSTANT_BY_DEFINITION:
+        return None
     values = _values(outputs)
     if not values:
         return None
@@ -53,3 +66,8 @@ def vacuous_reason(outputs: Any, tolerance: Tolerance | None = None) -> str | No
         return (f"all {flat.size} output elements equal {flat[0]:.6g}: the outputs do not depend on the inputs, "
                 "so a backend that computes nothing from them can pass")
     return None
+
+
+def op_of(case: TestCase) -> str | None:
+    """The ATen op an op test calls; None for a module test."""
+    return case.call.target if case.call.kind == "op" and case.pair is None else None

@@ -87,6 +87,8 @@ LOWERING_FAILURES = frozenset({V.EXPORT_FAIL, V.LOAD_FAIL})
 WORKER_FAILURES = frozenset({V.CRASH, V.TIMEOUT})
 # The target produced outputs (that then matched or not).
 RAN = frozenset({V.PASS}) | COMPARISON
+# The backend took the test (exported, lowered and loaded it), whatever the outputs were.
+LOWERED = RAN | {V.INFER_FAIL, V.NOT_DELEGATED}
 # Results a standalone repro script can reproduce.
 REPRODUCIBLE = (COMPARISON | STAGE_FAILURES | WORKER_FAILURES) - {V.QUANTIZE_FAIL, V.SQNR_LOW}
 # localize: a piece of a test run alone that does not mark where the divergence starts (it

@@ -30,7 +30,7 @@ from ..compare.numerics import Comparison, compare
 from ..compare.quantized import judge_int8, sqnr_db
 from ..compare.results import Result
 from ..compare.rules import Rounding
-from ..compare.vacuous import vacuous_reason
+from ..compare.vacuous import op_of, vacuous_reason
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
 from ..execution.prepare import flat_values, nest_residuals, restore_outputs
@@ -66,7 +66,7 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
         if outcome.status is Verdict.UNAVAILABLE and outcome.quantized is not None:
             _quantization_only(result, golden, outcome, tol)
         return result
-    result.vacuous = vacuous_reason(golden.outputs, tol)
+    result.vacuous = vacuous_reason(golden.outputs, tol, op_of(case) if case is not None else None)
     actual = restore_outputs(outcome.output_structure, outcome.outputs or [])
     rounding = rounding_for(golden, preset, outcome.output_structure, outcome.elementwise,
                             control_of(outcome, preset))

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ..backends.base import Preset
 from ..backends.registry import availability, get_preset
 from ..compare.results import Listener, Result, RunReport
-from ..compare.vacuous import vacuous_reason
+from ..compare.vacuous import op_of, vacuous_reason
 from ..core import trees
 from ..core.config import Settings, apply_endpoint, parse_executor
 from ..core.environment import environment
@@ -222,7 +222,7 @@ class _Recorder:
             result.verdict, result.error_class = Verdict.BASELINE_FAIL, type(exc).__name__
             result.message = f"the golden cannot be stored: {exc}"
             return self._failed(item, result)
-        result.vacuous = vacuous_reason(golden.outputs)
+        result.vacuous = vacuous_reason(golden.outputs, op=op_of(item.case))
         if result.vacuous:
             warn(self.listener, f"test '{item.case.id}' seed {item.seed}: the golden proves nothing: {result.vacuous}")
         return result

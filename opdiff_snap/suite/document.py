@@ -22,7 +22,8 @@ from .reads import note
 from .resolve import NodeResolver
 from .yamlload import YamlSyntaxError
 
-EXT_DEFAULTS: dict[str, Any] = {"tolerance": {}, "seeds": [0], "tags": [], "skip": {}, "grad": False}
+EXT_DEFAULTS: dict[str, Any] = {"tolerance": {}, "seeds": [0], "tags": [], "skip": {}, "grad": False,
+                               "profiles": ["normal"]}
 
 
 @dataclass

@@ -23,6 +23,7 @@ from .fields import DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS
 from .files import SearchRoots
 from .model import Call, TestCase, Tolerance
 from .problems import BAD, Problems, Where, check_keys, plain
+from .profiles import NORMAL, id_with_profile
 from .resolve import NodeResolver, path_checker
 from .spechash import file_modules, spec_hash
 from .torch_fns import EXAMPLES, TORCH_CALL, definition_fns, fn_refusal
@@ -326,9 +327,24 @@ class Expander:
                 "call": call, "pair": pair_call, "inputs": inputs, "kwargs": kwargs, "out": out_node,
                 "device": common["device"], "impl": common["impl"],
                 "cast_input0_to_complex": common["cast"],
-                **{k: common[k] for k in EXTENSION_KEYS},
+                **{k: common[k] for k in EXTENSION_KEYS if k != "profiles"},
             }
-            out.append(case_from_definition(tid, definition, rt.suite, self.roots.import_dirs))
+            profiles = common["profiles"]
+            if profiles != [NORMAL] and not _samples_floats([inputs, kwargs]):
+                # the suite's defaults reach every test: one without floating inputs keeps normal
+                if "profiles" in raw:
+                    self.problems.add(w.at(raw, "profiles"),
+                                      f"profiles {profiles}: test '{tid}' samples no floating tensor input, so "
+                                      "an input profile would change nothing; drop 'profiles' from it, or give "
+                                      "it a floating tensor input")
+                    continue
+                profiles = [NORMAL]
+            for profile in profiles:
+                # a profile is part of what the outputs depend on; normal adds nothing, so the
+                # goldens of tests without profiles keep their spec hashes
+                variant = definition if profile == NORMAL else {**definition, "profile": profile}
+                out.append(case_from_definition(id_with_profile(tid, profile), variant, rt.suite,
+                                                self.roots.import_dirs))
         return out
 
     def _complex_ok(self, inputs: list, w: Where) -> bool:
@@ -339,6 +355,20 @@ class Expander:
         self.problems.add(w, "cast_input0_to_complex needs input 0 to be a complex tensor or a float "
                              "tensor whose last dimension is 2 (real, imag)")
         return False
+
+
+def _samples_floats(node: Any) -> bool:
+    """Whether a resolved input node samples a floating or complex tensor (what a profile
+    rewrites)."""
+    if isinstance(node, dict):
+        if node.get("type") in ("tensor", "scalar_tensor", "const_tensor") and "value" not in node:
+            return dtype_family(node["dtype"]) in ("float", "complex")
+        if node.get("type") in ("module", "construct", "const"):
+            return False
+        return any(_samples_floats(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_samples_floats(v) for v in node)
+    return False
 
 
 def case_from_definition(test_id: str, definition: dict, suite_path: Path,
@@ -372,8 +402,8 @@ def assemble_case(test_id: str, d: dict, suite_path: Path, sources: tuple[Path, 
                                    v.get("precision_factor"), v.get("steps"), v.get("min_sqnr"))
                    for k, v in d.get("tolerance", {}).items()},
         seeds=tuple(d.get("seeds", [0])), tags=tuple(d.get("tags", [])), skip=dict(d.get("skip", {})),
-        grad=bool(d.get("grad", False)), definition=d, spec_hash=spec, source_files=sources,
-        import_dirs=import_dirs)
+        grad=bool(d.get("grad", False)), profile=d.get("profile", NORMAL), definition=d, spec_hash=spec,
+        source_files=sources, import_dirs=import_dirs)
 
 
 def _call(c: dict) -> Call:

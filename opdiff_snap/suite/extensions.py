@@ -1,5 +1,5 @@
-"""Our extensions to a test (tolerance, seeds, tags, skip, grad), validated into their
-canonical JSON form."""
+"""Our extensions to a test (tolerance, seeds, tags, skip, grad, profiles), validated into
+their canonical JSON form."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from .fields import PRECISIONS, TOLERANCE_KEYS
 from .problems import BAD, Problems, Where, check_keys
+from .profiles import EDGE, PROFILES
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")
 
@@ -74,4 +75,20 @@ def parse_extension(key: str, raw: Any, where: Where, problems: Problems,
         if isinstance(raw, bool):
             return raw
         return problems.add(where, f"grad must be true or false, got {raw!r}")
+    if key == "profiles":
+        return _profiles(raw, where, problems)
     raise KeyError(key)
+
+
+def _profiles(raw: Any, where: Where, problems: Problems) -> Any:
+    names = ", ".join(PROFILES)
+    if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
+        return problems.add(where, f"profiles must be a non-empty list of input profiles ({names}, or edge for "
+                                   f"every one but normal), got {raw!r}")
+    out: list[str] = []
+    for p in raw:
+        if p not in PROFILES and p != "edge":
+            return problems.add(where, f"'{p}' is not an input profile: use {names}, or edge for every one but "
+                                       "normal")
+        out.extend(q for q in (EDGE if p == "edge" else (p,)) if q not in out)
+    return out

@@ -4,7 +4,7 @@ types and their fields, and the dtypes, kinds and initialisations a value may na
 from __future__ import annotations
 
 TOP_KEYS = ("include", "dims", "presets", "tests", "defaults")
-EXTENSION_KEYS = ("tolerance", "seeds", "tags", "skip", "grad")
+EXTENSION_KEYS = ("tolerance", "seeds", "tags", "skip", "grad", "profiles")
 TOLERANCE_KEYS = ("atol", "rtol", "baseline_factor", "precision_factor", "steps", "min_sqnr")
 TEST_KEYS = ("id", "op", "in", "kwargs", "out", "impl", "device", "cast_input0_to_complex") + EXTENSION_KEYS
 DEVICES = ("cpu", "gpu", "cuda", "mps")

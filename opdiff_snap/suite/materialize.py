@@ -16,8 +16,10 @@ from typing import Any
 import torch
 
 from .construct import build_value, construct_module, where_of
+from .edge_values import apply_profile
 from .fields import dtype_family
 from .model import Invocation, Node, TestCase
+from .profiles import NORMAL, base_id
 
 
 def derive_seed(test_id: str, seed: int) -> int:
@@ -28,10 +30,13 @@ def derive_seed(test_id: str, seed: int) -> int:
 class Sampler:
     """Samples resolved nodes (full form, see resolve.py) from one generator, in call order."""
 
-    def __init__(self, generator: torch.Generator, suite_dir: Path, import_dirs: tuple[Path, ...] = ()):
+    def __init__(self, generator: torch.Generator, suite_dir: Path, import_dirs: tuple[Path, ...] = (),
+                 profile: str = NORMAL, profile_generator: torch.Generator | None = None):
         self.g = generator
         self.suite_dir = suite_dir
         self.import_dirs = import_dirs
+        self.profile = profile
+        self.profile_g = profile_generator
 
     def __call__(self, node: Node) -> Any:
         t = node["type"]
@@ -88,6 +93,8 @@ class Sampler:
             out = torch.complex(real.to(base), imag.to(base)).to(dtype)
         else:
             out = self._real(shape, base, node).to(dtype)
+        if self.profile_g is not None:
+            out = apply_profile(self.profile, out, self.profile_g)
         if node.get("requires_grad"):
             out.requires_grad_(True)
         return out
@@ -112,8 +119,13 @@ def _as_real(x: Any) -> Any:
 
 
 def sample_inputs(case: TestCase, s: int) -> tuple[list[Any], dict[str, Any]]:
-    """The call's args and kwargs sampled from the generator seeded with `s`."""
-    sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir, case.import_dirs)
+    """The call's args and kwargs sampled from the generator seeded with `s`, then
+    rewritten by the case's input profile from a generator of its own (so what a profile
+    keeps is exactly the normal golden's input)."""
+    rewrite = None if case.profile == NORMAL else torch.Generator(device="cpu").manual_seed(
+        derive_seed(f"{s}\0profile\0{case.profile}", 0))
+    sampler = Sampler(torch.Generator(device="cpu").manual_seed(s), case.suite_dir, case.import_dirs,
+                      case.profile, rewrite)
     args = [sampler(n) for n in case.inputs]
     kwargs = {k: sampler(v) for k, v in case.kwargs.items()}
     if case.cast_input0_to_complex and args:
@@ -128,8 +140,10 @@ def calibration_seed(test_id: str, seed: int, k: int) -> int:
 
 
 def materialize(case: TestCase, seed: int) -> Invocation:
-    """The inputs and module states of (case, seed); bit-identical for the same pair."""
-    s = derive_seed(case.id, seed)
+    """The inputs and module states of (case, seed); bit-identical for the same pair. A
+    profile's golden draws from the seed of the test it varies: the same weights, and the
+    same inputs before the profile rewrites them."""
+    s = derive_seed(base_id(case.id, case.profile), seed)
     args, kwargs = sample_inputs(case, s)
     states: dict[str, dict[str, torch.Tensor]] = {}
     for side, call in (("a", case.call), ("b", case.pair)):

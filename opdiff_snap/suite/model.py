@@ -72,6 +72,7 @@ class TestCase:
     tags: tuple[str, ...] = ()
     skip: Mapping[str, str] = field(default_factory=dict)            # preset-or-glob -> reason
     grad: bool = False
+    profile: str = "normal"          # the input profile of its floating inputs (suite/profiles.py)
     # identity
     definition: Mapping[str, Any] = field(default_factory=dict)      # canonical expanded JSON
     spec_hash: str = ""

@@ -12,6 +12,8 @@ library would: by being the one that runs them (a TorchDispatchMode sees every o
               first non-NaN element becomes NaN
     cast:     a dtype name ("float64") every floating output is cast to
     append:   every output gets one more element along dim 0 (a 0-d output becomes 1-d)
+    daz:      subnormal floating inputs read as zero (denormals-are-zero, as some hardware
+              and fast-math kernels do)
     sleep_s:  seconds each call sleeps first (a slow backend)
     hold_dir, hold_after: every call past the first `hold_after` (counted across worker
               processes by files in `hold_dir`) waits until `hold_dir/open` exists: a run
@@ -60,6 +62,13 @@ def _move_nan(t: torch.Tensor) -> torch.Tensor:
     return flat.reshape(t.shape)
 
 
+def _flush_subnormal(t: Any) -> Any:
+    if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+        return t
+    tiny = torch.finfo(t.dtype).smallest_normal
+    return torch.where(t.abs() < tiny, torch.zeros_like(t), t)
+
+
 def _append(t: torch.Tensor) -> torch.Tensor:
     t = t.reshape(1) if t.dim() == 0 else t
     return torch.cat([t, torch.zeros((1, *t.shape[1:]), dtype=t.dtype)])
@@ -80,7 +89,7 @@ class PerturbBackend:
     devices = ("cpu",)
     precisions = ("fp32",)
     default_options: Mapping[str, Any] = {"perturb": [], "delta": 1e-2, "offset": 0.0,
-                                          "move_nan": False, "cast": "", "append": False, "sleep_s": 0.0,
+                                          "move_nan": False, "cast": "", "append": False, "daz": False, "sleep_s": 0.0,
                                           "hold_dir": "", "hold_after": 0}
     serializes = False
     can_differentiate = False
@@ -99,6 +108,8 @@ class PerturbBackend:
             time.sleep(float(opts["sleep_s"]))
             if opts["hold_dir"]:
                 _hold(Path(opts["hold_dir"]), int(opts["hold_after"]))
+            if opts["daz"]:
+                inputs = [_flush_subnormal(t) for t in inputs]
             with torch.no_grad():
                 if names:
                     with _WrongKernels(names, float(opts["delta"])):

@@ -1,0 +1,178 @@
+"""Core ATen coverage: of torch's Core ATen op set (the overloads torch tags `core`, what
+it asks export backends to implement), which the selected tests exercise once exported
+and decomposed as backends receive them, and per preset how many of those ran and passed
+in the latest check the history holds.
+
+An op counts as *lowered* on a preset when at least one test that exercises it got past
+export and load there (its latest verdict is in `verdicts.LOWERED`), and as *passed*
+when at least one such test passed. A test whose export fails says nothing of its other
+ops, and an op no test of the preset's history exercises is *not checked*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import torch
+
+from ..core.config import Settings
+from ..core.errors import OpdiffError, error_text
+from ..core.verdicts import LOWERED, Verdict
+from ..execution.job import WorkerContext
+from ..run.session import make_pool
+from ..suite import select
+from ..suite.given import given_cases
+from ..suite.model import TestCase
+
+
+def core_aten_ops() -> list[str]:
+    """Every overload of torch's Core ATen op set, as `aten::name.overload`, sorted."""
+    out = set()
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::"):
+            continue
+        name, _, overload = full[len("aten::"):].partition(".")
+        try:
+            op = getattr(getattr(torch.ops.aten, name), overload or "default")
+        except (AttributeError, RuntimeError):
+            continue
+        if torch.Tag.core in op.tags:
+            out.add(f"aten::{name}.{overload or 'default'}")
+    return sorted(out)
+
+
+@dataclass
+class TestCoreOps:
+    test_id: str
+    ops: list[str] = field(default_factory=list)     # aten::name.overload, first use first
+    error: str | None = None
+
+
+@dataclass
+class CoreOpsTask:
+    """The ATen ops of one test's graph exported and decomposed to Core ATen (its seed's
+    inputs), in a worker."""
+
+    key: str
+    case: TestCase
+    seed: int = 0
+
+    def run(self, context: WorkerContext = WorkerContext()) -> TestCoreOps:
+        from ..backends.common import export_program
+        from ..execution.prepare import flat_module
+        from ..suite.materialize import materialize
+
+        out = TestCoreOps(self.case.id)
+        try:
+            prepared = flat_module(self.case, materialize(self.case, self.seed))
+            program = export_program(prepared.module, prepared.inputs,
+                                     {"use_default_decompositions": True, "export_strict": False}, True)
+        except Exception as exc:
+            out.error = str(exc) if isinstance(exc, OpdiffError) else error_text(exc)
+            return out
+        for node in program.graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                name = f"{node.target.namespace}::{node.target._opname}.{node.target._overloadname}"
+                if name not in out.ops:
+                    out.ops.append(name)
+        return out
+
+    def failed(self, status: Verdict, error_class: str | None, message: str) -> TestCoreOps:
+        return TestCoreOps(self.case.id, error=f"{status.value}: {message}")
+
+
+@dataclass
+class PresetCoverage:
+    """Of the core ops the tests exercise: how many a preset's latest checks ran (lowered)
+    and passed, and how many no test of its history exercises."""
+
+    preset: str
+    lowered: int
+    passed: int
+    not_checked: int
+    failing: list[str] = field(default_factory=list)   # exercised, checked, and no test passed
+
+
+@dataclass
+class Coverage:
+    core: list[str]                          # the Core ATen op set
+    exercised: dict[str, list[str]]          # core op -> the tests that exercise it
+    other: dict[str, list[str]]              # ops outside the core set the graphs still hold
+    presets: list[PresetCoverage]
+    failed: list[TestCoreOps]                # tests with no graph
+
+    @property
+    def not_covered(self) -> list[str]:
+        return [op for op in self.core if op not in self.exercised]
+
+
+def preset_coverage(preset: str, exercised: Mapping[str, Sequence[str]],
+                    latest: Mapping[tuple[str, str], Verdict]) -> PresetCoverage:
+    """`latest`: (test id, preset) -> the latest verdict of the test there."""
+    lowered = passed = unseen = 0
+    failing = []
+    for op, tests in exercised.items():
+        verdicts = [latest[(t, preset)] for t in tests if (t, preset) in latest]
+        if not verdicts:
+            unseen += 1
+            continue
+        lowered += any(v in LOWERED for v in verdicts)
+        if any(v is Verdict.PASS for v in verdicts):
+            passed += 1
+        else:
+            failing.append(op)
+    return PresetCoverage(preset, lowered, passed, unseen, failing)
+
+
+def survey_coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[str] = (),
+                    latest: Mapping[tuple[str, str], Verdict], test_ids=None, tags=None, seed: int = 0,
+                    settings: Settings | None = None, in_process: bool = False,
+                    python: Path | None = None) -> Coverage:
+    """The coverage of the selected tests; `presets` default to every preset `latest` names."""
+    settings = settings or Settings()
+    cases = select(given_cases(suites, settings.suites), test_ids, tags)
+    if not cases:
+        raise OpdiffError("no test selected: check the suites, --test-ids and --tags.")
+    tasks = [CoreOpsTask(c.id, c, seed) for c in cases]
+    with make_pool(settings, in_process, python=python) as pool:
+        done = {t.test_id: t for t in pool.run(tasks)}
+    surveyed = [done[c.id] for c in cases]
+    core = core_aten_ops()
+    core_set = set(core)
+    exercised: dict[str, list[str]] = {}
+    other: dict[str, list[str]] = {}
+    for t in surveyed:
+        for op in t.ops:
+            (exercised if op in core_set else other).setdefault(op, []).append(t.test_id)
+    exercised = {op: exercised[op] for op in core if op in exercised}
+    names = list(presets) or sorted({p for _, p in latest})
+    return Coverage(core, exercised, dict(sorted(other.items())),
+                    [preset_coverage(p, exercised, latest) for p in names],
+                    [t for t in surveyed if t.error])
+
+
+def latest_verdicts(settings: Settings, warn=None) -> dict[tuple[str, str], Verdict]:
+    """(test id, preset) -> the latest check verdict in the history of `settings.store`
+    (the worst of its seeds'), for every cell the support matrix holds."""
+    from ..analytics.commands import support
+
+    table = support(settings, warn=warn)
+    presets = table.columns[1:]
+    out: dict[tuple[str, str], Verdict] = {}
+    for row in table.rows:
+        for preset, verdict in zip(presets, row[1:]):
+            if verdict in Verdict.__members__:
+                out[(row[0], preset)] = Verdict(verdict)
+    return out
+
+
+def coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[str] = (), test_ids=None, tags=None,
+             seed: int = 0, settings: Settings | None = None, in_process: bool = False,
+             python: Path | None = None, warn=None) -> Coverage:
+    """`opdiff ops --coverage`: the selected tests' Core ATen coverage, judged per preset by
+    the latest checks in the history store."""
+    settings = settings or Settings()
+    return survey_coverage(suites, presets=presets, latest=latest_verdicts(settings, warn), test_ids=test_ids,
+                           tags=tags, seed=seed, settings=settings, in_process=in_process, python=python)
