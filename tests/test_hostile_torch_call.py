@@ -67,6 +67,16 @@ def test_the_worker_refuses_them_again(fn):
         TorchCall(fn, [{"input": 0}])
 
 
+def test_an_aten_op_packet_or_overload_may_be_called_and_another_namespace_may_not():
+    import torch
+
+    assert resolve_fn("torch.ops.aten.add") is torch.ops.aten.add
+    assert resolve_fn("torch.ops.aten.add.Tensor") is torch.ops.aten.add.Tensor
+    assert resolve_fn("torch.ops.aten._flash_attention_forward") is torch.ops.aten._flash_attention_forward
+    with pytest.raises(OpdiffError):
+        resolve_fn("torch.ops.prims.add")
+
+
 def test_what_the_shipped_suites_call_passes():
     """Every function the shipped suites' TorchCalls name (the OpInfo suites' 490-odd) passes
     the rule, so their goldens are data a golden alone may name."""

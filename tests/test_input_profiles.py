@@ -34,6 +34,10 @@ tests:
     op: {type: module, path: torch.nn.Linear, args: [8, 3]}
     in: [{type: tensor, shape: [16, 8], dtype: float32}]
     profiles: [nonfinite]
+  - id: given
+    op: aten::neg.default
+    in: [{type: const_tensor, shape: [16], dtype: float32, value: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]}]
+    profiles: [signed_zero]
   - {id: ints, op: aten::neg.default, in: [{type: tensor, shape: [4], dtype: int64, init: randint, low: 0, high: 3}]}
 """
 
@@ -52,7 +56,7 @@ def _cases(root: Path, text: str = SUITE) -> dict:
 def test_each_profile_is_its_own_test_and_normal_keeps_the_plain_id_and_spec(tmp_path):
     cases = _cases(tmp_path)
     assert list(cases) == ["logp", *(f"logp@{p}" for p in EDGE), "half@max_finite", "half@subnormal",
-                           "lin@nonfinite", "ints"]
+                           "lin@nonfinite", "given@signed_zero", "ints"]
     plain = _cases(tmp_path / "plain", SUITE.replace("    profiles: [normal, edge]\n", ""))
     assert cases["logp"].spec_hash == plain["logp"].spec_hash   # adding profiles leaves the normal golden valid
     assert len({cases[f"logp@{p}"].spec_hash for p in EDGE} | {cases["logp"].spec_hash}) == len(EDGE) + 1
@@ -86,6 +90,10 @@ def test_profiles_rewrite_the_inputs_to_the_values_they_name(tmp_path):
     plain = _cases(tmp_path / "plain", SUITE.replace("    profiles: [nonfinite]\n", ""))
     assert all(torch.equal(inv.states["a"][k], v) for k, v in materialize(plain["lin"], 0).states["a"].items())
     assert set(PROFILES) == {"normal", *EDGE} and set(REWRITES) == set(EDGE)
+    # a tensor given by value is rewritten too: what is kept is the value written
+    given = materialize(cases["given@signed_zero"], 0).args[0]
+    kept = given != 0
+    assert 0 < int(kept.sum()) < 16 and torch.equal(given[kept], torch.arange(1.0, 17.0)[kept])
 
 
 @pytest.mark.parametrize("field, fragment", [
@@ -104,7 +112,7 @@ def test_a_profile_on_a_test_without_floating_inputs_is_refused_but_suite_defaul
     text = SUITE.replace("init: randint, low: 0, high: 3}]}", "init: randint, low: 0, high: 3}], profiles: [wide]}")
     with pytest.raises(OpdiffError) as err:
         _cases(tmp_path, text)
-    assert "test 'ints'" in str(err.value) and "samples no floating tensor input" in str(err.value)
+    assert "test 'ints'" in str(err.value) and "has no floating tensor input" in str(err.value)
     cases = _cases(tmp_path / "d", "defaults: {profiles: [normal, nonfinite]}\n" + SUITE)
     assert "ints" in cases and "ints@nonfinite" not in cases and "half@subnormal" in cases
 

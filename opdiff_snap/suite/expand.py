@@ -334,7 +334,7 @@ class Expander:
                 # the suite's defaults reach every test: one without floating inputs keeps normal
                 if "profiles" in raw:
                     self.problems.add(w.at(raw, "profiles"),
-                                      f"profiles {profiles}: test '{tid}' samples no floating tensor input, so "
+                                      f"profiles {profiles}: test '{tid}' has no floating tensor input, so "
                                       "an input profile would change nothing; drop 'profiles' from it, or give "
                                       "it a floating tensor input")
                     continue
@@ -358,10 +358,10 @@ class Expander:
 
 
 def _samples_floats(node: Any) -> bool:
-    """Whether a resolved input node samples a floating or complex tensor (what a profile
+    """Whether a resolved input node makes a floating or complex tensor (what a profile
     rewrites)."""
     if isinstance(node, dict):
-        if node.get("type") in ("tensor", "scalar_tensor", "const_tensor") and "value" not in node:
+        if node.get("type") in ("tensor", "scalar_tensor", "const_tensor"):
             return dtype_family(node["dtype"]) in ("float", "complex")
         if node.get("type") in ("module", "construct", "const"):
             return False

@@ -44,12 +44,13 @@ class Sampler:
             return self.tensor(node["shape"], node["dtype"], node)
         if t == "scalar_tensor":
             if "value" in node:
-                out = torch.tensor(node["value"], dtype=getattr(torch, node["dtype"]))
+                out = self._profiled(torch.tensor(node["value"], dtype=getattr(torch, node["dtype"])))
                 return out.requires_grad_(True) if node.get("requires_grad") else out
             return self.tensor([], node["dtype"], node)
         if t == "const_tensor":
             if "value" in node:
-                return torch.tensor(node["value"], dtype=getattr(torch, node["dtype"])).reshape(node["shape"])
+                return self._profiled(torch.tensor(node["value"], dtype=getattr(torch, node["dtype"]))
+                                      .reshape(node["shape"]))
             return self.tensor(node["shape"], node["dtype"], node)
         if t == "scalar":
             return self.scalar(node)
@@ -93,11 +94,13 @@ class Sampler:
             out = torch.complex(real.to(base), imag.to(base)).to(dtype)
         else:
             out = self._real(shape, base, node).to(dtype)
-        if self.profile_g is not None:
-            out = apply_profile(self.profile, out, self.profile_g)
+        out = self._profiled(out)
         if node.get("requires_grad"):
             out.requires_grad_(True)
         return out
+
+    def _profiled(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.profile_g is None else apply_profile(self.profile, t, self.profile_g)
 
     def scalar(self, node: Node) -> Any:
         fam = dtype_family(node["dtype"])

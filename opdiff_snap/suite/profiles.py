@@ -4,10 +4,10 @@ A test lists its profiles (`profiles: [normal, subnormal]`); each profile other 
 `normal` records its own golden under `<id>@<profile>`: the test's own weights and
 inputs (the same seed), its floating inputs then rewritten element by element from a
 generator of the profile's own, so a divergence that random normals hide has a golden
-of its own. A profile rewrites the sampled floating tensors of the call's inputs (real
-and complex); module weights, integer and boolean inputs, Python scalars and tensors
-given by `value` stay as written. Values are those of the input's own dtype (float16's largest finite for a
-float16 input).
+of its own. A profile rewrites the floating tensors of the call's inputs, sampled or
+given by `value` (real and complex); module weights, integer and boolean inputs and
+Python scalars stay as written. Values are those of the input's own dtype (float16's
+largest finite for a float16 input).
 """
 
 from __future__ import annotations

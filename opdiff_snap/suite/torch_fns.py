@@ -99,7 +99,10 @@ def object_refusal(fn: str, obj: Any) -> str | None:
     import torch
 
     if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return None if obj.namespace == "aten" else f"{fn} is not an ATen operator"
+        # a packet takes unknown attributes for overload names: its namespace is in its name
+        namespace = obj.namespace if isinstance(obj, torch._ops.OpOverload) else \
+            obj._qualified_op_name.partition("::")[0]
+        return None if namespace == "aten" else f"{fn} is not an ATen operator"
     if fn.startswith("Tensor."):
         kinds = (types.FunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
                  types.BuiltinFunctionType)
