@@ -72,6 +72,13 @@ def test_coverage_of_a_checked_suite(checked):
     assert perturb.preset == "perturb_cpu_fp32"
     assert (perturb.lowered, perturb.passed, perturb.not_checked) == (4, 3, 1)
     assert perturb.failing == ["aten::exp.default"]
+    # each test's ops are kept in the artifact cache: asking again exports nothing
+    kept = {p: p.stat().st_mtime_ns for p in (root / ".opdiff-cache" / "core-ops").glob("*.json")}
+    assert len(kept) == 4
+    with plugin_installed(site), contextlib.chdir(root):
+        again = api.coverage(settings=settings, in_process=True)
+    assert again.exercised == found.exercised
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept     # read, not written again
 
 
 def test_the_command_prints_the_numbers_and_json(checked):

@@ -7,7 +7,7 @@ explain every non-PASS of docs/results.md, matched against the results of check 
     python tools/expectation_reasons.py /tmp/s/runs/*.jsonl
 
 A reason already written is kept; an entry no rule explains is listed, to be written by
-hand.
+hand (with --untriaged it gets "not triaged yet: " and the head of its message meanwhile).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", type=Path, help="run files whose results the entries describe")
     ap.add_argument("--expectations", type=Path, default=ROOT / "expectations.yaml")
     ap.add_argument("--notes", type=Path, default=ROOT / "docs" / "results-notes.yaml")
+    ap.add_argument("--untriaged", action="store_true",
+                    help="give an entry no rule explains the reason 'not triaged yet: <its message's first words>'")
     args = ap.parse_args()
     rules = load_rules(args.notes)
     found: dict[tuple[str, str], dict] = {}
@@ -51,7 +53,8 @@ def main() -> None:
                     None)
         if rule is None:
             missing.append(f"{e.preset}: {e.test} {item['status']}")
-            filled.append(e)
+            head = " ".join((item.get("error_message") or "").split())[:120]
+            filled.append(dataclasses.replace(e, reason=f"not triaged yet: {head}") if args.untriaged and head else e)
             continue
         why = re.split(r"(?<=[.;:])\s", rule.why.strip())[0].rstrip(".;:")   # its first clause
         filled.append(dataclasses.replace(e, reason=f"{KINDS[rule.kind]}: {why}"[:200]))

@@ -11,9 +11,11 @@ ops, and an op no test of the preset's history exercises is *not checked*.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -22,6 +24,7 @@ from ..core.errors import OpdiffError, error_text
 from ..core.verdicts import LOWERED, Verdict
 from ..execution.job import WorkerContext
 from ..run.session import make_pool
+from ..storage.local import write_json_whole
 from ..suite import select
 from ..suite.given import given_cases
 from ..suite.model import TestCase
@@ -50,16 +53,39 @@ class TestCoreOps:
     error: str | None = None
 
 
+def _cached_path(cache_dir: Any, case: TestCase, seed: int) -> Path:
+    """Where a test's core ops are kept: by its spec hash, the seed and torch's version
+    (which decides the decomposition)."""
+    from ..storage import open_tiers
+
+    material = json.dumps([case.spec_hash, seed, torch.__version__])
+    return open_tiers(cache_dir).root / "core-ops" / f"{hashlib.sha256(material.encode()).hexdigest()}.json"
+
+
 @dataclass
 class CoreOpsTask:
     """The ATen ops of one test's graph exported and decomposed to Core ATen (its seed's
-    inputs), in a worker."""
+    inputs), in a worker; kept in the artifact cache (`cache_dir`), so asking again after
+    more checks costs no export."""
 
     key: str
     case: TestCase
     seed: int = 0
+    cache_dir: Any = None
 
     def run(self, context: WorkerContext = WorkerContext()) -> TestCoreOps:
+        path = _cached_path(self.cache_dir, self.case, self.seed) if self.cache_dir is not None else None
+        if path is not None:
+            try:
+                return TestCoreOps(self.case.id, list(json.loads(path.read_text())["ops"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass      # absent or unreadable: export again
+        out = self._survey()
+        if path is not None and out.error is None:
+            write_json_whole(path, {"test": self.case.id, "ops": out.ops})
+        return out
+
+    def _survey(self) -> TestCoreOps:
         from ..backends.common import export_program
         from ..execution.prepare import flat_module
         from ..suite.materialize import materialize
@@ -135,7 +161,7 @@ def survey_coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[s
     cases = select(given_cases(suites, settings.suites), test_ids, tags)
     if not cases:
         raise OpdiffError("no test selected: check the suites, --test-ids and --tags.")
-    tasks = [CoreOpsTask(c.id, c, seed) for c in cases]
+    tasks = [CoreOpsTask(c.id, c, seed, settings.cache) for c in cases]
     with make_pool(settings, in_process, python=python) as pool:
         done = {t.test_id: t for t in pool.run(tasks)}
     surveyed = [done[c.id] for c in cases]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from ..backends.base import Backend, Preset
 from ..core.errors import error_text, headline
 from ..core.verdicts import Verdict
+from ..storage.local import write_json_whole
 from .cache import runtime_versions
 from .export_load import export_and_load
 
@@ -180,15 +180,8 @@ class OpSupportCache:
 
     def put(self, preset: Preset, answer: OpVerdict) -> None:
         """Write one answer atomically; a cache that cannot be written only costs the next run."""
-        path = self._path(preset, answer.op, answer.signature)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".op-", dir=path.parent)
-            with os.fdopen(fd, "w") as fh:
-                json.dump({**asdict(answer), "cached": False, "seconds": round(answer.seconds, 4)}, fh)
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        write_json_whole(self._path(preset, answer.op, answer.signature),
+                         {**asdict(answer), "cached": False, "seconds": round(answer.seconds, 4)})
 
     def entries(self) -> Iterator[OpVerdict]:
         """Every answer kept, of every version."""

@@ -276,3 +276,27 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def write_json_whole(path: Path, value: object) -> bool:
+    """`value` as JSON at `path`, written whole or not at all (a temporary file beside it,
+    renamed into place); False, and nothing left behind, where it could not be written.
+    For caches, whose entries only save the next run some work."""
+    import json
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, separators=(",", ":"), allow_nan=True)
+        os.replace(tmp, path)
+        return True
+    except (OSError, ValueError, TypeError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False

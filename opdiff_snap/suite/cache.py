@@ -31,11 +31,11 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .. import __version__
+from ..storage.local import write_json_whole
 from .files import SearchRoots
 from .reads import Observation
 
@@ -124,7 +124,7 @@ class SuiteCache:
         deps = self._depends(seen)
         if key is None or deps is None:
             return
-        _write_json(self._entry_path(path, check_names), {"key": key, "depends": deps, "tests": list(tests)})
+        write_json_whole(self._entry_path(path, check_names), {"key": key, "depends": deps, "tests": list(tests)})
 
     def _depends(self, seen: Iterable[Observation]) -> list[list[Any]] | None:
         out = []
@@ -179,7 +179,7 @@ class SuiteCache:
             if digest is not None:
                 fresh[name] = [digest, out[f]]
         if fresh != known:
-            _write_json(entry_path, {"code": code_digest(), "files": fresh})
+            write_json_whole(entry_path, {"code": code_digest(), "files": fresh})
         return out
 
 
@@ -199,21 +199,3 @@ def _read_json(path: Path) -> Any:
             return json.loads(f.read())
     except (OSError, ValueError):
         return None
-
-
-def _write_json(path: Path, value: Any) -> None:
-    """Written whole or not at all (a temporary file renamed into place)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, separators=(",", ":"), allow_nan=True)
-        os.replace(tmp, path)
-    except (OSError, ValueError, TypeError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
