@@ -35,12 +35,19 @@ def test_the_core_set_is_torchs_tagged_overloads():
 
 def test_an_op_counts_as_lowered_and_passed_by_its_best_test_and_unchecked_without_one():
     exercised = {"aten::a.default": ["t1", "t2"], "aten::b.default": ["t2"], "aten::c.default": ["t3"]}
-    latest = {("t1", "p"): Verdict.PASS, ("t2", "p"): Verdict.EXPORT_FAIL, ("t3", "q"): Verdict.PASS}
+    latest = {("t1", "p"): (Verdict.PASS, True), ("t2", "p"): (Verdict.EXPORT_FAIL, False),
+              ("t3", "q"): (Verdict.PASS, True)}
     got = preset_coverage("p", exercised, latest)
-    assert (got.lowered, got.passed, got.not_checked, got.failing) == (1, 1, 1, ["aten::b.default"])
-    latest[("t2", "p")] = Verdict.MISMATCH
+    assert (got.lowered, got.passed, got.not_checked, got.failing) == (1, 1, 1, [])
+    latest[("t2", "p")] = (Verdict.MISMATCH, True)
     got = preset_coverage("p", exercised, latest)
     assert (got.lowered, got.passed, got.failing) == (2, 1, ["aten::b.default"])
+    # converted where it cannot run (CoreML off macOS): lowered, not run, not failing
+    latest[("t2", "p")] = (Verdict.UNAVAILABLE, True)
+    got = preset_coverage("p", exercised, latest)
+    assert (got.lowered, got.passed, got.converted_only, got.failing) == (2, 1, 1, [])
+    latest[("t2", "p")] = (Verdict.UNAVAILABLE, False)      # never exported: not lowered
+    assert preset_coverage("p", exercised, latest).lowered == 1
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ and decomposed as backends receive them, and per preset how many of those ran an
 in the latest check the history holds.
 
 An op counts as *lowered* on a preset when at least one test that exercises it got past
-export and load there (its latest verdict is in `verdicts.LOWERED`), and as *passed*
-when at least one such test passed. A test whose export fails says nothing of its other
-ops, and an op no test of the preset's history exercises is *not checked*.
+export and load there (its latest verdict is in `verdicts.LOWERED`; off macOS, a CoreML
+conversion counts), and as *passed* when at least one such test passed. A test whose
+export fails says nothing of its other ops; an op whose tests only converted is
+*converted only*, and one no test of the preset's history exercises *not checked*.
 """
 
 from __future__ import annotations
@@ -111,14 +112,16 @@ class CoreOpsTask:
 
 @dataclass
 class PresetCoverage:
-    """Of the core ops the tests exercise: how many a preset's latest checks ran (lowered)
-    and passed, and how many no test of its history exercises."""
+    """Of the core ops the tests exercise: how many a preset's latest checks lowered (exported
+    and loaded, or converted where it cannot run here), ran and passed, and how many no test
+    of its history exercises."""
 
     preset: str
     lowered: int
     passed: int
+    converted_only: int          # lowered, never run: the preset cannot run here (CoreML off macOS)
     not_checked: int
-    failing: list[str] = field(default_factory=list)   # exercised, checked, and no test passed
+    failing: list[str] = field(default_factory=list)   # run, and no test passed
 
 
 @dataclass
@@ -135,25 +138,29 @@ class Coverage:
 
 
 def preset_coverage(preset: str, exercised: Mapping[str, Sequence[str]],
-                    latest: Mapping[tuple[str, str], Verdict]) -> PresetCoverage:
-    """`latest`: (test id, preset) -> the latest verdict of the test there."""
-    lowered = passed = unseen = 0
+                    latest: Mapping[tuple[str, str], tuple[Verdict, bool]]) -> PresetCoverage:
+    """`latest`: (test id, preset) -> the latest verdict of the test there, and whether the
+    preset exported it."""
+    lowered = passed = converted = unseen = 0
     failing = []
     for op, tests in exercised.items():
-        verdicts = [latest[(t, preset)] for t in tests if (t, preset) in latest]
-        if not verdicts:
+        cells = [latest[(t, preset)] for t in tests if (t, preset) in latest]
+        if not cells:
             unseen += 1
             continue
-        lowered += any(v in LOWERED for v in verdicts)
-        if any(v is Verdict.PASS for v in verdicts):
+        ran = any(v in LOWERED for v, _ in cells)
+        lowered += ran or any(v is Verdict.UNAVAILABLE and exported for v, exported in cells)
+        if any(v is Verdict.PASS for v, _ in cells):
             passed += 1
-        else:
+        elif ran:
             failing.append(op)
-    return PresetCoverage(preset, lowered, passed, unseen, failing)
+        elif any(v is Verdict.UNAVAILABLE and exported for v, exported in cells):
+            converted += 1
+    return PresetCoverage(preset, lowered, passed, converted, unseen, failing)
 
 
 def survey_coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[str] = (),
-                    latest: Mapping[tuple[str, str], Verdict], test_ids=None, tags=None, seed: int = 0,
+                    latest: Mapping[tuple[str, str], tuple[Verdict, bool]], test_ids=None, tags=None, seed: int = 0,
                     settings: Settings | None = None, in_process: bool = False,
                     python: Path | None = None) -> Coverage:
     """The coverage of the selected tests; `presets` default to every preset `latest` names."""
@@ -179,19 +186,25 @@ def survey_coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[s
                     [t for t in surveyed if t.error])
 
 
-def latest_verdicts(settings: Settings, warn=None) -> dict[tuple[str, str], Verdict]:
-    """(test id, preset) -> the latest check verdict in the history of `settings.store`
-    (the worst of its seeds'), for every cell the support matrix holds."""
-    from ..analytics.commands import support
+def latest_verdicts(settings: Settings, warn=None) -> dict[tuple[str, str], tuple[Verdict, bool]]:
+    """(test id, preset) -> the latest check verdict in the history of `settings.store` (the
+    worst of its seeds') and whether the preset exported the test (a CoreML conversion off
+    macOS is UNAVAILABLE, yet converted)."""
+    from ..analytics.commands import history
 
-    table = support(settings, warn=warn)
-    presets = table.columns[1:]
-    out: dict[tuple[str, str], Verdict] = {}
-    for row in table.rows:
-        for preset, verdict in zip(presets, row[1:]):
-            if verdict in Verdict.__members__:
-                out[(row[0], preset)] = Verdict(verdict)
-    return out
+    with history(settings, warn) as a:
+        table = a.sql("""
+            WITH cell AS (
+              SELECT r.test_id, r.preset, r.run_id, any_value(runs.started) AS started,
+                     first(r.status ORDER BY verdict_rank(r.status) NULLS LAST, r.status) AS verdict,
+                     bool_and(r.export_ms IS NOT NULL) AS exported
+              FROM results r JOIN runs USING (run_id)
+              WHERE coalesce(runs.command, 'check') = 'check' AND r.test_id IS NOT NULL AND r.preset IS NOT NULL
+              GROUP BY ALL)
+            SELECT test_id, preset, verdict, exported FROM cell
+            QUALIFY row_number() OVER (PARTITION BY test_id, preset ORDER BY started DESC NULLS LAST, run_id DESC) = 1
+        """)
+    return {(t, p): (Verdict(v), bool(e)) for t, p, v, e in table.rows if v in Verdict.__members__}
 
 
 def coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[str] = (), test_ids=None, tags=None,

@@ -236,11 +236,12 @@ def _print_coverage(found, fmt: str) -> None:
                          "presets": [dataclasses.asdict(p) for p in found.presets],
                          "no_graph": {t.test_id: t.error for t in found.failed}}, indent=2))
         return
-    rows = [(p.preset, f"{p.lowered} of {k}", f"{p.passed} of {k}", p.not_checked) for p in found.presets]
+    rows = [(p.preset, f"{p.lowered} of {k}", f"{p.passed} of {k}", p.converted_only, p.not_checked)
+            for p in found.presets]
     if fmt in ("table", "markdown"):
         echo(f"{k} of {n} Core ATen ops exercised by the selected tests ({len(found.other)} more ops outside "
              "the core set remain in their graphs after decomposition)")
-    print_table(Table(["preset", "lowered", "passed", "not checked"], rows), fmt,
+    print_table(Table(["preset", "lowered", "passed", "converted only (cannot run here)", "not checked"], rows), fmt,
                 "Per preset, in the latest check in the history:")
     if fmt == "csv":
         return
@@ -248,5 +249,7 @@ def _print_coverage(found, fmt: str) -> None:
                                                                for op in found.not_covered))
     if found.failed:
         echo(f"{len(found.failed)} tests have no graph to read:", err=True)
+        from ..core.errors import headline
+
         for t in found.failed[:10]:
-            echo(f"  {t.test_id}: {t.error}", err=True)
+            echo(f"  {t.test_id}: {headline(t.error or '', 160)}", err=True)
