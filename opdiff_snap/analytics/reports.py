@@ -49,34 +49,42 @@ def _lib(by: str) -> str:
 
 # ---------------------------------------------------------------- support matrix
 
+def latest_cells(store, by: str | None = None, command: str | None = "check") -> Table:
+    """(test_id, preset, ver, verdict, exported): the latest verdict per test and preset
+    (and version of `by`), the worst of its seeds' by verdicts.PRECEDENCE, from the latest
+    run holding that test and preset; `exported`: every seed's export step ran (a CoreML
+    conversion off macOS is UNAVAILABLE, yet exported)."""
+    with _open(store) as a:
+        ver = f"runs.{_lib(by)}" if by else "NULL"
+        where = "coalesce(runs.command, 'check') = ?" if command else "?::VARCHAR IS NULL"
+        return a.sql(f"""
+            WITH cell AS (
+              SELECT r.test_id, r.preset, {ver} AS ver, r.run_id, any_value(runs.started) AS started,
+                     first(r.status ORDER BY verdict_rank(r.status) NULLS LAST, r.status) AS verdict,
+                     bool_and(r.export_ms IS NOT NULL) AS exported
+              FROM results r JOIN runs USING (run_id)
+              WHERE {where} AND r.test_id IS NOT NULL AND r.preset IS NOT NULL
+              GROUP BY ALL)
+            SELECT test_id, preset, ver, verdict, exported FROM cell
+            QUALIFY row_number() OVER (PARTITION BY test_id, preset, ver
+                                       ORDER BY started DESC NULLS LAST, run_id DESC) = 1
+        """, [command])
+
+
 def support_matrix(store, by: str | None = None, command: str | None = "check") -> Table:
-    """Tests x presets, the latest verdict per cell (the latest run holding that test and
-    preset; with several seeds, the worst of their verdicts by verdicts.PRECEDENCE: PASS only
-    when every seed passed). A status that is no verdict (opdiff's own files) ranks after
-    every verdict, and such statuses by name.
+    """Tests x presets, the latest verdict per cell (latest_cells; PASS only when every seed
+    passed). A status that is no verdict (opdiff's own files) ranks after every verdict, and
+    such statuses by name.
 
     With `by` (a library name) the columns are `preset@version`: one column per preset
     and version of that library found in the history.
     """
-    with _open(store) as a:
-        ver = f"runs.{_lib(by)}" if by else "NULL"
-        where = "coalesce(runs.command, 'check') = ?" if command else "?::VARCHAR IS NULL"
-        t = a.sql(f"""
-            WITH cell AS (
-              SELECT r.test_id, r.preset, {ver} AS ver, r.run_id, any_value(runs.started) AS started,
-                     first(r.status ORDER BY verdict_rank(r.status) NULLS LAST, r.status) AS verdict
-              FROM results r JOIN runs USING (run_id)
-              WHERE {where} AND r.test_id IS NOT NULL AND r.preset IS NOT NULL
-              GROUP BY ALL)
-            SELECT test_id, preset, ver, verdict FROM cell
-            QUALIFY row_number() OVER (PARTITION BY test_id, preset, ver
-                                       ORDER BY started DESC NULLS LAST, run_id DESC) = 1
-        """, [command])
-    cols = sorted({(p, v) for _, p, v, _ in t.rows}, key=lambda pv: (pv[0], version_key(pv[1])))
+    cells = [r[:4] for r in latest_cells(store, by, command).rows]
+    cols = sorted({(p, v) for _, p, v, _ in cells}, key=lambda pv: (pv[0], version_key(pv[1])))
     names = [p if by is None else f"{p}@{v}" for p, v in cols]
     index = {pv: i for i, pv in enumerate(cols)}
     grid: dict[str, list] = {}
-    for test, p, v, verdict in t.rows:
+    for test, p, v, verdict in cells:
         grid.setdefault(test, [None] * len(cols))[index[(p, v)]] = verdict
     return Table(["test_id"] + names, [(k, *grid[k]) for k in sorted(grid)])
 

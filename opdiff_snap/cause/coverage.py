@@ -191,20 +191,11 @@ def latest_verdicts(settings: Settings, warn=None) -> dict[tuple[str, str], tupl
     worst of its seeds') and whether the preset exported the test (a CoreML conversion off
     macOS is UNAVAILABLE, yet converted)."""
     from ..analytics.commands import history
+    from ..analytics.reports import latest_cells
 
     with history(settings, warn) as a:
-        table = a.sql("""
-            WITH cell AS (
-              SELECT r.test_id, r.preset, r.run_id, any_value(runs.started) AS started,
-                     first(r.status ORDER BY verdict_rank(r.status) NULLS LAST, r.status) AS verdict,
-                     bool_and(r.export_ms IS NOT NULL) AS exported
-              FROM results r JOIN runs USING (run_id)
-              WHERE coalesce(runs.command, 'check') = 'check' AND r.test_id IS NOT NULL AND r.preset IS NOT NULL
-              GROUP BY ALL)
-            SELECT test_id, preset, verdict, exported FROM cell
-            QUALIFY row_number() OVER (PARTITION BY test_id, preset ORDER BY started DESC NULLS LAST, run_id DESC) = 1
-        """)
-    return {(t, p): (Verdict(v), bool(e)) for t, p, v, e in table.rows if v in Verdict.__members__}
+        rows = latest_cells(a).rows
+    return {(t, p): (Verdict(v), bool(e)) for t, p, _, v, e in rows if v in Verdict.__members__}
 
 
 def coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[str] = (), test_ids=None, tags=None,
