@@ -103,6 +103,20 @@ class Artifact:
     obj: Any = None
 
 
+@dataclass(frozen=True)
+class DynamicDim:
+    """An axis an export leaves dynamic: its dim's name (axes that share a name are equal
+    in size) and the sizes the artifact must accept."""
+
+    name: str
+    low: int
+    high: int
+
+
+Dynamic = tuple[Mapping[int, DynamicDim], ...]
+"""Per flat input, the axes an export leaves dynamic ({} for an input of fixed shape)."""
+
+
 @dataclass
 class Piece:
     """One test of a batch compiled in one exporter call (Backend.export_batch): its flat
@@ -380,6 +394,23 @@ class Backend:
         cls = type(self)
         return cls.quantize is not Backend.quantize and cls.lower_quantized is not Backend.lower_quantized
 
+    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
+                       preset: Preset, workdir: Path) -> Artifact:
+        """Export as `export` does, with the axes `dims` names left dynamic: the artifact then
+        takes inputs of any size in each dim's range. Called only where `dynamic_refusal`
+        is None. Default: not defined (the preset exports static shapes only)."""
+        raise NotImplementedError(f"the {self.family} backend does not export dynamic shapes")
+
+    def dynamic_refusal(self, preset: Preset) -> str | None:
+        """Why `preset` cannot export dynamic shapes (the verdict of a dynamic test says
+        it), or None when `export_dynamic` serves it. Default: None where the backend
+        defines `export_dynamic` and the preset does not quantize."""
+        if type(self).export_dynamic is Backend.export_dynamic:
+            return f"the {self.family} backend exports static shapes only"
+        if self.quantizes(preset):
+            return "an int8 preset is quantized and exported for static shapes only"
+        return None
+
     def delegates(self, preset: Preset) -> bool:
         """Whether the preset hands programs to a delegate, so that `--require-delegated`
         has something to hold it to. Default False."""
@@ -531,6 +562,17 @@ class PluginBackend(Backend):
 
     def _halves(self) -> bool:
         return {"quantize", "lower_quantized"} <= self.defined
+
+    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
+                       preset: Preset, workdir: Path) -> Artifact:
+        return self.plugin.export_dynamic(module, inputs, dims, preset, workdir)
+
+    def dynamic_refusal(self, preset: Preset) -> str | None:
+        if "dynamic_refusal" in self.defined:
+            return self.plugin.dynamic_refusal(preset)
+        if "export_dynamic" not in self.defined:
+            return f"the {self.family} backend exports static shapes only"
+        return "an int8 preset is quantized and exported for static shapes only" if self.quantizes(preset) else None
 
     def delegates(self, preset: Preset) -> bool:
         if "delegates" in self.defined:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from ..core.limits import CALIBRATION_SAMPLES, Range
-from .base import QUANTIZED, Preset, Quantized, QuantizeFailed
+from .base import QUANTIZED, Dynamic, Preset, Quantized, QuantizeFailed
 
 IS_MACOS = sys.platform == "darwin"
 
@@ -98,19 +98,35 @@ def contiguous_cpu(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def export_program(module: torch.nn.Module, inputs: Sequence[torch.Tensor], opts: Any,
-                   always_decompose: bool) -> Any:
+                   always_decompose: bool, dynamic: Dynamic | None = None) -> Any:
     """torch.export of the (optionally fp16-cast) module on the (cast) inputs, shared by
     the exporters that consume an ExportedProgram. `use_default_decompositions` runs the
     full default table; otherwise `always_decompose` runs an empty one, which coremltools
-    needs to get ATen-level ops, while ExecuTorch's lowering decomposes by itself."""
+    needs to get ATen-level ops, while ExecuTorch's lowering decomposes by itself.
+    `dynamic`: the axes left dynamic."""
     dtype = torch.float16 if opts.get("export_fp16") else None
     model = cast_module(module, dtype)
     args = tuple(contiguous_cpu(cast_inputs(inputs, dtype)))
     with torch.no_grad():
-        program = torch.export.export(model, args, strict=bool(opts.get("export_strict")))
+        program = torch.export.export(model, args, strict=bool(opts.get("export_strict")),
+                                      dynamic_shapes=export_dims(dynamic))
         if opts.get("use_default_decompositions"):
             return program.run_decompositions()
         return program.run_decompositions({}) if always_decompose else program
+
+
+def export_dims(dynamic: Dynamic | None) -> tuple[tuple[dict[int, Any] | None, ...]] | None:
+    """torch.export's `dynamic_shapes` for a flat module (`forward(*tensors)`: one entry,
+    for the varargs, holding one per input): one torch.export.Dim per dim name (so axes
+    that share a name stay equal), None for an input of fixed shape."""
+    if dynamic is None:
+        return None
+    made: dict[str, Any] = {}
+    out: list[dict[int, Any] | None] = []
+    for axes in dynamic:
+        out.append({axis: made.setdefault(d.name, torch.export.Dim(d.name, min=d.low, max=d.high))
+                    for axis, d in axes.items()} or None)
+    return (tuple(out),)
 
 
 def script_source(imports: Sequence[str], constants: Mapping[str, Any], functions: Sequence[Callable[..., Any]],

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .base import APPLE_SILICON, MACOS, QUANTIZED, Artifact, Availability, Backend, Preset, Quantized, Runnable
+from .base import APPLE_SILICON, MACOS, QUANTIZED, Artifact, Availability, Backend, Dynamic, Preset, Quantized, Runnable
 from .common import (
     INT8_OPTIONS,
     INT8_RANGES,
@@ -87,10 +87,15 @@ class CoreMLBackend(Backend):
 
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
+        return self.export_dynamic(module, inputs, (), preset, workdir)
+
+    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
+                       preset: Preset, workdir: Path) -> Artifact:
+        """coremltools reads the dynamic dims from the exported program (ranged inputs)."""
         import coremltools as ct
 
         opts = preset.options
-        program = export_program(module, inputs, opts, always_decompose=True)
+        program = export_program(module, inputs, opts, always_decompose=True, dynamic=dims or None)
         kwargs: dict[str, Any] = {
             "convert_to": str(opts.get("convert_to", "mlprogram")),
             "compute_units": _enum(ct.ComputeUnit, opts.get("compute_units") or COMPUTE_UNITS[preset.device],

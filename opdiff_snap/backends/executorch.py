@@ -37,6 +37,7 @@ from .base import (
     Backend,
     DelegatedOp,
     Delegation,
+    Dynamic,
     Piece,
     PiecesFailed,
     Preset,
@@ -152,8 +153,14 @@ class ExecuTorchBackend(Backend):
 
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
+        return self.export_dynamic(module, inputs, (), preset, workdir)
+
+    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
+                       preset: Preset, workdir: Path) -> Artifact:
+        """With dims, the program's inputs are bounded by each dim's largest size (ExecuTorch
+        plans memory for the upper bound)."""
         opts = preset.options
-        program = export_program(module, inputs, opts, always_decompose=False)
+        program = export_program(module, inputs, opts, always_decompose=False, dynamic=dims or None)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         edge = executorch_edge(program, preset.device, preset.precision, opts)

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .base import CUDA, Artifact, Availability, Backend, Preset, Quantized, Runnable
+from .base import CUDA, Artifact, Availability, Backend, Dynamic, Preset, Quantized, Runnable
 from .common import (
     INT8_OPTIONS,
     INT8_RANGES,
@@ -128,9 +128,18 @@ class InductorBackend(Backend):
 
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
+        return self.export_dynamic(module, inputs, (), preset, workdir)
+
+    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
+                       preset: Preset, workdir: Path) -> Artifact:
+        """With dims, the compiling call's inputs have those axes marked dynamic, so that
+        Inductor generates code for a symbolic size (one graph for every size in range)."""
         dtype = reduced_dtype(preset)
         moved = cast_module(module, dtype).to(preset.device)
         args = cast_inputs((t.to(preset.device) for t in inputs), dtype)
+        for arg, axes in zip(args, dims):
+            for axis, d in axes.items():
+                torch._dynamo.mark_dynamic(arg, axis, min=d.low, max=d.high)
         # One worker serves many jobs whose flat modules share a forward code object; without
         # a reset Dynamo's recompile limit would silently fall back to eager after a few.
         torch._dynamo.reset()

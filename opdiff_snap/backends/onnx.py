@@ -29,6 +29,7 @@ from .base import (
     Artifact,
     Availability,
     Backend,
+    Dynamic,
     Piece,
     PiecesFailed,
     Preset,
@@ -43,6 +44,7 @@ from .common import (
     cast_inputs,
     cast_module,
     contiguous_cpu,
+    export_dims,
     int8_on_cpu,
     pieces_at_fault,
     reduced_dtype,
@@ -155,10 +157,15 @@ class OnnxBackend(Backend):
 
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
+        return self.export_dynamic(module, inputs, (), preset, workdir)
+
+    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
+                       preset: Preset, workdir: Path) -> Artifact:
         dtype = reduced_dtype(preset)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        onnx_export(cast_module(module, dtype), cast_inputs(inputs, dtype), preset.options, workdir / MODEL_FILE)
+        onnx_export(cast_module(module, dtype), cast_inputs(inputs, dtype), preset.options, workdir / MODEL_FILE,
+                    dynamic_shapes=export_dims(dims or None))
         return Artifact(path=workdir)
 
     def prepare_runtime(self, preset: Preset) -> None:
@@ -235,15 +242,20 @@ def onnx_providers(options: Mapping[str, Any], device: str) -> list[str]:
 
 
 def onnx_export(model: torch.nn.Module, args: tuple[torch.Tensor, ...], options: Mapping[str, Any],
-                path: Path, input_names: list[str] | None = None) -> None:
+                path: Path, input_names: list[str] | None = None, dynamic_shapes: Any = None) -> None:
     """torch.onnx.export of `model` on `args` (both already in the preset's dtype) to `path`,
-    with the preset's exporter options; inputs are named in0, in1, ... (or `input_names`)"""
+    with the preset's exporter options; inputs are named in0, in1, ... (or `input_names`).
+    `dynamic_shapes`: torch.export's for `model(*args)` (the TorchScript exporter gets its
+    axes by input name)."""
     dynamo = bool(options.get("dynamo", True))
     target: Any = model
     if dynamo and options.get("use_default_decompositions"):
-        target = torch.export.export(model, args, strict=bool(options.get("export_strict"))).run_decompositions()
+        target = torch.export.export(model, args, strict=bool(options.get("export_strict")),
+                                     dynamic_shapes=dynamic_shapes).run_decompositions()
+        dynamic_shapes = None    # the exported program carries them
+    names = input_names or [f"in{i}" for i in range(len(args))]
     kwargs: dict[str, Any] = {
-        "input_names": input_names or [f"in{i}" for i in range(len(args))],
+        "input_names": names,
         "opset_version": int(options.get("opset", 20)),
         "dynamo": dynamo,
         "external_data": bool(options.get("external_data", False)),
@@ -251,8 +263,13 @@ def onnx_export(model: torch.nn.Module, args: tuple[torch.Tensor, ...], options:
     }
     if dynamo:
         kwargs["optimize"] = bool(options.get("optimize", True))
+        if dynamic_shapes is not None:
+            kwargs["dynamic_shapes"] = dynamic_shapes
     else:
         kwargs["do_constant_folding"] = bool(options.get("do_constant_folding", True))
+        if dynamic_shapes is not None:
+            kwargs["dynamic_axes"] = {name: {axis: dim.__name__ for axis, dim in spec.items()}
+                                      for name, spec in zip(names, dynamic_shapes[0]) if spec}
     with torch.no_grad():
         torch.onnx.export(target, args, str(path), **kwargs)
     if not path.is_file():

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .base import APPLE_SILICON, CUDA, MACOS, Artifact, Availability, Backend, Preset, Runnable
+from .base import APPLE_SILICON, CUDA, MACOS, Artifact, Availability, Backend, Dynamic, Preset, Runnable
 from .common import as_output_list, cast_inputs, cast_module, reduced_dtype
 
 
@@ -89,6 +89,11 @@ class TorchEagerBackend(Backend):
         dtype = reduced_dtype(preset)
         moved = cast_module(module, dtype).to(preset.device)
         return Artifact(obj=moved)
+
+    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
+                       preset: Preset, workdir: Path) -> Artifact:
+        """Eager torch runs any shape: its artifact is the module, as for static shapes."""
+        return self.export(module, inputs, preset, workdir)
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         return device_runner(artifact.obj, preset, bool(preset.options.get("synchronize", True)))

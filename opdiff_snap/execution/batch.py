@@ -170,7 +170,8 @@ def plan_batches(jobs: Sequence[Job], size: int, look: bool = True) -> list[Comp
     failed on the preset before, with any library versions, are left out (their jobs load
     it, or export alone). `look` False: this process cannot tell what is cached, since the
     workers run other library versions (their cache keys differ); each CompileBatch then
-    leaves out what its worker finds cached."""
+    leaves out what its worker finds cached. Sized tests (dynamic shapes) are left out too:
+    their export is their own."""
     from ..backends.registry import backend_for
     from .cache import ArtifactCache, cache_key
 
@@ -188,8 +189,8 @@ def plan_batches(jobs: Sequence[Job], size: int, look: bool = True) -> list[Comp
                                         members[0].cache_dir or ""))
 
     for job in jobs:
-        if job.cache_dir is None or job.invocation is None:
-            continue
+        if job.cache_dir is None or job.invocation is None or job.case.dynamic is not None:
+            continue   # a sized test's export leaves dims dynamic: it is never one piece of a batch
         name = job.preset.name
         if name not in batching:
             batching[name] = backend_for(job.preset).batches(job.preset)

@@ -52,7 +52,9 @@ from ..backends.base import Artifact, Delegation, Preset
 from ..core import trees
 from ..core.errors import OpdiffError
 from ..storage import StorageError, occupied_by_file, open_tiers
+from ..suite import dynamic
 from ..suite.model import Invocation, TestCase
+from ..suite.spechash import spec_hash
 
 
 class Subject(Protocol):
@@ -102,12 +104,13 @@ def _states_digest(job: Subject) -> str:
     return h.hexdigest()
 
 
-def _inputs_signature(job: Subject) -> Any:
+def _inputs_signature(job: Subject, ranks_only: bool = False) -> Any:
     """What export bakes in besides the weights: every non-tensor argument, and the
-    shapes and dtypes of the tensor ones (artifacts are exported for static shapes)."""
+    shapes and dtypes of the tensor ones (artifacts are exported for static shapes; a
+    sized test's are not, and its definition's shapes stand in)."""
     invocation = _invocation(job)
     structure, leaves = trees.flatten((list(invocation.args), dict(invocation.kwargs)))
-    return [structure, [[str(t.dtype), list(t.shape)] for t in leaves]]
+    return [structure, [[str(t.dtype), t.dim() if ranks_only else list(t.shape)] for t in leaves]]
 
 
 def runtime_versions(preset: Preset) -> dict[str, str]:
@@ -119,10 +122,13 @@ def runtime_versions(preset: Preset) -> dict[str, str]:
 
 
 def cache_key(job: Subject) -> str:
+    """The key of a job's artifact: what its export depends on. The sized tests of one
+    test (dynamic shapes) share one key, so one export serves them all."""
+    case = job.case
     material = {
-        "test": job.case.id,
-        "spec_hash": job.case.spec_hash,
-        "definition": job.case.definition if not job.case.spec_hash else None,
+        "test": case.id,
+        "spec_hash": case.spec_hash,
+        "definition": case.definition if not case.spec_hash else None,
         "seed": job.seed,
         "preset": {"name": job.preset.name, **job.preset.to_json()},
         "states": _states_digest(job),
@@ -130,6 +136,10 @@ def cache_key(job: Subject) -> str:
         "versions": runtime_versions(job.preset),
         "layout": 2,   # what an entry holds beside the artifact (2: ExecuTorch's delegation.json)
     }
+    if case.dynamic is not None:
+        material.update(test=dynamic.seed_id(case.id, case.definition) + "@dynamic",
+                        spec_hash=spec_hash(dynamic.group_definition(case.definition), case.source_files),
+                        definition=None, inputs=_inputs_signature(job, ranks_only=True))
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 
@@ -320,6 +330,30 @@ class ArtifactCache:
             except OSError:
                 return
             shutil.rmtree(trash, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def exclusive(self, key: str) -> Iterator[None]:
+        """Hold `key` against the other processes on this machine that ask for it: the
+        sized tests of one test share a key, and one export makes their artifact while
+        the others wait for it. (Where file locks are not to be had, nothing is held.)"""
+        try:
+            import fcntl
+        except ImportError:   # not POSIX
+            yield
+            return
+        path = self.root / "locks" / key[:2] / key
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(path, "a")
+        except OSError:
+            yield
+            return
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[Path]:

@@ -30,6 +30,10 @@ export step, it runs it in a folder of its own, or finds its artifact made alrea
 returns the artifact to load and the export's milliseconds."""
 
 
+class DynamicRefused(Exception):
+    """A sized test (dynamic shapes) on a preset that exports static shapes only."""
+
+
 @dataclass
 class Lowered:
     """What exporting and loading gave: the artifact and, where it was loaded, the
@@ -65,6 +69,13 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
 
     def export(work: Path) -> Artifact:
         inputs = tuple(prepared.fresh_inputs())
+        if prepared.dynamic is not None:
+            refusal = backend.dynamic_refusal(preset)
+            if refusal:
+                raise DynamicRefused(f"{preset.name} does not export dynamic shapes: {refusal}; this test is "
+                                     "checked on its static shapes by the test it sizes")
+            with torch.no_grad():
+                return backend.export_dynamic(prepared.module, inputs, prepared.dynamic, preset, work)
         with torch.no_grad():
             if not quantizing:
                 return backend.export(prepared.module, inputs, preset, work)

@@ -27,8 +27,10 @@ from typing import Any, Callable
 
 import torch
 
+from ..backends.base import Dynamic, DynamicDim
 from ..core import trees
 from ..core.errors import OpdiffError
+from ..suite import dynamic
 from ..suite.construct import bind, call_inputs
 from ..suite.model import Invocation, TestCase
 
@@ -47,6 +49,7 @@ class Prepared:
     inputs: tuple[torch.Tensor, ...]
     out_structure: Any
     out_dtypes: list[torch.dtype]
+    dynamic: Dynamic | None = None     # a sized test's dynamic axes (suite/dynamic.py); None: static
 
     def fresh_inputs(self) -> list[torch.Tensor]:
         """Copies of the inputs: in-place ops must not change what the next call sees."""
@@ -240,8 +243,22 @@ def count_outputs(structure: Any) -> int:
 def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
     """The flat module of (case, invocation), its outputs probed once in eager mode."""
     args, kwargs = call_inputs(case, invocation)
-    return prepare_call(bind(case, invocation), args, kwargs, f"test '{case.id}'",
-                        keyed=case.pair is not None)
+    prepared = prepare_call(bind(case, invocation), args, kwargs, f"test '{case.id}'",
+                            keyed=case.pair is not None)
+    if case.dynamic is not None:
+        prepared.dynamic = dynamic_dims(case, args, kwargs)
+        if len(prepared.dynamic) != len(prepared.inputs):
+            raise OpdiffError(f"test '{case.id}': its dynamic axes name {len(prepared.dynamic)} input tensors, "
+                              f"its call takes {len(prepared.inputs)}; re-record it with --force.")
+    return prepared
+
+
+def dynamic_dims(case: TestCase, args: list[Any], kwargs: dict[str, Any]) -> Dynamic:
+    """The dynamic axes of each flat input of a sized test, with its dims' ranges."""
+    ranges = dynamic.bounds(case.definition)
+    nodes = [*case.inputs, *(case.kwargs.get(k) for k in kwargs)]
+    return tuple({axis: DynamicDim(sym, *ranges[sym]) for axis, sym in axes.items()}
+                 for axes in dynamic.leaf_axes(nodes, [*args, *kwargs.values()]))
 
 
 def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: dict[str, Any],

@@ -190,6 +190,15 @@ def _export_and_run(job: Job, backend: Backend, prepared: Prepared, avail: Avail
     key = cache_key(job) if cache is not None else ""
     if cache is not None and job.alone and cache.made_by_batch(key):
         cache.evict(key)
+    if cache is not None and job.case.dynamic is not None:
+        with cache.exclusive(key):   # its sibling sized tests wait for this export, then load it
+            return _export_and_run_keyed(job, backend, prepared, avail, threads, tmp, calibration, cache, key)
+    return _export_and_run_keyed(job, backend, prepared, avail, threads, tmp, calibration, cache, key)
+
+
+def _export_and_run_keyed(job: Job, backend: Backend, prepared: Prepared, avail: Availability, threads: int,
+                          tmp: Path | None, calibration: Callable[[], list] | None, cache: ArtifactCache | None,
+                          key: str) -> Outcome:
     if cache is not None:
         t0 = time.perf_counter()
         known = cache.failure(key)

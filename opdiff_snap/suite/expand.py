@@ -12,11 +12,13 @@ import itertools
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import OpdiffError
 from ..core.safetext import printable, unsafe_char
+from . import dynamic
 from .document import EXT_DEFAULTS, Document, RawTest, plain_number
 from .extensions import parse_extension
 from .fields import DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS, dtype_family
@@ -100,6 +102,48 @@ class Expander:
 
     # ---- one test entry ------------------------------------------------------------------
     def test(self, rt: RawTest) -> list[TestCase]:
+        """The test's cases: itself (per template assignment and profile), and where it has
+        `dynamic`, its sized tests."""
+        cases = self._static(rt)
+        if cases and isinstance(rt.raw, dict) and dynamic.KEY in rt.raw:
+            cases += self._sized(rt, cases)
+        return cases
+
+    def _sized(self, rt: RawTest, statics: list[TestCase]) -> list[TestCase]:
+        """The sized tests of a test with `dynamic`: it expanded again with each size of its
+        dynamic dims, each compared with the test at the suite's sizes (suite/dynamic.py)."""
+        w = Where(rt.where.file, rt.where.field, rt.where.mark, statics[0].id)
+        at = w.at(rt.raw, dynamic.KEY)
+        spec = dynamic.parse(rt.raw[dynamic.KEY], at, self.problems, self.doc.dims)
+        if spec is BAD:
+            return []
+        normal = [c for c in statics if c.profile == NORMAL]
+        sized: list[list[TestCase]] = []
+        for sizes in dynamic.sizes_at(spec):
+            again = Expander(replace(self.doc, dims={**self.doc.dims, **sizes}), Problems(), self.import_cache,
+                             self.roots, check_names=False)
+            cases = [c for c in again._static(rt) if c.profile == NORMAL]
+            if [c.id for c in cases] != [c.id for c in normal]:
+                self.problems.add(at, "dynamic: the test expands to other tests at these sizes; a dynamic dim "
+                                      "may size input tensors only")
+                return []
+            sized.append(cases)
+        out = []
+        for i, static in enumerate(normal):
+            for k, sizes in enumerate(dynamic.sizes_at(spec)):
+                d, where = dynamic.sized_definition(static.definition, [s[i].definition for s in sized], spec, k)
+                if d is None:
+                    self.problems.add(at, f"dynamic {', '.join(spec)}: test '{static.id}' uses "
+                                          f"{'it' if len(spec) == 1 else 'them'} at {where}, not only in the "
+                                          "shape of a sampled input tensor; a dynamic dim may size input tensors "
+                                          "only (a module argument, list length or given value sized by it "
+                                          "would make each size another program): give that use a dim of its own")
+                    return []
+                out.append(case_from_definition(dynamic.sized_id(static.id, sizes), d, rt.suite,
+                                                self.roots.import_dirs))
+        return out
+
+    def _static(self, rt: RawTest) -> list[TestCase]:
         raw, w, P = rt.raw, rt.where, self.problems
         if not isinstance(raw, dict):
             P.add(w, f"a test must be a mapping with keys {', '.join(TEST_KEYS[:3])}, ..., got {raw!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 TOP_KEYS = ("include", "dims", "presets", "tests", "defaults")
 EXTENSION_KEYS = ("tolerance", "seeds", "tags", "skip", "grad", "profiles")
 TOLERANCE_KEYS = ("atol", "rtol", "baseline_factor", "precision_factor", "steps", "min_sqnr")
-TEST_KEYS = ("id", "op", "in", "kwargs", "out", "impl", "device", "cast_input0_to_complex") + EXTENSION_KEYS
+TEST_KEYS = ("id", "op", "in", "kwargs", "out", "impl", "device", "cast_input0_to_complex", "dynamic") + EXTENSION_KEYS
 DEVICES = ("cpu", "gpu", "cuda", "mps")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int8pt", "int8dyn")
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from . import dynamic
 from .construct import build_value, construct_module, where_of
 from .edge_values import apply_profile
 from .fields import dtype_family
@@ -146,7 +147,7 @@ def materialize(case: TestCase, seed: int) -> Invocation:
     """The inputs and module states of (case, seed); bit-identical for the same pair. A
     profile's golden draws from the seed of the test it varies: the same weights, and the
     same inputs before the profile rewrites them."""
-    s = derive_seed(base_id(case.id, case.profile), seed)
+    s = derive_seed(dynamic.seed_id(base_id(case.id, case.profile), case.definition), seed)
     args, kwargs = sample_inputs(case, s)
     states: dict[str, dict[str, torch.Tensor]] = {}
     for side, call in (("a", case.call), ("b", case.pair)):

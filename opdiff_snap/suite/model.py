@@ -80,6 +80,13 @@ class TestCase:
     import_dirs: tuple[Path, ...] = ()   # on sys.path while its file: modules import (not hashed)
 
     @property
+    def dynamic(self) -> Mapping[str, Any] | None:
+        """A sized test's dynamic dims (suite/dynamic.py): {"dims": {symbol: sizes}, "at":
+        {symbol: its size here}}; None for every other test."""
+        d = self.definition.get("dynamic")
+        return d if isinstance(d, Mapping) else None
+
+    @property
     def test_type(self) -> str:
         if self.pair is not None:
             return "pair"

@@ -1,0 +1,138 @@
+"""Dynamic shapes: a test with `dynamic: {B: [...]}` records one golden per size, and a
+check exports one artifact with B dynamic and runs every size on it; a preset that
+exports static shapes only gets EXPORT_FAIL with the reason, and a model that branches
+on the size is refused by one exporter and caught running the wrong branch on another."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from opdiff_snap import api
+from opdiff_snap.core.config import Settings
+from opdiff_snap.core.errors import OpdiffError
+from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.materialize import materialize
+
+SUITE = """
+dims: {B: 4, N: 16, S: 6}
+tests:
+  - id: lin
+    op: {type: module, path: torch.nn.Linear, args: [16, 8]}
+    in: [{type: tensor, shape: [B, N], dtype: float32}]
+    dynamic: {B: [2, 9]}
+  - id: addmm
+    op: aten::addmm.default
+    in: [{type: tensor, shape: [B, 5], dtype: float32}, {type: tensor, shape: [B, S], dtype: float32},
+         {type: tensor, shape: [S, 5], dtype: float32}]
+    dynamic: {B: [3, 7], S: [2, 5]}
+  - id: branchy
+    op: {type: module, path: "file:branchy.py::Branchy"}
+    in: [{type: tensor, shape: [B, 3], dtype: float32}]
+    dynamic: {B: [2, 9]}
+"""
+
+BRANCHY = """
+import torch
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        # a branch on the size: eager runs every size, an export for a range of sizes cannot
+        return x * 2 if x.shape[0] > 3 else x * 3
+"""
+
+
+def _suite(root: Path, text: str = SUITE) -> Path:
+    (root / "suites").mkdir(parents=True, exist_ok=True)
+    (root / "suites" / "branchy.py").write_text(BRANCHY)
+    path = root / "suites" / "dyn.yaml"
+    path.write_text(text)
+    return path
+
+
+def _cases(root: Path, text: str = SUITE) -> dict:
+    return {c.id: c for c in load_suites([_suite(root, text)])}
+
+
+def test_each_size_is_a_test_of_its_own_with_the_weights_of_the_test_it_sizes(tmp_path):
+    cases = _cases(tmp_path)
+    assert list(cases) == ["lin", "lin@B=2", "lin@B=9", "addmm", "addmm@B=3_S=2", "addmm@B=7_S=5",
+                           "branchy", "branchy@B=2", "branchy@B=9"]
+    assert cases["lin"].dynamic is None                       # the test itself stays static
+    assert cases["lin@B=9"].dynamic == {"dims": {"B": [2, 9]}, "at": {"B": 9}}
+    assert "dynamic" in cases["lin@B=9"].tags and "dynamic" not in cases["lin"].tags   # --tags dynamic
+    static, small, big = (materialize(cases[i], 0) for i in ("lin", "lin@B=2", "lin@B=9"))
+    assert [tuple(x.args[0].shape) for x in (static, small, big)] == [(4, 16), (2, 16), (9, 16)]
+    for sized in (small, big):
+        assert all(torch.equal(sized.states["a"][k], v) for k, v in static.states["a"].items())
+    # the axes each dim sizes are marked on the inputs, shared where a dim is shared
+    inputs = cases["addmm@B=7_S=5"].definition["inputs"]
+    assert [n.get("dynamic") for n in inputs] == [{"0": "B"}, {"0": "B", "1": "S"}, {"0": "S"}]
+    plain = _cases(tmp_path / "plain", SUITE.replace("    dynamic: {B: [2, 9]}\n", "", 1))
+    assert plain["lin"].spec_hash == cases["lin"].spec_hash   # adding sizes leaves the test's golden valid
+
+
+@pytest.mark.parametrize("field, fragment", [
+    ("dynamic: {B: [1, 9]}", "size 1 is below 2"),
+    ("dynamic: {Q: [2, 9]}", "'Q' is not a dim of this suite"),
+    ("dynamic: {B: [2, 9], S: [3]}", "must have one length"),
+    ("dynamic: {B: [2, 9], S: [2, 9]}", "have the same sizes"),
+    ("dynamic: {B: [2, 2]}", "repeat a size"),
+    ("dynamic: [B]", "dynamic must map dim symbols"),
+])
+def test_a_bad_dynamic_field_is_a_suite_problem_at_its_line(tmp_path, field, fragment):
+    with pytest.raises(OpdiffError) as err:
+        _cases(tmp_path, SUITE.replace("dynamic: {B: [2, 9]}", field, 1))
+    assert fragment in str(err.value) and "dyn.yaml:7" in str(err.value) and "test 'lin'" in str(err.value)
+
+
+def test_a_dynamic_dim_used_beyond_input_shapes_is_refused_with_the_place(tmp_path):
+    text = SUITE + """
+  - id: cat
+    op: aten::cat.default
+    in: [{type: list, len: B, elem: {type: tensor, shape: [B], dtype: float32}}]
+    dynamic: {B: [2, 9]}
+"""
+    with pytest.raises(OpdiffError) as err:
+        _cases(tmp_path, text)
+    assert "test 'cat'" in str(err.value) and "inputs[0].len" in str(err.value)
+    assert "may size input tensors only" in str(err.value)
+
+
+@pytest.mark.slow
+def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
+    root = tmp_path / "p"
+    _suite(root)
+    settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0, batch=1)
+    with contextlib.chdir(root):
+        recorded = api.record(settings=settings, in_process=True)
+        assert {r.verdict for r in recorded.results} == {Verdict.RECORDED}
+        checked = api.check(backends=["onnx_cpu_fp32", "executorch_cpu_fp32", "onnx_cpu_int8"],
+                            settings=settings, in_process=True)
+    got = {(r.test_id, r.preset): r for r in checked.results}
+    for preset in ("onnx_cpu_fp32", "executorch_cpu_fp32"):
+        for group in (("lin@B=2", "lin@B=9"), ("addmm@B=3_S=2", "addmm@B=7_S=5")):
+            assert {got[t, preset].verdict for t in group} == {Verdict.PASS}, preset
+            # one export: the first size exported it, the other loaded it from the cache
+            assert sorted(got[t, preset].cache_hit for t in group) == [False, True], (preset, group)
+        assert got["branchy", preset].verdict is Verdict.PASS
+    # a model that branches on the size: ExecuTorch's torch.export refuses the range of sizes;
+    # torch.onnx.export bakes in the branch of the size it exported at, so the other size,
+    # run on that artifact, takes the wrong branch
+    assert {got[t, "executorch_cpu_fp32"].verdict for t in ("branchy@B=2", "branchy@B=9")} == {Verdict.EXPORT_FAIL}
+    assert {got[t, "onnx_cpu_fp32"].verdict for t in ("branchy@B=2", "branchy@B=9")} == {Verdict.PASS,
+                                                                                         Verdict.MISMATCH}
+    # an int8 preset quantizes for static shapes: its sized tests say so; the tests they size run
+    refused = got["lin@B=9", "onnx_cpu_int8"]
+    assert refused.verdict is Verdict.EXPORT_FAIL and "does not export dynamic shapes" in refused.message
+    assert got["lin", "onnx_cpu_int8"].verdict is Verdict.PASS
+    # one cache entry per group and preset, beside those of the static tests (ExecuTorch made
+    # none for branchy's sizes)
+    made = [json.loads(e.read_text())["preset"] for e in (root / ".opdiff-cache").glob("*/*/entry.json")]
+    assert (made.count("onnx_cpu_fp32"), made.count("executorch_cpu_fp32")) == (3 + 3, 3 + 2), made
