@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from opdiff_snap import api
+from opdiff_snap.cause.reproduce import reproduce
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict
@@ -136,3 +137,7 @@ def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
     # none for branchy's sizes)
     made = [json.loads(e.read_text())["preset"] for e in (root / ".opdiff-cache").glob("*/*/entry.json")]
     assert (made.count("onnx_cpu_fp32"), made.count("executorch_cpu_fp32")) == (3 + 3, 3 + 2), made
+    # a repro script exports static shapes: for a sized test it says so, and how to rerun it
+    with contextlib.chdir(root), pytest.raises(OpdiffError) as err:
+        reproduce("branchy@B=9", "onnx_cpu_fp32", root / "repro.py", in_process=True)
+    assert "sized test (dynamic shapes)" in str(err.value) and "--test-ids 'branchy@*'" in str(err.value)

@@ -38,6 +38,7 @@ from ..core.safetext import printable
 from ..core.trees import flatten
 from ..core.verdicts import Verdict as V
 from ..goldens.model import Golden
+from ..suite import dynamic
 from ..suite.model import Invocation, TestCase, Tolerance
 from . import repro_templates
 from .repro_source import CaseSource, literal, tuple_source
@@ -169,6 +170,11 @@ def write_repro(case: TestCase, golden: Golden | tuple[Invocation, Any], preset:
     `rounding` is what check judges with (the golden's float64 reference, the precisions,
     the elementwise reference); the script then decides exactly as check does.
     """
+    if case.dynamic is not None:
+        raise OpdiffError(f"test '{case.id}' is a sized test (dynamic shapes): its check exports one artifact for "
+                          "every size, and a repro script exports for the static shapes of its inputs, so it would "
+                          "not reproduce that export. Rerun it with `opdiff check --test-ids "
+                          f"'{dynamic.seed_id(case.id, case.definition)}@*'`.")
     if isinstance(golden, Golden):
         invocation, outputs, seed = golden.invocation, golden.outputs, golden.seed
     else:
