@@ -204,6 +204,7 @@ def test_the_readme_main_job_exits_0_on_the_shipped_suites_and_expectations(tmp_
     (tmp_path / "none.yaml").write_text("")
     proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(tmp_path / "store"),
                            "--cache", str(tmp_path / "cache"), "check", "--backend", "onnx_cpu_fp32", *suites,
+                           *[a for e in shipped for a in ("--test-ids", e.test)],
                            "-j", "2", "--expectations", str(tmp_path / "none.yaml"), "--summary-md",
                            str(tmp_path / "s.md")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 1
