@@ -209,7 +209,8 @@ def test_the_readme_main_job_exits_0_on_the_shipped_suites_and_expectations(tmp_
                            str(tmp_path / "s.md")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 1
     rows = {r[0]: r for r in _tables((tmp_path / "s.md").read_text())["test"]}
-    assert set(rows) == {e.test for e in shipped}
+    assert set(rows) <= {e.test for e in shipped} and len(rows) == min(50, len(shipped))   # the summary shows 50
+    assert "erfinv" in rows
     from opdiff_snap.suite.load import line_of_test
 
     assert f"core_aten.yaml:{line_of_test(ROOT / 'suites' / 'core_aten.yaml', 'erfinv')})" in rows["erfinv"][4]

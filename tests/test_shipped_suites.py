@@ -189,4 +189,4 @@ def test_the_shipped_goldens_pass_on_their_baseline_preset_here(tmp_path):
         report = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True)
     # the hand-written suites (530 tests, 43 of them with 5 edge profiles each), the OpInfo
     # samples and the zoo
-    assert report.counts() == {"PASS": len(report.results)} and len(report.results) == 530 + 43 * 5 + 1082 + 17
+    assert report.counts() == {"PASS": len(report.results)} and len(report.results) == 530 + 43 * 5 + 76 + 1082 + 17 * 3

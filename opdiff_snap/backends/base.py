@@ -106,11 +106,13 @@ class Artifact:
 @dataclass(frozen=True)
 class DynamicDim:
     """An axis an export leaves dynamic: its dim's name (axes that share a name are equal
-    in size) and the sizes the artifact must accept."""
+    in size), the sizes the artifact must accept, and the size the export traces at
+    (whichever sized test exports, so that the artifact does not depend on which ran first)."""
 
     name: str
     low: int
     high: int
+    example: int = 0     # 0: the inputs' own size
 
 
 Dynamic = tuple[Mapping[int, DynamicDim], ...]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..backends.base import Artifact, Backend, Delegation, Preset, Quantized, QuantizeFailed, Runnable
 from ..core.errors import error_text, headline
@@ -75,7 +75,8 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
                 raise DynamicRefused(f"{preset.name} does not export dynamic shapes: {refusal}; this test is "
                                      "checked on its static shapes by the test it sizes")
             with torch.no_grad():
-                return backend.export_dynamic(prepared.module, inputs, prepared.dynamic, preset, work)
+                return backend.export_dynamic(prepared.module, _at_example_sizes(inputs, prepared.dynamic),
+                                              prepared.dynamic, preset, work)
         with torch.no_grad():
             if not quantizing:
                 return backend.export(prepared.module, inputs, preset, work)
@@ -121,6 +122,21 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         except Exception as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
     return out
+
+
+def _at_example_sizes(inputs: tuple[torch.Tensor, ...], dims: Sequence[Mapping[int, Any]]) -> tuple[torch.Tensor, ...]:
+    """The inputs cut (or repeated) along each dynamic axis to its dim's example size: the
+    sized tests of one test export the same program whichever of them exports it."""
+    import torch
+
+    out = []
+    for t, axes in zip(inputs, dims):
+        for axis, d in axes.items():
+            n, have = d.example, t.shape[axis]
+            if n and have and n != have:
+                t = torch.cat([t] * -(-n // have), dim=axis).narrow(axis, 0, n)
+        out.append(t.contiguous())
+    return tuple(out)
 
 
 def _samples(calibration: Callable[[], Sequence[tuple[torch.Tensor, ...]]]) -> list[tuple[torch.Tensor, ...]]:

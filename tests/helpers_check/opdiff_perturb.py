@@ -100,6 +100,9 @@ class PerturbBackend:
     def export(self, module: torch.nn.Module, inputs, preset: Preset, workdir: Path) -> Artifact:
         return Artifact(obj=module)
 
+    def export_dynamic(self, module: torch.nn.Module, inputs, dims, preset: Preset, workdir: Path) -> Artifact:
+        return Artifact(obj=module)   # eager: any shape
+
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0):
         module, opts = artifact.obj, dict(preset.options)
         names = set(opts["perturb"])
