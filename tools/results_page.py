@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from opdiff_snap.analytics import connect  # noqa: E402
 from opdiff_snap.cli.output import headline  # noqa: E402
 from opdiff_snap.core.verdicts import Verdict  # noqa: E402
+from opdiff_snap.suite.dynamic import unsized_id  # noqa: E402
 
 PRESETS = ["torch_cpu_fp32", "torch_cpu_fp16", "torch_cpu_bf16", "inductor_cpu_fp32", "onnx_cpu_fp32", "onnx_cpu_fp16",
            "executorch_cpu_fp32", "executorch_cpu_fp16", "executorch_portable_fp32",
@@ -54,14 +55,11 @@ class Rule:
     def explains(self, preset: str, test: str, status: str, message: str) -> bool:
         """A rule for a test explains its sized tests (dynamic shapes, `<id>@B=9`) too, where
         status and message agree: a rule earlier in the file says what only dynamic shapes cause."""
-        sized = SIZED.sub("", test)
+        sized = unsized_id(test)
         return (fnmatch.fnmatchcase(preset, self.preset)
                 and any(fnmatch.fnmatchcase(test, t) or fnmatch.fnmatchcase(sized, t) for t in self.test)
                 and fnmatch.fnmatchcase(status, self.status)
                 and (not self.match or re.search(self.match, message or "", re.S) is not None))
-
-
-SIZED = re.compile(r"@[A-Za-z]\w*=\d+(?:_[A-Za-z]\w*=\d+)*$")   # a sized test's suffix
 
 
 def load_rules(path: Path) -> list[Rule]:

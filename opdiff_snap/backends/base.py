@@ -112,7 +112,7 @@ class DynamicDim:
     name: str
     low: int
     high: int
-    example: int = 0     # 0: the inputs' own size
+    example: int
 
 
 Dynamic = tuple[Mapping[int, DynamicDim], ...]
@@ -407,11 +407,14 @@ class Backend:
         """Why `preset` cannot export dynamic shapes (the verdict of a dynamic test says
         it), or None when `export_dynamic` serves it. Default: None where the backend
         defines `export_dynamic` and the preset does not quantize."""
-        if type(self).export_dynamic is Backend.export_dynamic:
+        if not self._exports_dynamic():
             return f"the {self.family} backend exports static shapes only"
         if self.quantizes(preset):
             return "an int8 preset is quantized and exported for static shapes only"
         return None
+
+    def _exports_dynamic(self) -> bool:
+        return type(self).export_dynamic is not Backend.export_dynamic
 
     def delegates(self, preset: Preset) -> bool:
         """Whether the preset hands programs to a delegate, so that `--require-delegated`
@@ -572,9 +575,10 @@ class PluginBackend(Backend):
     def dynamic_refusal(self, preset: Preset) -> str | None:
         if "dynamic_refusal" in self.defined:
             return self.plugin.dynamic_refusal(preset)
-        if "export_dynamic" not in self.defined:
-            return f"the {self.family} backend exports static shapes only"
-        return "an int8 preset is quantized and exported for static shapes only" if self.quantizes(preset) else None
+        return super().dynamic_refusal(preset)
+
+    def _exports_dynamic(self) -> bool:
+        return "export_dynamic" in self.defined
 
     def delegates(self, preset: Preset) -> bool:
         if "delegates" in self.defined:

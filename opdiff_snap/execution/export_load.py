@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..backends.base import Artifact, Backend, Delegation, Preset, Quantized, QuantizeFailed, Runnable
+from ..backends.base import Artifact, Backend, Delegation, Dynamic, Preset, Quantized, QuantizeFailed, Runnable
 from ..core.errors import error_text, headline
 from ..core.verdicts import Verdict
 
@@ -124,7 +124,7 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
     return out
 
 
-def _at_example_sizes(inputs: tuple[torch.Tensor, ...], dims: Sequence[Mapping[int, Any]]) -> tuple[torch.Tensor, ...]:
+def _at_example_sizes(inputs: tuple[torch.Tensor, ...], dims: Dynamic) -> tuple[torch.Tensor, ...]:
     """The inputs cut (or repeated) along each dynamic axis to its dim's example size: the
     sized tests of one test export the same program whichever of them exports it."""
     import torch
@@ -133,7 +133,7 @@ def _at_example_sizes(inputs: tuple[torch.Tensor, ...], dims: Sequence[Mapping[i
     for t, axes in zip(inputs, dims):
         for axis, d in axes.items():
             n, have = d.example, t.shape[axis]
-            if n and have and n != have:
+            if n != have:
                 t = torch.cat([t] * -(-n // have), dim=axis).narrow(axis, 0, n)
         out.append(t.contiguous())
     return tuple(out)

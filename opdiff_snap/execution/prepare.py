@@ -255,10 +255,9 @@ def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
 
 def dynamic_dims(case: TestCase, args: list[Any], kwargs: dict[str, Any]) -> Dynamic:
     """The dynamic axes of each flat input of a sized test, with its dims' ranges."""
-    ranges = dynamic.bounds(case.definition)
-    first = {sym: sizes[0] for sym, sizes in case.definition[dynamic.KEY]["dims"].items()}
+    ranges = dynamic.ranges(case.definition)
     nodes = [*case.inputs, *(case.kwargs.get(k) for k in kwargs)]
-    return tuple({axis: DynamicDim(sym, *ranges[sym], example=first[sym]) for axis, sym in axes.items()}
+    return tuple({axis: DynamicDim(sym, *ranges[sym]) for axis, sym in axes.items()}
                  for axes in dynamic.leaf_axes(nodes, [*args, *kwargs.values()]))
 
 

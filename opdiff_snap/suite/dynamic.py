@@ -15,6 +15,7 @@ least 2, as torch.export specialises a dimension of size 0 or 1.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 from .problems import BAD, Problems, Where
@@ -75,6 +76,16 @@ def sized_id(test_id: str, at: Mapping[str, int]) -> str:
     return test_id + "@" + "_".join(f"{sym}={n}" for sym, n in at.items())
 
 
+SIZED_SUFFIX = re.compile(r"@[A-Za-z]\w*=\d+(?:_[A-Za-z]\w*=\d+)*$")
+"""What sized_id appends, told from the id alone."""
+
+
+def unsized_id(test_id: str) -> str:
+    """The id of the test a sized test sizes, from its id alone (`nn_gru@T=9` -> `nn_gru`);
+    any other id unchanged."""
+    return SIZED_SUFFIX.sub("", test_id)
+
+
 def seed_id(test_id: str, definition: Mapping[str, Any]) -> str:
     """The id a sized test draws its seed from: that of the test it sizes."""
     at = (definition.get(KEY) or {}).get("at")
@@ -82,21 +93,24 @@ def seed_id(test_id: str, definition: Mapping[str, Any]) -> str:
     return test_id[:-len(suffix)] if suffix and test_id.endswith(suffix) else test_id
 
 
-def sized_definition(static: Mapping[str, Any], sized: Sequence[Mapping[str, Any]],
-                     spec: Mapping[str, Sequence[int]], k: int) -> tuple[dict[str, Any] | None, str]:
-    """The definition of the k-th sized test: `sized[k]` with each tensor input axis sized by
-    a dynamic dim marked (`"dynamic": {axis: symbol}` on its node) and the dims recorded
-    (`"dynamic": {"dims": spec, "at": sizes}`). (None, where) when the sized definitions
-    differ from the static one anywhere but in tensor shapes, or in an axis that no dim's
-    sizes explain."""
+def sized_definitions(static: Mapping[str, Any], sized: Sequence[Mapping[str, Any]],
+                      spec: Mapping[str, Sequence[int]]) -> tuple[list[dict[str, Any]], str]:
+    """The definitions of the sized tests, in the order of `sized`: each with every tensor
+    input axis sized by a dynamic dim marked (`"dynamic": {axis: symbol}` on its node) and
+    the dims recorded (`"dynamic": {"dims": spec, "at": sizes}`). ([], where) when the sized
+    definitions differ from the static one anywhere but in tensor shapes, or in an axis that
+    no dim's sizes explain."""
     marks: dict[tuple[Any, ...], dict[str, str]] = {}
     by_sizes = {tuple(v): sym for sym, v in spec.items()}
     problem = _marks(static, [dict(d) for d in sized], (), marks, by_sizes)
     if problem:
-        return None, problem
-    out = _marked(sized[k], (), marks)
-    out[KEY] = {"dims": {s: list(v) for s, v in spec.items()}, "at": sizes_at(spec)[k]}
-    out["tags"] = [*out.get("tags", []), *([] if TAG in out.get("tags", []) else [TAG])]
+        return [], problem
+    out = []
+    for definition, at in zip(sized, sizes_at(spec)):
+        d = _marked(definition, (), marks)
+        d[KEY] = {"dims": {s: list(v) for s, v in spec.items()}, "at": at}
+        d["tags"] = [*d.get("tags", []), *([] if TAG in d.get("tags", []) else [TAG])]
+        out.append(d)
     return out, ""
 
 
@@ -175,9 +189,10 @@ def group_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def bounds(definition: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
-    """Each dynamic dim's (smallest, largest) size: the range its export allows."""
-    return {sym: (min(sizes), max(sizes)) for sym, sizes in definition[KEY]["dims"].items()}
+def ranges(definition: Mapping[str, Any]) -> dict[str, tuple[int, int, int]]:
+    """Each dynamic dim's (smallest, largest, first) size: the range its export allows, and
+    the size it traces at (the same whichever sized test exports)."""
+    return {sym: (min(sizes), max(sizes), sizes[0]) for sym, sizes in definition[KEY]["dims"].items()}
 
 
 def leaf_axes(nodes: Sequence[Any], values: Sequence[Any]) -> list[dict[int, str]]:

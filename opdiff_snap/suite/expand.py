@@ -128,19 +128,18 @@ class Expander:
                                       "may size input tensors only")
                 return []
             sized.append(cases)
-        out = []
+        out: list[TestCase] = []
         for i, static in enumerate(normal):
-            for k, sizes in enumerate(dynamic.sizes_at(spec)):
-                d, where = dynamic.sized_definition(static.definition, [s[i].definition for s in sized], spec, k)
-                if d is None:
-                    self.problems.add(at, f"dynamic {', '.join(spec)}: test '{static.id}' uses "
-                                          f"{'it' if len(spec) == 1 else 'them'} at {where}, not only in the "
-                                          "shape of a sampled input tensor; a dynamic dim may size input tensors "
-                                          "only (a module argument, list length or given value sized by it "
-                                          "would make each size another program): give that use a dim of its own")
-                    return []
-                out.append(case_from_definition(dynamic.sized_id(static.id, sizes), d, rt.suite,
-                                                self.roots.import_dirs))
+            definitions, where = dynamic.sized_definitions(static.definition, [s[i].definition for s in sized], spec)
+            if not definitions:
+                self.problems.add(at, f"dynamic {', '.join(spec)}: test '{static.id}' uses "
+                                      f"{'it' if len(spec) == 1 else 'them'} at {where}, not only in the "
+                                      "shape of a sampled input tensor; a dynamic dim may size input tensors "
+                                      "only (a module argument, list length or given value sized by it "
+                                      "would make each size another program): give that use a dim of its own")
+                return []
+            out.extend(case_from_definition(dynamic.sized_id(static.id, sizes), d, rt.suite, self.roots.import_dirs)
+                       for d, sizes in zip(definitions, dynamic.sizes_at(spec)))
         return out
 
     def _static(self, rt: RawTest) -> list[TestCase]:
