@@ -2,9 +2,41 @@
 
 from __future__ import annotations
 
+import json
 import signal
+from pathlib import Path
 
 import pytest
+
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_configure(config):
+    """xdist's `--dist loadfile` hands out files in collection order; keep ours (below)
+    instead of its own, by number of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test files longest first (seconds from durations.json; a file not in it counts as
+    quick), so that the workers end on short files instead of one waiting on a long one.
+    Within a file the order is kept. `python tools/test_durations.py LOG` rewrites it."""
+    try:
+        seconds = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    root = Path(str(config.rootpath))
+
+    def weight(item) -> float:
+        try:
+            name = Path(str(item.path)).relative_to(root).as_posix()
+        except ValueError:
+            return 0.0
+        value = seconds.get(name, 0.0)
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+    items.sort(key=lambda item: -weight(item))
 
 
 def _deliverable_sigint() -> None:

@@ -207,3 +207,29 @@ def test_a_crash_on_a_batch_made_artifact_is_rerun_alone(both):
     assert not rerun_alone(job, 16, Verdict.PASS)
     assert rerun_alone(other, 16, Verdict.MISMATCH)     # the worker said its artifact was a batch's
     assert not rerun_alone(dataclasses.replace(job, alone=True), None, Verdict.CRASH)
+
+
+def test_a_test_expected_to_fail_is_exported_alone_from_the_start(tmp_path):
+    """The expectations file says which tests fail on the preset: they are planned alone, so
+    the batch costs no exporter call for a failing piece and no test runs twice; their
+    verdicts are the same."""
+    from dataclasses import replace
+
+    settings = replace(_project(tmp_path), batch=8)
+    (tmp_path / "expected.yaml").write_text(
+        f"{PRESET}:\n  - {{test: i0, verdict: EXPORT_FAIL, reason: no translation}}\n"
+        f"  - {{test: logcumsumexp, verdict: MISMATCH, reason: drifts}}\n")
+    res = CliRunner().invoke(main, ["--goldens", str(settings.goldens), "--store", str(settings.store), "--cache",
+                                    str(settings.cache), "check", str(SUITE), "-b", PRESET, "--batch", "8",
+                                    "--in-process", "--expectations", str(tmp_path / "expected.yaml"),
+                                    *[a for t in TESTS for a in ("--test-ids", t)]])
+    assert res.exit_code == 1, res.output         # mm_bf16 and native_batch_norm_eval: not expected
+    assert f"compiling {len(TESTS) - 2} of {len(TESTS)} tests ahead" in res.output
+    assert "2 expected" in res.output
+    jobs = _jobs(settings, TESTS)
+    planned = [j.key for b in plan_batches([dataclasses.replace(j, alone=j.key in ("i0", "logcumsumexp"))
+                                            for j in jobs], 8, look=False) for j in b.jobs]
+    assert "i0" not in planned and "logcumsumexp" not in planned and "abs" in planned
+    # the cache holds logcumsumexp's artifact as made alone, never by a batch
+    entries = {e["test"]: e for e in (json.loads(p.read_text()) for p in Path(settings.cache).glob("*/*/entry.json"))}
+    assert "batch" not in entries["logcumsumexp"] and entries["abs"]["batch"] >= 2

@@ -122,11 +122,14 @@ def test_unreadable_delegation_evidence_is_never_a_pass(runs, planted):
     for evidence in _evidence(settings):
         evidence.write_text(planted)
     assert not _evidence(settings)
-    report = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, require_delegated=True)
+    # in this process: what is judged here is the cache's evidence, not a worker's life
+    report = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, require_delegated=True,
+                       in_process=True)
     (r,) = report.results
     assert r.verdict is Verdict.NOT_DELEGATED and r.delegation is not None and r.delegation.fallback
     assert not r.cache_hit                                 # rebuilt
-    assert api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings).results[0].cache_hit
+    assert api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
+                     in_process=True).results[0].cache_hit
 
 
 def test_evidence_that_cannot_be_read_even_fresh_is_its_own_verdict(runs, monkeypatch, tmp_path):
@@ -155,7 +158,7 @@ def test_a_huge_delegate_name_is_cut(runs):
         evidence.write_text(json.dumps(data))
     res = CliRunner().invoke(main, ["--suites", str(SUITE.parent), "--goldens", str(settings.goldens), "--store",
                                     str(settings.store), "--cache", str(settings.cache), "check", str(SUITE),
-                                    "--test-ids", "fallback", "-b", PRESET, "-j", "1", "--repeats", "1"])
+                                    "--test-ids", "fallback", "-b", PRESET, "--in-process", "--repeats", "1"])
     assert res.exit_code == 0, res.output[-2000:]
     assert len(res.output) < 20_000 and "more characters]" in res.output
     lines = sorted(settings.store.glob("runs/*.jsonl"))[-1].read_text().splitlines()

@@ -171,7 +171,7 @@ def plan_batches(jobs: Sequence[Job], size: int, look: bool = True) -> list[Comp
     it, or export alone). `look` False: this process cannot tell what is cached, since the
     workers run other library versions (their cache keys differ); each CompileBatch then
     leaves out what its worker finds cached. Sized tests (dynamic shapes) are left out too:
-    their export is their own."""
+    their export is their own; so are jobs marked `alone` (a test expected to fail)."""
     from ..backends.registry import backend_for
     from .cache import ArtifactCache, cache_key
 
@@ -189,7 +189,7 @@ def plan_batches(jobs: Sequence[Job], size: int, look: bool = True) -> list[Comp
                                         members[0].cache_dir or ""))
 
     for job in jobs:
-        if job.cache_dir is None or job.invocation is None or job.case.dynamic is not None:
+        if job.cache_dir is None or job.invocation is None or job.case.dynamic is not None or job.alone:
             continue   # a sized test's export leaves dims dynamic: it is never one piece of a batch
         name = job.preset.name
         if name not in batching:

@@ -157,10 +157,12 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
                 yield from runs
 
     with writer:
-        sinks = Sinks(listener, writer, Expecter(request.expectations, ()) if request.expectations else None)
+        expecter = Expecter(request.expectations, ()) if request.expectations else None
+        sinks = Sinks(listener, writer, expecter)
         stream: list | Iterator = work()
         if settings.batch > 1 and use_cache:
-            stream = list(stream)
+            stream = [(_alone_if_expected(thing[0], expecter), thing[1]) if isinstance(thing, tuple) else thing
+                      for thing in stream]
             try:
                 _compile_ahead(pool, [thing[0] for thing in stream if isinstance(thing, tuple)], settings, listener)
             except BaseException:
@@ -189,6 +191,17 @@ def _compile_ahead(pool: Any, jobs: Sequence[Job], settings: Settings, listener:
                          f"({done.export_ms / 1e3:.1f} s; --batch {settings.batch})")
     for why in done.lost:
         warn(listener, f"a batch could not be compiled ({why}); its tests are exported one by one")
+
+
+def _alone_if_expected(job: Job, expecter: Expecter | None) -> Job:
+    """A test the expectations say fails on its preset is exported alone from the start:
+    its verdict would come from a run alone anyway, and in a batch it would cost the batch
+    another exporter call (a failing piece) or itself a second run (a failing result)."""
+    if expecter is None or job.alone:
+        return job
+    if expecter.holding(expecter.expectations.match(job.preset.name, job.case.id, job.seed)) is None:
+        return job
+    return dataclasses.replace(job, alone=True)
 
 
 def _alone_unless_passed(job: Job, outcome: Outcome, result: Result) -> Job | None:
