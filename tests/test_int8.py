@@ -372,3 +372,41 @@ def test_regressions_follow_the_quantization_and_the_lowering_error_apart(tmp_pa
     assert not {k for k in kinds if k[0] == "quantizer_moved" and k[1] == "lowering"}
     assert not {k for k in kinds if k[0] == "lowering_moved" and k[1] == "quantization"}
     assert not {k for k in kinds if k[0] == "steady"}
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()),
+    lambda: torch.nn.Sequential(torch.nn.ConvTranspose1d(3, 4, 3), torch.nn.BatchNorm1d(4)),
+], ids=["conv2d_bn_relu", "conv_transpose1d_bn"])
+def test_the_quantizer_without_its_training_only_patterns_quantizes_the_same(make):
+    """The int8 presets' XNNPACK quantizer leaves out the conv-batchnorm patterns XNNPACK
+    declares for quantization-aware training: on the inference graphs check quantizes (batch
+    norm with running statistics), the converted graph and its outputs are those of the
+    quantizer with them."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from opdiff_snap.backends.common import export_program, xnnpack_quantizer
+
+    torch.manual_seed(0)
+    module = make().eval()
+    with torch.no_grad():
+        for bn in (m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+    x = (torch.randn(2, 3, 8, 8) if isinstance(module[0], torch.nn.Conv2d) else torch.randn(2, 3, 8),)
+
+    def converted(quantizer):
+        prepared = prepare_pt2e(export_program(module, x, {}, always_decompose=False).module(), quantizer)
+        prepared(*x)
+        out = convert_pt2e(prepared)
+        return str(out.graph), out(*x)
+
+    ours = xnnpack_quantizer(per_channel=True, dynamic=False)
+    assert not any(p.is_qat for p in ours.SUPPORTED_PATTERNS)
+    stock = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    (graph, y), (stock_graph, stock_y) = converted(ours), converted(stock)
+    assert "quantize_per_tensor" in graph and graph == stock_graph and torch.equal(y, stock_y)
