@@ -224,7 +224,7 @@ def xnnpack_quantizer(per_channel: bool, dynamic: bool) -> Any:
 
 
 @functools.cache
-def _post_training(quantizer: type) -> type:
+def _post_training(quantizer: Any) -> type:
     """XNNPACK's quantizer without the patterns it declares for quantization-aware training
     only (conv-batchnorm[-relu]): its static config annotates them too, building each
     pattern's graph with torch.export at every prepare_pt2e (12 exports, 4-6 s of a test's
