@@ -83,6 +83,28 @@ def test_cli_refuses_unknown_ops_and_dtypes(tmp_path):
     assert not list(tmp_path.glob("**/*.yaml"))
 
 
+def test_elementwise_ops_get_the_edge_profiles_asked_for_and_others_none(tmp_path):
+    """--profiles edge: each sample of a unary or binary ufunc (exp, add) is also a golden on
+    every edge profile, with its own inputs rewritten; a matmul's samples stay as they are;
+    an unknown profile is refused before anything is written."""
+    from opdiff_snap.suite.profiles import EDGE
+
+    report = api.import_opinfo(tmp_path / "o", ops=["exp", "add", "mm"], profiles=["edge"])
+    ids = [c.id for c in load_suites(report.files)]
+    for base in ("opinfo.exp.f32.0", "opinfo.add.f32.1"):
+        assert [i for i in ids if i.startswith(base)] == [base, *(f"{base}@{p}" for p in EDGE)]
+    assert [i for i in ids if i.startswith("opinfo.mm.")] == ["opinfo.mm.f32.0", "opinfo.mm.f32.1"]
+    assert "input profiles wide, subnormal" in report.files[0].read_text()
+    cases = {c.id: c for c in load_suites(report.files)}
+    normal, subnormal = (materialize(cases[i], 0).args[0] for i in ("opinfo.exp.f32.0", "opinfo.exp.f32.0@subnormal"))
+    assert normal.shape == subnormal.shape and not torch.equal(normal, subnormal)
+    assert (subnormal.abs() < torch.finfo(torch.float32).tiny).any()
+    res = CliRunner().invoke(main, ["import", "opinfo", "--ops", "exp", "--profiles", "huge",
+                                    "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "'huge' is not an input profile" in res.output
+    assert not (tmp_path / "p").exists()
+
+
 def test_import_replaces_only_what_it_wrote(tmp_path):
     """Hand-written suites in --out stay; an earlier import's files are replaced; a hand-written
     file where the import would write, an empty --dtypes, and an --out that is (or lies under)

@@ -32,6 +32,7 @@ import torch
 from ..core.errors import OpdiffError
 from ..core.trees import flatten
 from ..suite.fields import DTYPES as GOLDEN_DTYPES
+from ..suite.profiles import EDGE, NORMAL
 from ..suite.torch_call import Unencodable, decode, encode, resolve_fn
 from .yamlwrite import dump_suite
 
@@ -151,8 +152,31 @@ def _call(fn: Callable, form_args: list, form_kwargs: dict, tensors: list[torch.
     return fn(*decode(form_args, inputs, "sample"), **{k: decode(v, inputs, "sample") for k, v in form_kwargs.items()})
 
 
+def pointwise(op) -> bool:
+    """Whether an OpInfo entry is an elementwise op (a unary or binary ufunc): the ops
+    whose samples an input profile's values exercise element by element."""
+    from torch.testing._internal.opinfo.core import BinaryUfuncInfo, UnaryUfuncInfo
+
+    return isinstance(op, (UnaryUfuncInfo, BinaryUfuncInfo))
+
+
+def profile_names(profiles: Sequence[str]) -> list[str]:
+    """The input profiles asked for (`edge` for every one), beyond normal; OpdiffError names
+    one that is not a profile."""
+    out: list[str] = []
+    for name in profiles:
+        if name == "edge":
+            out.extend(EDGE)
+        elif name in EDGE:
+            out.append(name)
+        else:
+            raise OpdiffError(f"--profiles: {name!r} is not an input profile; give edge, or some of "
+                              f"{', '.join(EDGE)}, comma-separated (docs/suite-format.md, input profiles).")
+    return list(dict.fromkeys(out))
+
+
 def _sample_test(row: OpRow, fn: Callable, fn_path: str, sample, test_id: str, dtype: str,
-                 max_elements: int) -> _Sample | str:
+                 max_elements: int, profiles: Sequence[str] = ()) -> _Sample | str:
     """The test of one sample, or why it cannot be one."""
     tensors: list[torch.Tensor] = []
     try:
@@ -187,6 +211,7 @@ def _sample_test(row: OpRow, fn: Callable, fn_path: str, sample, test_id: str, d
             "op": {"type": "module", "path": TORCH_CALL,
                    "kwargs": {"fn": fn_path, "args": args, **({"kwargs": kwargs} if kwargs else {})}},
             "in": [_input_node(t) for t in tensors],
+            **({"profiles": [NORMAL, *profiles]} if profiles else {}),
             "tags": ["opinfo", dtype]}
     return _Sample(test, tensors, first, row)
 
@@ -207,8 +232,10 @@ def _sanitize(text: str) -> str:
 
 
 def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_samples: int = 2,
-            max_elements: int = 256, progress: Callable[[str], None] | None = None) -> list[_Sample | OpRow]:
-    """Samples to write and a row per op (in op_db order)."""
+            max_elements: int = 256, progress: Callable[[str], None] | None = None,
+            profiles: Sequence[str] = ()) -> list[_Sample | OpRow]:
+    """Samples to write and a row per op (in op_db order); the samples of elementwise ops
+    carry `profiles` (input profiles beyond normal) too."""
     for d in dtypes:
         if d not in DTYPES:
             raise OpdiffError(f"--dtypes: {d!r} is not one of {', '.join(DTYPES)}.")
@@ -232,6 +259,7 @@ def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_s
             continue
         row.fn = fn_path
         fn = resolve_fn(fn_path)
+        own_profiles = profiles if pointwise(op) else ()
         supported = op.supported_dtypes("cpu")
         for dtype in dtypes:
             if DTYPES[dtype] not in supported:
@@ -249,7 +277,7 @@ def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_s
                     if test_id in used:
                         row.skipped["duplicate id"] += 1
                         continue
-                    made = _sample_test(row, fn, fn_path, sample, test_id, dtype, max_elements)
+                    made = _sample_test(row, fn, fn_path, sample, test_id, dtype, max_elements, own_profiles)
                     if isinstance(made, str):
                         row.skipped[made] += 1
                         continue
@@ -279,9 +307,11 @@ def _reproduces(sample: _Sample, case) -> str | None:
 
 def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",),
                   max_samples: int = 2, max_elements: int = 256,
-                  progress: Callable[[str], None] | None = None) -> ImportReport:
+                  progress: Callable[[str], None] | None = None, profiles: Sequence[str] = ()) -> ImportReport:
     """Write the OpInfo suites into `out_dir` and say what was kept. Only suites an earlier
-    import wrote are replaced or removed; a hand-written suite in the way is an error."""
+    import wrote are replaced or removed; a hand-written suite in the way is an error.
+    `profiles` (edge, or some of its profiles): the input profiles the samples of
+    elementwise ops get beyond normal, each a golden of its own (`<id>@subnormal`)."""
     from ..suite import load_suites
 
     if max_samples < 1 or max_elements < 1:
@@ -289,15 +319,18 @@ def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] 
     if not dtypes:
         raise OpdiffError(f"--dtypes names no dtype; give one or more of {', '.join(DTYPES)}, comma-separated "
                           "(default float32). Nothing was imported or removed.")
+    extra = profile_names(profiles)
     stale = _generated_files(out_dir)
     with warnings.catch_warnings():   # deprecations of the ops sampled are not the user's business
         warnings.simplefilter("ignore")
-        items = collect(ops, dtypes, max_samples, max_elements, progress)
+        items = collect(ops, dtypes, max_samples, max_elements, progress, extra)
     rows = [i for i in items if isinstance(i, OpRow)]
     samples = [i for i in items if isinstance(i, _Sample)]
     header = (f"Generated by `opdiff import opinfo` from torch {torch.__version__.split('+')[0]}'s OpInfo "
               f"database (dtypes {', '.join(dtypes)}; at most {max_samples} samples per op and dtype, "
-              f"{max_elements} input elements per sample). Do not edit: import again.")
+              f"{max_elements} input elements per sample"
+              + (f"; the elementwise ops' samples also on the input profiles {', '.join(extra)}" if extra else "")
+              + "). Do not edit: import again.")
     with tempfile.TemporaryDirectory() as tmp:
         written = _write(Path(tmp), samples, header)
         cases = {c.id: c for c in load_suites(written)}
