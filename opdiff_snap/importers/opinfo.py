@@ -32,7 +32,7 @@ import torch
 from ..core.errors import OpdiffError
 from ..core.trees import flatten
 from ..suite.fields import DTYPES as GOLDEN_DTYPES
-from ..suite.profiles import EDGE, NORMAL
+from ..suite.profiles import EDGE, NORMAL, expand
 from ..suite.torch_call import Unencodable, decode, encode, resolve_fn
 from .yamlwrite import dump_suite
 
@@ -163,16 +163,11 @@ def pointwise(op) -> bool:
 def profile_names(profiles: Sequence[str]) -> list[str]:
     """The input profiles asked for (`edge` for every one), beyond normal; OpdiffError names
     one that is not a profile."""
-    out: list[str] = []
-    for name in profiles:
-        if name == "edge":
-            out.extend(EDGE)
-        elif name in EDGE:
-            out.append(name)
-        else:
-            raise OpdiffError(f"--profiles: {name!r} is not an input profile; give edge, or some of "
-                              f"{', '.join(EDGE)}, comma-separated (docs/suite-format.md, input profiles).")
-    return list(dict.fromkeys(out))
+    try:
+        return [p for p in expand(list(profiles)) if p != NORMAL]
+    except ValueError as exc:
+        raise OpdiffError(f"--profiles: '{exc}' is not an input profile; give edge, or some of "
+                          f"{', '.join(EDGE)}, comma-separated (docs/suite-format.md, input profiles).") from None
 
 
 def _sample_test(row: OpRow, fn: Callable, fn_path: str, sample, test_id: str, dtype: str,

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from .fields import PRECISIONS, TOLERANCE_KEYS
 from .problems import BAD, Problems, Where, check_keys
-from .profiles import EDGE, PROFILES
+from .profiles import PROFILES, expand
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.*?\[\]-]+$")
 
@@ -85,10 +85,8 @@ def _profiles(raw: Any, where: Where, problems: Problems) -> Any:
     if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
         return problems.add(where, f"profiles must be a non-empty list of input profiles ({names}, or edge for "
                                    f"every one but normal), got {raw!r}")
-    out: list[str] = []
-    for p in raw:
-        if p not in PROFILES and p != "edge":
-            return problems.add(where, f"'{p}' is not an input profile: use {names}, or edge for every one but "
-                                       "normal")
-        out.extend(q for q in (EDGE if p == "edge" else (p,)) if q not in out)
-    return out
+    try:
+        return expand(raw)
+    except ValueError as exc:
+        return problems.add(where, f"'{exc}' is not an input profile: use {names}, or edge for every one but "
+                                   "normal")

@@ -19,6 +19,17 @@ PROFILES = (NORMAL, "wide", "subnormal", "signed_zero", "max_finite", "nonfinite
 EDGE = PROFILES[1:]
 
 
+def expand(names: list[str]) -> list[str]:
+    """The profiles `names` stand for (`edge`: every one but normal), in order, each once.
+    ValueError carries a name that is not a profile."""
+    out: list[str] = []
+    for name in names:
+        if name not in PROFILES and name != "edge":
+            raise ValueError(name)
+        out.extend(p for p in (EDGE if name == "edge" else (name,)) if p not in out)
+    return out
+
+
 def id_with_profile(test_id: str, profile: str) -> str:
     return test_id if profile == NORMAL else f"{test_id}@{profile}"
 
