@@ -68,8 +68,12 @@ class Expecter:
             self._holds[e] = e.holds(self.version_of)
         return e if self._holds[e] else None
 
+    def expected(self, preset: str, test_id: str, seed: int) -> Expectation | None:
+        """The expectation that holds for this result, if any (its version range included)."""
+        return self.holding(self.expectations.match(preset, test_id, seed))
+
     def __call__(self, result: Result) -> None:
-        e = self.holding(self.expectations.match(result.preset, result.test_id, result.seed))
+        e = self.expected(result.preset, result.test_id, result.seed)
         result.expected = e.verdict if e is not None else None
 
     def standing(self, result: Result) -> Judged:

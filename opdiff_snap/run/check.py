@@ -197,9 +197,7 @@ def _alone_if_expected(job: Job, expecter: Expecter | None) -> Job:
     """A test the expectations say fails on its preset is exported alone from the start:
     its verdict would come from a run alone anyway, and in a batch it would cost the batch
     another exporter call (a failing piece) or itself a second run (a failing result)."""
-    if expecter is None or job.alone:
-        return job
-    if expecter.holding(expecter.expectations.match(job.preset.name, job.case.id, job.seed)) is None:
+    if expecter is None or job.alone or expecter.expected(job.preset.name, job.case.id, job.seed) is None:
         return job
     return dataclasses.replace(job, alone=True)
 
