@@ -141,3 +141,30 @@ def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
     with contextlib.chdir(root), pytest.raises(OpdiffError) as err:
         reproduce("branchy@B=9", "onnx_cpu_fp32", root / "repro.py", in_process=True)
     assert "sized test (dynamic shapes)" in str(err.value) and "--test-ids 'branchy@*'" in str(err.value)
+
+
+def test_an_rnn_keeps_its_length_dynamic_on_onnx_whatever_the_process_exported_before(tmp_path):
+    # torch.onnx swaps in a while-loop RNN kernel for a dynamic length; without care only
+    # the first RNN a process exports gets it, and the later ones keep their length static
+    from opdiff_snap.backends.base import DynamicDim
+    from opdiff_snap.backends.registry import backend_for, get_preset
+
+    class Flat(torch.nn.Module):    # the modules check exports take flat tensors
+        def __init__(self, rnn):
+            super().__init__()
+            self.rnn = rnn
+
+        def forward(self, *x):
+            return self.rnn(*x)[0]
+
+    preset = get_preset("onnx_cpu_fp32")
+    backend = backend_for(preset)
+    torch.manual_seed(0)
+    for i, (rnn, layers) in enumerate([(torch.nn.GRU, 1), (torch.nn.GRU, 2), (torch.nn.LSTM, 2), (torch.nn.GRU, 1)]):
+        module = Flat(rnn(6, 8, num_layers=layers, batch_first=True)).eval()
+        exported = backend.export_dynamic(module, (torch.randn(2, 3, 6),), ({1: DynamicDim("T", 2, 16, 3)},),
+                                          preset, tmp_path / str(i))
+        run = backend.load(exported, preset)
+        longer = torch.randn(2, 9, 6)
+        (out, *_), expected = run((longer,)), module(longer)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4, msg=f"export {i}: {module}")

@@ -248,6 +248,13 @@ def onnx_export(model: torch.nn.Module, args: tuple[torch.Tensor, ...], options:
     `dynamic_shapes`: torch.export's for `model(*args)` (the TorchScript exporter gets its
     axes by input name)."""
     dynamo = bool(options.get("dynamo", True))
+    if dynamic_shapes is not None:
+        # For a dynamic length, torch.onnx swaps in a while-loop GRU/LSTM kernel but leaves
+        # the op's dispatch cache alone, so after the first RNN a process has run, later
+        # exports reuse the cached unrolled kernel and the length turns static: emptying the
+        # caches makes every export the same, whatever ran in this process before.
+        for rnn in (torch.ops.aten.gru.input, torch.ops.aten.lstm.input):
+            rnn._dispatch_cache.clear()
     target: Any = model
     if dynamo and options.get("use_default_decompositions"):
         target = torch.export.export(model, args, strict=bool(options.get("export_strict")),
