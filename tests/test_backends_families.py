@@ -189,3 +189,32 @@ def test_reduced_precision_never_casts_integer_inputs_or_the_callers_module(expo
     run = backend_for(preset).load(artifact, preset)
     outs = run(CASES["ops"][1])
     assert outs[5].dtype == torch.int64 and torch.equal(outs[5], CASES["ops"][1][1] * 2)
+
+
+def test_onnx_exports_with_the_translation_table_built_once_are_byte_identical(tmp_path):
+    """check builds torch.onnx's table of ATen translations once per process; the models it
+    writes then must be the very bytes an export with the table rebuilt would write."""
+    import subprocess
+
+    script = f"""
+import torch
+from pathlib import Path
+from opdiff_snap.backends.onnx import onnx_export, reuse_torchlib_registry
+
+torch.manual_seed(0)
+cases = [(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.GELU()).eval(), (torch.randn(1, 3, 8, 8),)),
+         (torch.nn.LayerNorm(8).eval(), (torch.randn(2, 8),))]
+def export_all(tag):
+    out = []
+    for i, (module, args) in enumerate(cases):
+        path = Path({str(tmp_path)!r}) / f"{{tag}}{{i}}.onnx"
+        onnx_export(module, args, {{}}, path)
+        out.append(path.read_bytes())
+    return out
+plain = export_all("plain")
+assert reuse_torchlib_registry()
+assert export_all("once") == plain == export_all("again")
+print("same")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("same"), proc.stderr[-3000:]

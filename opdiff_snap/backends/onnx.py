@@ -111,6 +111,7 @@ class OnnxBackend(Backend):
         workdir = Path(workdir)
         (workdir / "float").mkdir(parents=True, exist_ok=True)
         float_model = workdir / "float" / MODEL_FILE
+        reuse_torchlib_registry()
         onnx_export(module, inputs, preset.options, float_model)
         model = workdir / MODEL_FILE
         try:
@@ -164,6 +165,7 @@ class OnnxBackend(Backend):
         dtype = reduced_dtype(preset)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
+        reuse_torchlib_registry()
         onnx_export(cast_module(module, dtype), cast_inputs(inputs, dtype), preset.options, workdir / MODEL_FILE,
                     dynamic_shapes=export_dims(dims or None))
         return Artifact(path=workdir)
@@ -186,6 +188,7 @@ class OnnxBackend(Backend):
         batch = Pieces([cast_module(p.module, dtype) for p in pieces], [len(p.inputs) for p in pieces])
         names = [f"b{i}_in{j}" for i, p in enumerate(pieces) for j in range(len(p.inputs))]
         args = cast_inputs([t for p in pieces for t in p.inputs], dtype)
+        reuse_torchlib_registry()
         try:
             onnx_export(batch, args, preset.options, workdir / MODEL_FILE, input_names=names)
         except Exception as exc:
@@ -229,6 +232,38 @@ class OnnxBackend(Backend):
             return [torch.as_tensor(np.asarray(o)) for o in outs]
 
         return run
+
+@functools.lru_cache(maxsize=1)
+def reuse_torchlib_registry() -> bool:
+    """Have torch.onnx.export build its table of ATen translations once per process.
+
+    Every export call rebuilds it from onnxscript's torchlib, regenerating the IR of some
+    13,000 functions only to read their domain: about a second per call, over half of a
+    small export. The table depends only on the opset, so it is built once per opset and
+    each call gets a copy of it (the exporter adds to the copy, never to the original).
+    False, and exports as torch has them, where torch lacks the hook this relies on."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+    except ImportError:
+        return False
+    build = getattr(_registration.ONNXRegistry, "from_torchlib", None)
+    if build is None or not hasattr(_registration.ONNXRegistry(), "functions"):
+        return False
+
+    @functools.lru_cache(maxsize=None)
+    def built(opset: int) -> Any:
+        return build(opset_version=opset)
+
+    def from_torchlib(cls: type, opset_version: int = _registration._constants.TORCHLIB_OPSET) -> Any:
+        original = built(opset_version)
+        registry = cls()
+        registry._opset_version = original._opset_version
+        registry.functions = {target: list(metas) for target, metas in original.functions.items()}
+        return registry
+
+    _registration.ONNXRegistry.from_torchlib = classmethod(from_torchlib)  # type: ignore[method-assign,assignment]
+    return True
+
 
 # The steps below are what check runs, and, written out as source, what a repro script
 # runs (`repro_source`): they use only torch, onnxruntime, numpy and their arguments.
