@@ -41,10 +41,10 @@ def checked(tmp_path_factory):
     root = tmp_path_factory.mktemp("lowering")
     settings = Settings(suites=SUITE.parent, goldens=root / "goldens", store=root / "store", cache=root / "cache",
                         jobs=2, repeats=1)
-    api.record([SUITE], settings=settings)
+    api.record([SUITE], settings=settings, in_process=True)
     results = {}
     for test_id, preset in GAPS:
-        report = api.check([SUITE], backends=[preset], test_ids=[test_id], settings=settings)
+        report = api.check([SUITE], backends=[preset], test_ids=[test_id], settings=settings, in_process=True)
         (r,) = report.results
         results[(test_id, preset)] = r
     return settings, results

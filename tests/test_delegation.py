@@ -25,10 +25,10 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("delegation")
     settings = Settings(suites=SUITE.parent, goldens=root / "goldens", store=root / "store", cache=root / "cache",
                         jobs=1, repeats=1)
-    api.record([SUITE], test_ids=["fallback"], settings=settings)
-    with_delegate = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings)
+    api.record([SUITE], test_ids=["fallback"], settings=settings, in_process=True)
+    with_delegate = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, in_process=True)
     without = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
-                        preset_options={PRESET: {"delegate": False}})
+                        preset_options={PRESET: {"delegate": False}}, in_process=True)
     return settings, with_delegate, without
 
 
@@ -77,7 +77,7 @@ def test_require_delegated_fails_a_fallback_with_its_own_verdict(runs):
     settings, _, _ = runs
     base = ["--suites", str(SUITE.parent), "--goldens", str(settings.goldens), "--store", str(settings.store),
             "--cache", str(settings.cache), "check", str(SUITE), "--test-ids", "fallback", "-b", PRESET,
-            "-j", "1", "--repeats", "1"]
+            "--in-process", "--repeats", "1"]
     plain = CliRunner().invoke(main, base)
     assert plain.exit_code == 0, plain.output
     assert "took" in plain.stdout and "fell back: cumsum.default x1 in 1 test (models.py:" in plain.stdout
@@ -85,14 +85,15 @@ def test_require_delegated_fails_a_fallback_with_its_own_verdict(runs):
     assert strict.exit_code == 1, strict.output
     assert "NOT_DELEGATED" in strict.stdout and "aten::cumsum.default x1" in strict.stdout
     by_option = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
-                          preset_options={PRESET: {"require_delegated": True}})
+                          preset_options={PRESET: {"require_delegated": True}}, in_process=True)
     (r,) = by_option.results
     assert r.verdict is Verdict.NOT_DELEGATED and "stayed off the" in r.message
 
 
 def test_the_portable_device_delegates_nothing_and_records_nothing(runs):
     settings, _, _ = runs
-    report = api.check([SUITE], backends=["executorch_portable_fp32"], test_ids=["fallback"], settings=settings)
+    report = api.check([SUITE], backends=["executorch_portable_fp32"], test_ids=["fallback"], settings=settings,
+                       in_process=True)
     (r,) = report.results
     assert r.verdict is Verdict.PASS and r.delegation is None
 
@@ -169,7 +170,7 @@ def test_require_delegated_on_a_preset_that_never_delegates_says_so(runs):
     settings, _, _ = runs
     res = CliRunner().invoke(main, ["--suites", str(SUITE.parent), "--goldens", str(settings.goldens), "--store",
                                     str(settings.store), "--cache", str(settings.cache), "check", str(SUITE),
-                                    "--test-ids", "fallback", "-b", "executorch_portable_fp32", "-j", "1",
+                                    "--test-ids", "fallback", "-b", "executorch_portable_fp32", "--in-process",
                                     "--repeats", "1", "--require-delegated"])
     assert res.exit_code == 0, res.output
     assert res.output.count("executorch_portable_fp32 never hands a program to a delegate") == 1

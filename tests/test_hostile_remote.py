@@ -262,8 +262,10 @@ def test_ctrl_c_says_what_is_true_of_the_run(server, tmp_path):
     assert_clean_failure(run.returncode, "", err, 130, "A record run is not resumed", "run `opdiff record` again")
     assert "resumable" not in err and "leaked" not in err, err
     kept = len(goldens(server, bucket))
+    cli.env["SLOW_S"] = "0.02"      # slow only where a run is to be interrupted
     p = cli(proj, *urls(bucket), "record", *FAST, "--format", "json")
     assert report(p)["counts"] == {"KEPT": kept, "RECORDED": 8 - kept}
+    cli.env["SLOW_S"] = "1"
 
     def checked() -> int:
         return sum(len([x for x in lines if x.get("type") == "item"])
