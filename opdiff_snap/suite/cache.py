@@ -154,7 +154,11 @@ class SuiteCache:
             spec = importlib.util.find_spec(what)
         except (ImportError, ValueError):
             return None
-        return None if spec is None else [spec.origin, list(spec.submodule_search_locations or [])]
+        if spec is None:
+            return None
+        # as text: a package's search path may hold Path objects, which JSON would refuse
+        origin = None if spec.origin is None else str(spec.origin)
+        return [origin, [str(p) for p in spec.submodule_search_locations or []]]
 
     # ---------------------------------------------------------------- discovery
 
