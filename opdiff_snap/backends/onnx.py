@@ -289,7 +289,7 @@ def onnx_export(model: torch.nn.Module, args: tuple[torch.Tensor, ...], options:
         # exports reuse the cached unrolled kernel and the length turns static: emptying the
         # caches makes every export the same, whatever ran in this process before.
         for rnn in (torch.ops.aten.gru.input, torch.ops.aten.lstm.input):
-            rnn._dispatch_cache.clear()
+            getattr(rnn, "_dispatch_cache", {}).clear()   # a torch without the cache has nothing to clear
     target: Any = model
     if dynamo and options.get("use_default_decompositions"):
         target = torch.export.export(model, args, strict=bool(options.get("export_strict")),
