@@ -172,3 +172,41 @@ def test_an_id_with_glob_characters_names_its_own_test_first():
     exps = Expectations([Expectation("onnx_cpu_fp32", "conv*", V.CRASH), e])
     assert exps.match("onnx_cpu_fp32", "conv[3x3]", 0) is e
     assert _settled([e], [_r("conv[3x3]", V.MISMATCH)]).entries == [e]
+
+
+def test_matching_by_index_agrees_with_reading_every_entry():
+    """A result is looked up among its own id's entries and the glob ones; that gives what a
+    scan of every entry in file order gives (the most specific, the first written of equals),
+    also after entries are added, removed or replaced in place."""
+    import itertools
+    import random
+
+    tests = ["erfinv", "conv2d", "conv3d", "pair[0]", "sin@subnormal", "nn_gru@T=9"]
+    patterns = tests + ["conv*", "*@subnormal", "pair[[]0]", "nn_gru@*", "*"]
+    rng = random.Random(7)
+    entries = [Expectation(rng.choice(PRESETS + ["onnx_*", "*"]), rng.choice(patterns),
+                           rng.choice([V.EXPORT_FAIL, V.MISMATCH]), seed=rng.choice([None, None, 0, 1]))
+               for _ in range(60)]
+    exps = Expectations(entries)
+
+    def scanned(preset, test, seed):
+        found = [e for e in exps.entries if e.names(preset, test, seed)]
+        return max(found, key=lambda e: e.specificity(preset, test)) if found else None
+
+    def agree():
+        for preset, test, seed in itertools.product(PRESETS, tests, (0, 1)):
+            assert exps.match(preset, test, seed) is scanned(preset, test, seed), (preset, test, seed)
+            assert exps.position((preset, test, seed)) == next(
+                (i for i, e in enumerate(exps.entries) if e.key == (preset, test, seed)), None)
+
+    agree()
+    entries.append(Expectation("onnx_cpu_fp32", "sin@subnormal", V.INFER_FAIL, seed=1))
+    agree()
+    del entries[:5]
+    entries.append(Expectation("torch_cpu_fp32", "erfinv", V.CRASH))
+    entries.append(Expectation("torch_cpu_fp32", "conv3d", V.CRASH))
+    agree()
+    for i in range(0, len(entries), 3):      # replaced in place: the same size
+        entries[i] = Expectation("executorch_cpu_fp32", rng.choice(tests), V.LOAD_FAIL)
+    exps.changed()
+    agree()

@@ -74,25 +74,63 @@ class Expectation:
 
 
 @dataclass
+class _Index:
+    """Where the entries are, by the test they name: a result is looked up among the entries
+    of its own id and the glob ones, not against the whole file."""
+
+    size: int
+    by_test: dict[str, list[int]]          # a plain test id -> positions of its entries
+    globs: list[int]                       # positions of the entries whose test is a glob
+
+
+@dataclass
 class Expectations:
-    """The expectations of one file (`path`), in the order written."""
+    """The expectations of one file (`path`), in the order written. Whoever replaces an entry
+    in place calls `changed()` (appending and removing are noticed)."""
 
     entries: list[Expectation] = field(default_factory=list)
     path: str = ""
+    _index: _Index | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.entries)
 
+    def changed(self) -> None:
+        self._index = None
+
+    def _indexed(self) -> _Index:
+        if self._index is None or self._index.size != len(self.entries):
+            by_test: dict[str, list[int]] = {}
+            globs = []
+            for at, e in enumerate(self.entries):
+                if is_glob(e.test):
+                    globs.append(at)
+                else:
+                    by_test.setdefault(e.test, []).append(at)
+            self._index = _Index(len(self.entries), by_test, globs)
+        return self._index
+
     def match(self, preset: str, test_id: str, seed: int) -> Expectation | None:
-        """The most specific expectation that names the result, expired or not."""
-        found = [e for e in self.entries if e.names(preset, test_id, seed)]
+        """The most specific expectation that names the result, expired or not (of equally
+        specific ones, the first written)."""
+        index = self._indexed()
+        at = sorted(index.by_test.get(test_id, []) + index.globs)
+        found = [e for e in (self.entries[i] for i in at) if e.names(preset, test_id, seed)]
         return max(found, key=lambda e: e.specificity(preset, test_id)) if found else None
 
     def about(self, presets: Iterable[str], tests: Iterable[str]) -> list[Expectation]:
         """The entries that name any of `presets` x `tests` (what a run of that selection
         may confirm or contradict)."""
         presets, tests = list(presets), list(tests)
+        plain = set(tests)
         return [e for e in self.entries
                 if any(fnmatch.fnmatchcase(p, e.preset) for p in presets)
-                and any(fnmatch.fnmatchcase(t, e.test) for t in tests)]
+                and (e.test in plain if not is_glob(e.test)
+                     else any(fnmatch.fnmatchcase(t, e.test) for t in tests))]
+
+    def position(self, key: tuple[str, str, int | None]) -> int | None:
+        """Where the entry of exactly this (preset, test, seed) is, or None."""
+        index = self._indexed()
+        at = index.globs if is_glob(key[1]) else index.by_test.get(key[1], [])
+        return next((i for i in at if self.entries[i].key == key), None)
 

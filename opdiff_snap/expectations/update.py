@@ -55,6 +55,7 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
     changed. `failing`: the verdicts that fail a run (the others are never expected)."""
     failing = frozenset(failing)
     entries = list(expectations.entries)
+    current = Expectations(entries)        # the same list, looked up as it changes
     changes = Changes()
     by_test: dict[tuple[str, str], list[Result]] = {}
     for r in results:
@@ -62,17 +63,22 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
             by_test.setdefault((r.preset, r.test_id), []).append(r)
 
     def exact(preset: str, test: str, seed: int | None) -> int | None:
-        return next((i for i, e in enumerate(entries) if e.key == (preset, test, seed)), None)
+        return current.position((preset, test, seed))
 
     def holding(preset: str, test: str, seed: int) -> Expectation | None:
-        e = Expectations(entries).match(preset, test, seed)
+        e = current.match(preset, test, seed)
         return e if e is not None and e.holds(version_of) else None
+
+    def pop(at: int) -> Expectation:
+        current.changed()
+        return entries.pop(at)
 
     def put(preset: str, test: str, seed: int | None, verdict: Verdict, reason: str) -> None:
         at = exact(preset, test, seed)
         if at is None:
             added = Expectation(preset, test, verdict, reason, seed)
             entries.append(added)
+            current.changed()
             changes.added.append(added)
             return
         before = entries[at]
@@ -80,6 +86,7 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
         if after != before:
             changes.changed.append((before, after))
             entries[at] = after
+            current.changed()
 
     for (preset, test), runs in by_test.items():
         failed = [r for r in runs if r.verdict in failing]
@@ -91,7 +98,7 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
             for seed in [None, *sorted({r.seed for r in passed})]:
                 at = exact(preset, test, seed)
                 if at is not None:
-                    changes.removed.append(entries.pop(at))
+                    changes.removed.append(pop(at))
             continue
         every = exact(preset, test, None)
         reason = entries[every].reason if every is not None else ""
@@ -100,11 +107,11 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
                 at = exact(preset, test, r.seed)
                 if at is not None:
                     reason = reason or entries[at].reason
-                    changes.replaced.append(entries.pop(at))
+                    changes.replaced.append(pop(at))
             put(preset, test, None, failed[0].verdict, reason)
             continue
         if every is not None:              # its seeds differ now: one entry each
-            changes.replaced.append(entries.pop(every))
+            changes.replaced.append(pop(every))
         for r in failed:
             e = holding(preset, test, r.seed)
             if e is None or e.verdict is not r.verdict:
@@ -112,11 +119,12 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
         for r in passed:                   # an exact entry of a seed that passes now goes
             at = exact(preset, test, r.seed)
             if at is not None:
-                changes.removed.append(entries.pop(at))
+                changes.removed.append(pop(at))
     named: dict[Expectation, list[Result]] = {}
+    globbed = [e for e in entries if is_glob(e.preset + e.test)]
     for (preset, test), runs in by_test.items():
-        for e in entries:
-            if is_glob(e.preset + e.test) and e.names(preset, test, runs[0].seed):
+        for e in globbed:
+            if e.names(preset, test, runs[0].seed):
                 named.setdefault(e, []).extend(runs)
     changes.globs_passing = [e for e, runs in named.items() if all(r.verdict in PASSING for r in runs)]
     return Expectations(entries, expectations.path), changes
