@@ -5,6 +5,9 @@ and checked for real; the TorchCall form and its errors."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,10 +15,12 @@ from click.testing import CliRunner
 
 from opdiff_snap import api
 from opdiff_snap.cli import main
+from opdiff_snap.compare.vacuous import vacuous_reason
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.importers.yamlwrite import yaml_float
 from opdiff_snap.suite import load_suites
+from opdiff_snap.suite.construct import build_modules
 from opdiff_snap.suite.materialize import materialize
 from opdiff_snap.suite.torch_call import TorchCall
 
@@ -91,8 +96,13 @@ def test_elementwise_ops_get_the_edge_profiles_asked_for_and_others_none(tmp_pat
 
     report = api.import_opinfo(tmp_path / "o", ops=["exp", "add", "mm"], profiles=["edge"])
     ids = [c.id for c in load_suites(report.files)]
-    for base in ("opinfo.exp.f32.0", "opinfo.add.f32.1"):
-        assert [i for i in ids if i.startswith(base)] == [base, *(f"{base}@{p}" for p in EDGE)]
+    base = "opinfo.exp.f32.0"
+    assert [i for i in ids if i.startswith(base)] == [base, *(f"{base}@{p}" for p in EDGE)]
+    # add's second sample keeps the profiles whose goldens say something (its subnormal sums
+    # are all within atol of zero)
+    add = [i for i in ids if i.startswith("opinfo.add.f32.1")]
+    assert add[0] == "opinfo.add.f32.1" and 1 < len(add) < 1 + len(EDGE)
+    assert add[1:] == [f"opinfo.add.f32.1@{p}" for p in EDGE if f"opinfo.add.f32.1@{p}" in add]
     assert [i for i in ids if i.startswith("opinfo.mm.")] == ["opinfo.mm.f32.0", "opinfo.mm.f32.1"]
     assert "input profiles wide, subnormal" in report.files[0].read_text()
     cases = {c.id: c for c in load_suites(report.files)}
@@ -102,6 +112,54 @@ def test_elementwise_ops_get_the_edge_profiles_asked_for_and_others_none(tmp_pat
     res = CliRunner().invoke(main, ["import", "opinfo", "--ops", "exp", "--profiles", "huge",
                                     "--out", str(tmp_path / "p")])
     assert res.exit_code == 2 and "'huge' is not an input profile" in res.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_the_same_files_whatever_the_interpreters_string_hash_seed(tmp_path):
+    """OpInfo draws meshgrid's samples from a set of strings, ordered by the interpreter's
+    hash seed; imports from interpreters that order that set differently write the same file."""
+    orders, texts = set(), []
+    for seed in ("0", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        probe = subprocess.run([sys.executable, "-c", "print(list({'xy', 'ij'}))"], env=env,
+                               capture_output=True, text=True, check=True)
+        orders.add(probe.stdout)
+        out = tmp_path / seed
+        proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "import", "opinfo", "--ops",
+                               "meshgrid.list_of_tensors", "--out", str(out)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        texts.append((out / "torch.m.yaml").read_text())
+    assert len(orders) == 2, "the two seeds must order the set differently for this to test anything"
+    assert texts[0] == texts[1]
+
+
+def test_samples_and_profiles_whose_golden_would_prove_nothing_are_left_out(tmp_path):
+    """eq's first samples are all False and relu's first all zeros: the next samples are
+    taken instead; an edge profile whose outputs say nothing (relu of subnormals: zeros) is
+    left out of its sample's profiles; float16 samples get no profiles where
+    --profile-dtypes names float32 only; the report counts what was left out and why."""
+    report = api.import_opinfo(tmp_path / "o", ops=["eq", "nn.functional.relu", "exp"],
+                               dtypes=["float32", "float16"], profiles=["edge"], profile_dtypes=["float32"])
+    cases = load_suites(report.files)
+    for case in cases:
+        out = build_modules(case)["a"](*materialize(case, 0).args)
+        assert vacuous_reason(out) is None, case.id
+    ids = [c.id for c in cases]
+    rows = {r.name: r for r in report.rows}
+    assert rows["eq"].kept["float32"] >= 1 and "opinfo.eq.f32.0" not in ids
+    assert rows["nn.functional.relu"].kept == {"float32": 2, "float16": 2}
+    assert any("@" in i for i in ids) and not any(".f16." in i and "@" in i for i in ids)
+    reasons = report.skip_reasons()
+    assert reasons["sample: its golden would prove nothing (outputs all near zero, all NaN/Inf, "
+                   "or one repeated value)"] >= 2
+    assert sum(rows["nn.functional.relu"].dropped_profiles.values()) >= 1
+    assert any(k.endswith("profile of a sample: its golden would prove nothing (outputs all near zero, "
+                          "all NaN/Inf, or one repeated value)") for k in reasons)
+    assert "the elementwise ops' float32 samples also on the input profiles" in report.files[0].read_text()
+    res = CliRunner().invoke(main, ["import", "opinfo", "--ops", "exp", "--profiles", "edge",
+                                    "--profile-dtypes", "bfloat16", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "--profile-dtypes bfloat16" in res.output
     assert not (tmp_path / "p").exists()
 
 

@@ -30,18 +30,23 @@ def import_() -> None:
 @click.option("--profiles", default="", metavar="edge",
               help="Input profiles the samples of elementwise ops (unary and binary ufuncs) also get, each a "
                    "golden of its own: edge, or some of wide,subnormal,signed_zero,max_finite,nonfinite.")
+@click.option("--profile-dtypes", default="", metavar="float32",
+              help="The sample dtypes that get --profiles (comma-separated); default: every dtype imported.")
 @click.option("--all-ops", is_flag=True, help="List every op in the table, not only those skipped whole.")
 @guarded
-def opinfo(ops, dtypes, max_samples, max_elements, out, profiles, all_ops) -> None:
+def opinfo(ops, dtypes, max_samples, max_elements, out, profiles, profile_dtypes, all_ops) -> None:
     """Tests from torch's OpInfo database: each op's sample inputs, called as OpInfo calls
     them, with the inputs written into the suite as values. Deterministic: importing
     again gives identical files."""
     from .. import api
 
+    def listed(text: str) -> list[str]:
+        return [part.strip() for part in text.split(",") if part.strip()]
+
     names = [n.strip() for value in ops for n in value.split(";") if n.strip()]
-    report = api.import_opinfo(out, ops=names, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()],
-                               max_samples=max_samples, max_elements=max_elements,
-                               profiles=[p.strip() for p in profiles.split(",") if p.strip()])
+    report = api.import_opinfo(out, ops=names, dtypes=listed(dtypes), max_samples=max_samples,
+                               max_elements=max_elements, profiles=listed(profiles),
+                               profile_dtypes=listed(profile_dtypes))
     console = Console()
     table = Table(title="OpInfo import" + ("" if all_ops else ": ops skipped whole"))
     for col in ("op", "called as", "samples kept", "skipped samples (why)"):

@@ -16,12 +16,18 @@ under a seed derived from the op's name, so importing twice writes identical fil
 from __future__ import annotations
 
 import fnmatch
+import functools
+import multiprocessing
+import os
 import random
 import re
+import sys
 import tempfile
 import warnings
 import zlib
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -37,6 +43,10 @@ from ..suite.torch_call import Unencodable, decode, encode, resolve_fn
 from .yamlwrite import dump_suite
 
 TORCH_CALL = "opdiff_snap.suite.torch_call.TorchCall"
+# why a golden of these outputs would prove nothing (all zero, all NaN, one value), or None;
+# the caller's rule (compare/vacuous.py through the API), so this module stays a suite writer
+ProvesNothing = Callable[[Any], "str | None"]
+VACUOUS = "its golden would prove nothing (outputs all near zero, all NaN/Inf, or one repeated value)"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 # outputs that are whatever memory held: the same bits twice proves nothing
@@ -53,6 +63,7 @@ class OpRow:
     fn: str = ""
     kept: Counter = field(default_factory=Counter)        # dtype -> samples
     skipped: Counter = field(default_factory=Counter)     # reason -> samples
+    dropped_profiles: Counter = field(default_factory=Counter)  # profile -> samples left without it
     reason: str = ""                                      # why the op gave nothing at all
 
 
@@ -76,6 +87,8 @@ class ImportReport:
                 out["op: " + r.reason] += 1
             for why, n in r.skipped.items():
                 out["sample: " + why] += n
+            for profile, n in r.dropped_profiles.items():
+                out[f"{profile} profile of a sample: {VACUOUS}"] += n
         return out
 
 
@@ -171,7 +184,8 @@ def profile_names(profiles: Sequence[str]) -> list[str]:
 
 
 def _sample_test(row: OpRow, fn: Callable, fn_path: str, sample, test_id: str, dtype: str,
-                 max_elements: int, profiles: Sequence[str] = ()) -> _Sample | str:
+                 max_elements: int, profiles: Sequence[str] = (),
+                 proves_nothing: ProvesNothing | None = None) -> _Sample | str:
     """The test of one sample, or why it cannot be one."""
     tensors: list[torch.Tensor] = []
     try:
@@ -202,6 +216,8 @@ def _sample_test(row: OpRow, fn: Callable, fn_path: str, sample, test_id: str, d
         return f"output dtype {odd[0]}, which a golden does not hold"
     if not _same(first, again):
         return "output differs between two calls (random)"
+    if proves_nothing is not None and proves_nothing([t.resolve_conj() for t in first]):
+        return VACUOUS
     test = {"id": test_id,
             "op": {"type": "module", "path": TORCH_CALL,
                    "kwargs": {"fn": fn_path, "args": args, **({"kwargs": kwargs} if kwargs else {})}},
@@ -228,9 +244,11 @@ def _sanitize(text: str) -> str:
 
 def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_samples: int = 2,
             max_elements: int = 256, progress: Callable[[str], None] | None = None,
-            profiles: Sequence[str] = ()) -> list[_Sample | OpRow]:
+            profiles: Sequence[str] = (), profile_dtypes: Sequence[str] | None = None,
+            proves_nothing: ProvesNothing | None = None) -> list[_Sample | OpRow]:
     """Samples to write and a row per op (in op_db order); the samples of elementwise ops
-    carry `profiles` (input profiles beyond normal) too."""
+    carry `profiles` (input profiles beyond normal) too, in `profile_dtypes` (None: all).
+    A sample whose output `proves_nothing` is skipped, and the next one taken."""
     for d in dtypes:
         if d not in DTYPES:
             raise OpdiffError(f"--dtypes: {d!r} is not one of {', '.join(DTYPES)}.")
@@ -254,7 +272,7 @@ def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_s
             continue
         row.fn = fn_path
         fn = resolve_fn(fn_path)
-        own_profiles = profiles if pointwise(op) else ()
+        elementwise = pointwise(op)
         supported = op.supported_dtypes("cpu")
         for dtype in dtypes:
             if DTYPES[dtype] not in supported:
@@ -272,7 +290,9 @@ def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_s
                     if test_id in used:
                         row.skipped["duplicate id"] += 1
                         continue
-                    made = _sample_test(row, fn, fn_path, sample, test_id, dtype, max_elements, own_profiles)
+                    own = profiles if elementwise and (profile_dtypes is None or dtype in profile_dtypes) else ()
+                    made = _sample_test(row, fn, fn_path, sample, test_id, dtype, max_elements, own,
+                                        proves_nothing)
                     if isinstance(made, str):
                         row.skipped[made] += 1
                         continue
@@ -284,29 +304,60 @@ def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_s
     return out
 
 
-def _reproduces(sample: _Sample, case) -> str | None:
-    """None when the loaded test rebuilds the sample's inputs and output bit for bit."""
+def _run_case(case) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """A loaded test's inputs and outputs, materialized and called as record calls it."""
     from ..suite.construct import build_modules
     from ..suite.materialize import materialize
 
     inv = materialize(case, case.seeds[0])
-    if not _same([t for t in inv.args], sample.tensors):
-        return "its values do not survive the suite format"
     module = build_modules(case)["a"]
+    return list(inv.args), _outputs(module(*[t.clone() for t in inv.args]))
+
+
+def _reproduces(sample: _Sample, case) -> str | None:
+    """None when the loaded test rebuilds the sample's inputs and output bit for bit."""
     try:
-        got = _outputs(module(*[t.clone() for t in inv.args]))
+        args, got = _run_case(case)
     except Exception as exc:
         return f"the written test raised {type(exc).__name__}"
+    if not _same(args, sample.tensors):
+        return "its values do not survive the suite format"
     return None if _same(got, sample.output) else "the written test gives other output bits"
+
+
+def _drop_profiles_that_prove_nothing(sample: _Sample, cases: dict, proves_nothing: ProvesNothing) -> None:
+    """Keep only the input profiles whose golden would say something: an edge profile of a
+    one-element sample often gives all NaN, or a relu of only negative values all zeros."""
+    profiles = sample.test.get("profiles")
+    if not profiles:
+        return
+    kept = [NORMAL]
+    for profile in profiles[1:]:
+        try:
+            _, out = _run_case(cases[f"{sample.test['id']}@{profile}"])
+            empty = proves_nothing([t.resolve_conj() for t in out])
+        except Exception:     # an op may refuse an edge value (a NaN index): that says something
+            empty = None
+        if empty:
+            sample.row.dropped_profiles[profile] += 1
+        else:
+            kept.append(profile)
+    if len(kept) > 1:
+        sample.test["profiles"] = kept
+    else:
+        del sample.test["profiles"]
 
 
 def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",),
                   max_samples: int = 2, max_elements: int = 256,
-                  progress: Callable[[str], None] | None = None, profiles: Sequence[str] = ()) -> ImportReport:
+                  progress: Callable[[str], None] | None = None, profiles: Sequence[str] = (),
+                  profile_dtypes: Sequence[str] = (), proves_nothing: ProvesNothing | None = None) -> ImportReport:
     """Write the OpInfo suites into `out_dir` and say what was kept. Only suites an earlier
     import wrote are replaced or removed; a hand-written suite in the way is an error.
     `profiles` (edge, or some of its profiles): the input profiles the samples of
-    elementwise ops get beyond normal, each a golden of its own (`<id>@subnormal`)."""
+    elementwise ops get beyond normal, each a golden of its own (`<id>@subnormal`), in the
+    dtypes `profile_dtypes` names (empty: every dtype imported). `proves_nothing`: a
+    sample, or a profile of one, whose golden it flags is left out."""
     from ..suite import load_suites
 
     if max_samples < 1 or max_elements < 1:
@@ -315,16 +366,25 @@ def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] 
         raise OpdiffError(f"--dtypes names no dtype; give one or more of {', '.join(DTYPES)}, comma-separated "
                           "(default float32). Nothing was imported or removed.")
     extra = profile_names(profiles)
+    on = list(profile_dtypes) or list(dtypes)
+    if extra and set(on) - set(dtypes):
+        raise OpdiffError(f"--profile-dtypes {','.join(profile_dtypes)}: give dtypes --dtypes imports "
+                          f"({','.join(dtypes)}); nothing was imported or removed.")
     stale = _generated_files(out_dir)
+    if sys.flags.hash_randomization:
+        return _with_fixed_string_hashes(out_dir, ops=list(ops), dtypes=list(dtypes), max_samples=max_samples,
+                                         max_elements=max_elements, profiles=list(profiles),
+                                         profile_dtypes=list(profile_dtypes), proves_nothing=proves_nothing)
     with warnings.catch_warnings():   # deprecations of the ops sampled are not the user's business
         warnings.simplefilter("ignore")
-        items = collect(ops, dtypes, max_samples, max_elements, progress, extra)
+        items = collect(ops, dtypes, max_samples, max_elements, progress, extra, on, proves_nothing)
     rows = [i for i in items if isinstance(i, OpRow)]
     samples = [i for i in items if isinstance(i, _Sample)]
     header = (f"Generated by `opdiff import opinfo` from torch {torch.__version__.split('+')[0]}'s OpInfo "
               f"database (dtypes {', '.join(dtypes)}; at most {max_samples} samples per op and dtype, "
               f"{max_elements} input elements per sample"
-              + (f"; the elementwise ops' samples also on the input profiles {', '.join(extra)}" if extra else "")
+              + (f"; the elementwise ops' {'' if on == list(dtypes) else ', '.join(on) + ' '}samples also on the "
+                 f"input profiles {', '.join(extra)}" if extra else "")
               + "). Do not edit: import again.")
     with tempfile.TemporaryDirectory() as tmp:
         written = _write(Path(tmp), samples, header)
@@ -333,12 +393,14 @@ def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             checked = [(s, _reproduces(s, cases[s.test["id"]])) for s in samples]
-        for s, why in checked:
-            if why:
-                s.row.skipped[why] += 1
-            else:
+            for s, why in checked:
+                if why:
+                    s.row.skipped[why] += 1
+                    continue
                 kept.append(s)
                 s.row.kept[s.test["tags"][1]] += 1
+                if proves_nothing is not None:
+                    _drop_profiles_that_prove_nothing(s, cases, proves_nothing)
     if not kept:
         common = ImportReport(rows, []).skip_reasons().most_common(3)
         said = "; ".join(f"{n} {w}" for w, n in common) or "the ops declare none of these dtypes"
@@ -360,6 +422,39 @@ def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] 
         if not r.reason and not sum(r.kept.values()) and not r.skipped:
             r.reason = "no sample in the dtypes asked for"
     return ImportReport(rows, files)
+
+
+def _with_fixed_string_hashes(out_dir: Path, **options: Any) -> ImportReport:
+    """The import, run in a child interpreter whose string hashing is not randomised.
+
+    Some of OpInfo's sample generators iterate a set of strings (meshgrid's indexings), and
+    that order follows the interpreter's hash seed: without this, which sample is `.0` and
+    which `.1` would change from one import to the next."""
+    try:
+        return _fixed_hash_child().submit(import_opinfo, out_dir, **options).result()
+    except BrokenProcessPool:
+        _fixed_hash_child.cache_clear()
+        raise OpdiffError("the interpreter the OpInfo import runs in (with string hashing fixed) died before it "
+                          f"reported back, so '{out_dir}' may hold only part of the import. Run the import again "
+                          "(it replaces what an import wrote), or run it with PYTHONHASHSEED=0 set, which imports "
+                          "in this process.") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _fixed_hash_child() -> ProcessPoolExecutor:
+    """One child per process, started on first use and kept: torch's OpInfo database takes
+    seconds to import, and a second import in the same process should not pay that again."""
+    saved = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = "0"
+    try:
+        child = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        child.submit(int).result()            # started now, under the seed set above
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONHASHSEED", None)
+        else:
+            os.environ["PYTHONHASHSEED"] = saved
+    return child
 
 
 GENERATED = "# Generated by `opdiff import opinfo`"
