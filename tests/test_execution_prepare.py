@@ -27,6 +27,22 @@ def test_scalar_arg_and_kwarg_are_baked_in():
     torch.testing.assert_close(p.module(b, a)[0], b + 2 * a)
 
 
+def test_the_module_handed_on_was_never_called():
+    """The structure probe calls a copy: a module that keeps state from its first call (a
+    cache built in float32) is handed to a backend as built, so cast to float16 it runs in
+    float16 (it would fail on its float32 cache otherwise)."""
+    from opdiff_snap.backends.common import cast_module
+
+    case = module_case("file:crashy.py::CachesOnFirstCall", 4)
+    inv = Invocation(args=[x(3, 4, seed=1)], kwargs={}, states=states_for(case))
+    p = flat_module(case, inv)
+    assert p.out_structure == {"tensor": 0}
+    half = cast_module(p.module, torch.float16)
+    out = half(*[t.half() for t in p.fresh_inputs()])[0]
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.float(), p.module(*p.fresh_inputs())[0], atol=0.05, rtol=0.01)
+
+
 def test_list_of_tensors_becomes_separate_inputs():
     a, b = x(2, 3, seed=1), x(2, 4, seed=2)
     p, out = run_flat(op_case("aten::cat"), [[a, b], 1])

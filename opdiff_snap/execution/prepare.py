@@ -22,6 +22,7 @@ A pair test runs side a and side b on the same inputs; its structure is
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -271,12 +272,16 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
     complex_slots = {i for i, t in enumerate(tensors) if t.is_complex()}
     inputs = tensor_inputs(args, kwargs)
     module = FlatModule(sides, args, kwargs, complex_slots).eval()
+    # the probe calls a copy: a first call may leave state behind (a cache of attention
+    # biases built in float32, which a later cast to float16 does not touch), and what a
+    # backend exports should be the module as built, never called
+    probe = copy.deepcopy(module)
 
     counter, parts, flat = [0], [], list[Any]()
     with torch.no_grad():
-        args_p, kwargs_p = module.call_args([t.clone() for t in inputs])
-        for side in module.side_names:
-            out = module._fn(side)(*args_p, **kwargs_p)
+        args_p, kwargs_p = probe.call_args([t.clone() for t in inputs])
+        for side in probe.side_names:
+            out = probe._fn(side)(*args_p, **kwargs_p)
             parts.append((side, _structure(out, counter, where + (f" side {side}" if keyed else ""),
                                            depth=1 if keyed else 0)))   # keyed: under {side: ...}
             _collect(out, flat)

@@ -66,3 +66,18 @@ class LoudFailure(torch.nn.Module):
     def forward(self, x):
         print("[runtime.cpp:42] Missing operator: aten::made_up.out", file=sys.stderr, flush=True)
         raise RuntimeError("Failed to run method forward, error: 0x14")
+
+
+class CachesOnFirstCall(torch.nn.Module):
+    """Keeps a tensor it builds in its weight's dtype on its first call, as some models keep
+    attention biases in eval mode: cast after that call, its cache keeps the old dtype."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n))
+        self.cache = {}
+
+    def forward(self, x):
+        if "w2" not in self.cache:
+            self.cache["w2"] = self.weight * 2
+        return x @ self.cache["w2"]
