@@ -34,6 +34,7 @@ from ..core.errors import OpdiffError
 from ..suite import dynamic
 from ..suite.construct import bind, call_inputs
 from ..suite.model import Invocation, TestCase
+from ..suite.torch_call import TorchCall
 
 _SCALAR_TYPES = {"bool": bool, "int": int, "float": float}
 
@@ -272,10 +273,12 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
     complex_slots = {i for i, t in enumerate(tensors) if t.is_complex()}
     inputs = tensor_inputs(args, kwargs)
     module = FlatModule(sides, args, kwargs, complex_slots).eval()
-    # the probe calls a copy: a first call may leave state behind (a cache of attention
-    # biases built in float32, which a later cast to float16 does not touch), and what a
-    # backend exports should be the module as built, never called
-    probe = copy.deepcopy(module)
+    # the probe calls a copy of a module that may keep state: a first call may leave some
+    # behind (a cache of attention biases built in float32, which a later cast to float16
+    # does not touch), and what a backend exports should be the module as built, never
+    # called. An op or a TorchCall keeps nothing: no copy.
+    keeps_state = any(isinstance(fn, torch.nn.Module) and not isinstance(fn, TorchCall) for fn in sides.values())
+    probe = copy.deepcopy(module) if keeps_state else module
 
     counter, parts, flat = [0], [], list[Any]()
     with torch.no_grad():
