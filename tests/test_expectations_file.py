@@ -210,3 +210,7 @@ def test_matching_by_index_agrees_with_reading_every_entry():
         entries[i] = Expectation("executorch_cpu_fp32", rng.choice(tests), V.LOAD_FAIL)
     exps.changed()
     agree()
+    # an id holding a glob character names its own entry, for `about` too (what may expire)
+    own = Expectations([Expectation("onnx_cpu_fp32", "pair[0]", V.MISMATCH)])
+    assert own.match("onnx_cpu_fp32", "pair[0]", 0) is own.entries[0]
+    assert own.about(["onnx_cpu_fp32"], ["pair[0]"]) == own.entries

@@ -8,6 +8,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,6 +133,11 @@ def test_the_same_files_whatever_the_interpreters_string_hash_seed(tmp_path):
         texts.append((out / "torch.m.yaml").read_text())
     assert len(orders) == 2, "the two seeds must order the set differently for this to test anything"
     assert texts[0] == texts[1]
+    # a Python that ignores PYTHONHASHSEED (-E) cannot give that: refused, not a chain of children
+    proc = subprocess.run([sys.executable, "-E", "-m", "opdiff_snap.cli", "import", "opinfo", "--ops", "add",
+                           "--out", str(tmp_path / "e")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "ignores PYTHONHASHSEED" in proc.stderr, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "e").exists()
 
 
 def test_samples_and_profiles_whose_golden_would_prove_nothing_are_left_out(tmp_path):
@@ -160,7 +166,14 @@ def test_samples_and_profiles_whose_golden_would_prove_nothing_are_left_out(tmp_
     res = CliRunner().invoke(main, ["import", "opinfo", "--ops", "exp", "--profiles", "edge",
                                     "--profile-dtypes", "bfloat16", "--out", str(tmp_path / "p")])
     assert res.exit_code == 2 and "--profile-dtypes bfloat16" in res.output
+    res = CliRunner().invoke(main, ["import", "opinfo", "--ops", "exp", "--profile-dtypes", "float32",
+                                    "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "without --profiles does nothing" in res.output
     assert not (tmp_path / "p").exists()
+    # a relative --out is the caller's, wherever the import runs
+    with contextlib.chdir(tmp_path):
+        api.import_opinfo(Path("rel"), ops=["exp"])
+    assert (tmp_path / "rel" / "torch.e.yaml").is_file()
 
 
 def test_import_replaces_only_what_it_wrote(tmp_path):

@@ -278,7 +278,12 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
     # does not touch), and what a backend exports should be the module as built, never
     # called. An op or a TorchCall keeps nothing: no copy.
     keeps_state = any(isinstance(fn, torch.nn.Module) and not isinstance(fn, TorchCall) for fn in sides.values())
-    probe = copy.deepcopy(module) if keeps_state else module
+    probe = module
+    if keeps_state:
+        try:
+            probe = copy.deepcopy(module)
+        except Exception:   # a module that cannot be copied (a non-leaf tensor held): probe it
+            probe = module
 
     counter, parts, flat = [0], [], list[Any]()
     with torch.no_grad():

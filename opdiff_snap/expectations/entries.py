@@ -85,8 +85,8 @@ class _Index:
 
 @dataclass
 class Expectations:
-    """The expectations of one file (`path`), in the order written. Whoever replaces an entry
-    in place calls `changed()` (appending and removing are noticed)."""
+    """The expectations of one file (`path`), in the order written. Lookups are indexed:
+    whoever changes `entries` after a lookup calls `changed()`."""
 
     entries: list[Expectation] = field(default_factory=list)
     path: str = ""
@@ -125,8 +125,7 @@ class Expectations:
         plain = set(tests)
         return [e for e in self.entries
                 if any(fnmatch.fnmatchcase(p, e.preset) for p in presets)
-                and (e.test in plain if not is_glob(e.test)
-                     else any(fnmatch.fnmatchcase(t, e.test) for t in tests))]
+                and (e.test in plain or (is_glob(e.test) and any(fnmatch.fnmatchcase(t, e.test) for t in tests)))]
 
     def position(self, key: tuple[str, str, int | None]) -> int | None:
         """Where the entry of exactly this (preset, test, seed) is, or None."""

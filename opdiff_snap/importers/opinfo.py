@@ -7,10 +7,12 @@ OpInfo calls them, with the inputs written into the suite as values.
 A sample becomes a test only when the suite format can say it exactly: its tensors are
 real (no complex), small enough to write out (`max_elements`), its other arguments are
 values the TorchCall form holds, the call gives the same bits twice (no random or
-uninitialised output), its output holds a tensor, and the written test, loaded back and
-materialized like any suite test, rebuilds the same input bits and gives the same output.
-Everything else is skipped with its reason. Runs are deterministic: samples are drawn
-under a seed derived from the op's name, so importing twice writes identical files.
+uninitialised output), its output holds a tensor, the golden it makes would say something
+(the caller's `proves_nothing` rule), and the written test, loaded back and materialized
+like any suite test, rebuilds the same input bits and gives the same output. Everything
+else is skipped with its reason. Runs are deterministic: samples are drawn under a seed
+derived from the op's name, in an interpreter whose string hashing is fixed, so importing
+twice writes identical files.
 """
 
 from __future__ import annotations
@@ -367,12 +369,16 @@ def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] 
                           "(default float32). Nothing was imported or removed.")
     extra = profile_names(profiles)
     on = list(profile_dtypes) or list(dtypes)
+    if profile_dtypes and not extra:
+        raise OpdiffError(f"--profile-dtypes {','.join(profile_dtypes)} without --profiles does nothing: give "
+                          "--profiles edge (or some profiles) too; nothing was imported or removed.")
     if extra and set(on) - set(dtypes):
         raise OpdiffError(f"--profile-dtypes {','.join(profile_dtypes)}: give dtypes --dtypes imports "
                           f"({','.join(dtypes)}); nothing was imported or removed.")
     stale = _generated_files(out_dir)
     if sys.flags.hash_randomization:
-        return _with_fixed_string_hashes(out_dir, ops=list(ops), dtypes=list(dtypes), max_samples=max_samples,
+        return _with_fixed_string_hashes(Path(out_dir).resolve(), ops=list(ops), dtypes=list(dtypes),
+                                         max_samples=max_samples,
                                          max_elements=max_elements, profiles=list(profiles),
                                          profile_dtypes=list(profile_dtypes), proves_nothing=proves_nothing)
     with warnings.catch_warnings():   # deprecations of the ops sampled are not the user's business
@@ -431,13 +437,24 @@ def _with_fixed_string_hashes(out_dir: Path, **options: Any) -> ImportReport:
     that order follows the interpreter's hash seed: without this, which sample is `.0` and
     which `.1` would change from one import to the next."""
     try:
-        return _fixed_hash_child().submit(import_opinfo, out_dir, **options).result()
+        return _fixed_hash_child().submit(_import_in_child, out_dir, **options).result()
     except BrokenProcessPool:
         _fixed_hash_child.cache_clear()
         raise OpdiffError("the interpreter the OpInfo import runs in (with string hashing fixed) died before it "
-                          f"reported back, so '{out_dir}' may hold only part of the import. Run the import again "
-                          "(it replaces what an import wrote), or run it with PYTHONHASHSEED=0 set, which imports "
-                          "in this process.") from None
+                          f"reported back; if it was writing, '{out_dir}' may hold part of the import. Run the "
+                          "import again (it replaces what an import wrote), or run it with PYTHONHASHSEED=0 set, "
+                          "which imports in this process.") from None
+
+
+def _import_in_child(out_dir: Path, **options: Any) -> ImportReport:
+    if sys.flags.hash_randomization:   # python -E or -I: the child ignored PYTHONHASHSEED too
+        raise OpdiffError("the OpInfo import needs string hashing fixed, and this Python ignores PYTHONHASHSEED "
+                          "(it runs with -E or -I); run `opdiff import opinfo` without those flags. Nothing "
+                          "was imported or removed.")
+    try:
+        return import_opinfo(out_dir, **options)
+    except OpdiffError as exc:   # as plain text: a subclass with its own fields may not unpickle
+        raise OpdiffError(str(exc)) from None
 
 
 @functools.lru_cache(maxsize=1)
