@@ -101,7 +101,8 @@ def _goldens_only(tmp_path: Path, *test_ids: str) -> Path:
 
 
 def test_shipped_opinfo_goldens_check_from_the_goldens_alone(tmp_path):
-    ids = ("opinfo.add.f32.0", "opinfo.add.f32.1", "opinfo.nn.functional.relu.f32.0")
+    ids = ("opinfo.add.f32.0", "opinfo.add.f32.1", "opinfo.nn.functional.relu.f32.2", "opinfo.exp.f16.0",
+           "opinfo.exp.f32.0@subnormal")
     project = _goldens_only(tmp_path, *ids)
     proc = run_cli(project, "check", "-b", "torch_cpu_fp32", "--format", "json", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
