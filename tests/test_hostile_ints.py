@@ -31,6 +31,8 @@ REFUSED = [
      "aten::sum.dim_IntList", "in[1].elems[0]", f"{BIG} does not fit int64"),
     ("uint8", "[{type: const_tensor, shape: [2], dtype: uint8, value: [255, 256]}]", "aten::neg",
      "in[0].value[1]", "256 does not fit uint8 (which holds 0 to 255)"),
+    ("nested", "[{type: const_tensor, shape: [2, 2], dtype: int8, value: [[1, 2], [3, 300]]}]", "aten::neg",
+     "in[0].value[1][1]", "300 does not fit int8"),
     ("int32-randint", "[{type: tensor, shape: [2], dtype: int32, init: randint, low: 0, high: 3000000000}]",
      "aten::neg", "in[0].high", "3000000000 does not fit int32"),
 ]

@@ -17,7 +17,7 @@ from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.history import sharding
 from opdiff_snap.history.runs import group_runs, list_runs
-from opdiff_snap.suite import load_suites, suite_paths
+from opdiff_snap.suite.given import given_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = """\
@@ -32,7 +32,7 @@ tests:
 
 def test_split_of_the_shipped_suites_is_deterministic_exact_and_even():
     with contextlib.chdir(ROOT):
-        cases = load_suites(suite_paths(None, Path("suites")))
+        cases = given_cases(None, Path("suites"))
     keys = [(c.id, s, p) for c in cases for s in c.seeds for p in ("onnx_cpu_fp32", "executorch_cpu_fp32")]
     # hand-written (43 with 5 edge profiles, 76 sized), OpInfo (2,764 samples, 1,232 edge goldens), zoo
     # (each at 2 more sizes)

@@ -4,7 +4,7 @@ dtype, shape, sampling and the integers each dtype holds."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterator
 
 from ..core.errors import suggest
 from .fields import DTYPES, INITS, INT_RANGES, KINDS, RANDINT_HIGH, SAMPLING_FIELDS, dtype_family
@@ -19,6 +19,25 @@ def _nested_shape(value: Any) -> tuple[int, ...] | None:
         inner = shapes.pop() if len(shapes) == 1 else None
         return None if inner is None else (len(value),) + inner
     return () if isinstance(value, (int, float, bool)) else None
+
+
+def _leaves(value: Any, path: tuple[int, ...] = ()) -> Iterator[tuple[Any, tuple[int, ...]]]:
+    """The non-list values of nested lists, each with its index path."""
+    if not isinstance(value, list):
+        yield value, path
+        return
+    for i, v in enumerate(value):
+        if isinstance(v, list):
+            yield from _leaves(v, (*path, i))
+        else:
+            yield v, (*path, i)
+
+
+def _leaf_where(value: Any, path: tuple[int, ...], where: Where) -> Where:
+    """Where the leaf at `path` of `value` is (made only for a leaf that has a problem)."""
+    for i in path:
+        where, value = where.at(value, i), value[i]
+    return where
 
 
 class LeafNodes:
@@ -154,22 +173,13 @@ class LeafNodes:
 
     def _literal_ok(self, value: Any, dtype: str, where: Where) -> bool:
         fam = dtype_family(dtype)
-        leaves: list[tuple[Any, Where]] = []
-
-        def walk(v: Any, w: Where) -> None:
-            if isinstance(v, list):
-                for i, x in enumerate(v):
-                    walk(x, w.at(v, i))
-            else:
-                leaves.append((v, w))
-        walk(value, where)
-        for v, w in leaves:
+        for v, path in _leaves(value):
             if fam == "bool" and not isinstance(v, bool) or fam == "int" and not (
                     isinstance(v, int) and not isinstance(v, bool)) or fam in ("float", "complex") and not (
                     is_number(v)):
                 self.problems.add(where, f"value {v!r} does not fit dtype {dtype}")
                 return False
-            if fam == "int" and not self.fits(v, dtype, w):
+            if fam == "int" and not self.fits(v, dtype, _leaf_where(value, path, where)):
                 return False
         return True
 

@@ -18,6 +18,7 @@ from .model import TestCase
 from .problems import Problems, Where
 from .reader import SuiteReader
 from .reads import noting
+from .yamlload import gc_paused
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,9 @@ def load_suites(paths: Sequence[Path], check_names: bool = True, reader: SuiteRe
     cases: list[TestCase] = []
     seen: dict[str, tuple[TestCase, Origin]] = {}
     for p in paths:
-        for case, origin in _expanded(Path(p), reader, problems, import_cache, check_names):
+        with gc_paused():
+            found = _expanded(Path(p), reader, problems, import_cache, check_names)
+        for case, origin in found:
             if case.id in seen:
                 first = seen[case.id][1]
                 if first.chain != origin.chain and first.suite == origin.suite and first.index == origin.index:

@@ -74,11 +74,37 @@ def is_number(x: Any) -> bool:
 
 def plain(x: Any, where: Where, problems: Problems) -> Any:
     """A YAML literal as plain JSON (dict/list/str/number/bool/None)."""
-    if isinstance(x, dict):
-        return {str(k): plain(v, where.at(x, k), problems) for k, v in x.items()}
+    try:
+        return _plain(x)
+    except _NotPlain:
+        return _plain_at(x, where, problems)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+_PLAIN_TYPES = (str, bool, int, float, type(None))
+
+
+def _plain(x: Any) -> Any:
+    """plain() of a value that is all plain, without a Where per element; _NotPlain else."""
     if isinstance(x, list):
-        return [plain(v, where.at(x, i), problems) for i, v in enumerate(x)]
+        if all(type(v) in _PLAIN_TYPES for v in x):
+            return list(x)
+        return [_plain(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, _PLAIN_TYPES):
+        return x
+    raise _NotPlain
+
+
+def _plain_at(x: Any, where: Where, problems: Problems) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _plain_at(v, where.at(x, k), problems) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_plain_at(v, where.at(x, i), problems) for i, v in enumerate(x)]
     if x is None or isinstance(x, (str, bool, int, float)):
         return x
     return problems.add(where, f"{type(x).__name__} value {x!r} is not allowed here; quote it as a string")
-
