@@ -1,8 +1,11 @@
 """Judging results against the shipped expectations file: every shipped test id on each
 preset the file names, looked up as a check looks up its results, against a scan of every
-entry for each result (what the lookup did before it was indexed by test id).
+entry for each result (what the lookup did before it was indexed by test id). Then
+`--update-expectations` after a run of one preset over every shipped test in which
+`--new` tests fail that no entry expects and `--fixed` expected ones pass: with the index
+kept as entries are added, and rebuilt after each one (what the update did before).
 
-    python bench/bench_expectations.py [--scan-sample 2000]
+    python bench/bench_expectations.py [--scan-sample 2000] [--new 2000] [--fixed 200]
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ import time
 from pathlib import Path
 
 from opdiff_snap import api
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.verdicts import FAILING, Verdict
+from opdiff_snap.expectations.entries import Expectation, Expectations
+from opdiff_snap.expectations.update import update
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,6 +27,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scan-sample", type=int, default=2000,
                         help="results judged by scanning every entry (the whole run would take minutes)")
+    parser.add_argument("--new", type=int, default=2000, help="failures the file does not expect yet")
+    parser.add_argument("--fixed", type=int, default=200, help="expected failures that pass now")
     args = parser.parse_args()
     expectations = api.load_expectations(ROOT / "expectations.yaml")
     ids = [c.id for c in api.list_tests(settings=api.Settings(suites=ROOT / "suites"))]
@@ -45,6 +54,34 @@ def main() -> None:
     print(f"scan of every entry: {per_scanned:.0f} us per result ({len(sample)} results), "
           f"{per_scanned / per_indexed:.0f}x; for one preset's {len(ids)} results "
           f"{per_scanned * len(ids) / 1e6:.1f} s each time a run judges them")
+    bench_update(expectations, ids, args.new, args.fixed)
+
+
+def bench_update(expectations: Expectations, ids: list[str], new: int, fixed: int) -> None:
+    preset = max({e.preset for e in expectations.entries},
+                 key=lambda p: sum(e.preset == p for e in expectations.entries))
+    expected = {e.test: e.verdict for e in expectations.entries if e.preset == preset and e.seed is None}
+    passing = [i for i in ids if i not in expected]
+    fixed_ids = set(list(expected)[:fixed])
+    new_ids = set(passing[:new])
+    results = [Result(i, 0, preset, Verdict.MISMATCH if i in new_ids else
+                      Verdict.PASS if i in fixed_ids or i not in expected else expected[i]) for i in ids]
+
+    def rebuilding(self: Expectations, entry: Expectation) -> None:
+        self.entries.append(entry)
+        self.changed()
+
+    timings = {}
+    for name, append in (("index kept", Expectations.append), ("index rebuilt per entry added", rebuilding)):
+        kept, Expectations.append = Expectations.append, append   # type: ignore[method-assign]
+        try:
+            t0 = time.perf_counter()
+            after, changes = update(Expectations(list(expectations.entries)), results, FAILING)
+            timings[name] = time.perf_counter() - t0
+        finally:
+            Expectations.append = kept   # type: ignore[method-assign]
+        print(f"update, {name}: {timings[name]:.2f} s ({len(results)} results of {preset}: "
+              f"{len(changes.added)} added, {len(changes.removed)} removed; {len(after)} entries after)")
 
 
 if __name__ == "__main__":

@@ -177,7 +177,8 @@ def test_an_id_with_glob_characters_names_its_own_test_first():
 def test_matching_by_index_agrees_with_reading_every_entry():
     """A result is looked up among its own id's entries and the glob ones; that gives what a
     scan of every entry in file order gives (the most specific, the first written of equals),
-    also after entries are added, removed or replaced in place."""
+    also after entries are added (to the list, or through the index), removed or replaced in
+    place."""
     import itertools
     import random
 
@@ -210,6 +211,9 @@ def test_matching_by_index_agrees_with_reading_every_entry():
         entries[i] = Expectation("executorch_cpu_fp32", rng.choice(tests), V.LOAD_FAIL)
     exps.changed()
     agree()
+    for pattern in ("conv2d", "conv*", "nn_gru@T=9", "*@subnormal"):   # added through the index
+        exps.append(Expectation("onnx_cpu_fp32", pattern, V.CRASH, seed=0))
+        agree()
     # an id holding a glob character names its own entry, for `about` too (what may expire)
     own = Expectations([Expectation("onnx_cpu_fp32", "pair[0]", V.MISMATCH)])
     assert own.match("onnx_cpu_fp32", "pair[0]", 0) is own.entries[0]

@@ -21,7 +21,7 @@ GLOB_CHARS = frozenset("*?[")
 
 
 def is_glob(pattern: str) -> bool:
-    return any(c in GLOB_CHARS for c in pattern)
+    return not GLOB_CHARS.isdisjoint(pattern)
 
 
 def installed_version(distribution: str) -> str | None:
@@ -97,6 +97,20 @@ class Expectations:
 
     def changed(self) -> None:
         self._index = None
+
+    def append(self, entry: Expectation) -> None:
+        """Add an entry last, keeping the index (removing an entry, or changing the test one
+        names, needs `changed()`)."""
+        self.entries.append(entry)
+        index = self._index
+        if index is None or index.size != len(self.entries) - 1:
+            self._index = None
+        elif is_glob(entry.test):
+            index.globs.append(index.size)
+        else:
+            index.by_test.setdefault(entry.test, []).append(index.size)
+        if self._index is not None:
+            self._index.size += 1
 
     def _indexed(self) -> _Index:
         if self._index is None or self._index.size != len(self.entries):

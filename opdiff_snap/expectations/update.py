@@ -77,16 +77,14 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
         at = exact(preset, test, seed)
         if at is None:
             added = Expectation(preset, test, verdict, reason, seed)
-            entries.append(added)
-            current.changed()
+            current.append(added)
             changes.added.append(added)
             return
         before = entries[at]
         after = dataclasses.replace(before, verdict=verdict, until=before.until if before.holds(version_of) else "")
         if after != before:
             changes.changed.append((before, after))
-            entries[at] = after
-            current.changed()
+            entries[at] = after            # the same test: the index holds
 
     for (preset, test), runs in by_test.items():
         failed = [r for r in runs if r.verdict in failing]
