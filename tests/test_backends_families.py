@@ -218,3 +218,26 @@ print("same")
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("same"), proc.stderr[-3000:]
+
+
+class Bf16Out(torch.nn.Module):
+    def forward(self, x, y):
+        return x.reshape(2, -1), x.float() * y, (x.float() + 1).to(torch.bfloat16)
+
+
+def test_onnx_runtime_takes_and_gives_bfloat16_values(tmp_path):
+    """NumPy has no bfloat16: a graph with bfloat16 inputs or outputs is fed and read through
+    ONNX Runtime's own values, and gives eager's bits (the ops here are exact in bfloat16);
+    a float32 graph beside it runs as before."""
+    pytest.importorskip("onnxruntime")
+    preset = get_preset("onnx_cpu_fp32")
+    x = (torch.arange(-6, 6, dtype=torch.float32) * 0.375).to(torch.bfloat16)
+    y = torch.linspace(-1, 1, 12)
+    backend = backend_for(preset)
+    run = backend.load(backend.export(Bf16Out().eval(), (x, y), preset, tmp_path / "bf16"), preset)
+    outs, want = run((x, y)), Bf16Out()(x, y)
+    assert [o.dtype for o in outs] == [torch.bfloat16, torch.float32, torch.bfloat16]
+    assert all(torch.equal(o, w) for o, w in zip(outs, want))
+    empty = torch.empty(0, dtype=torch.bfloat16)
+    run = backend.load(backend.export(Bf16Out().eval(), (empty, torch.empty(0)), preset, tmp_path / "empty"), preset)
+    assert [tuple(o.shape) for o in run((empty, torch.empty(0)))] == [(2, 0), (0,), (0,)]

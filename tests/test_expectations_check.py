@@ -139,6 +139,12 @@ def test_a_malformed_expectations_file_is_refused_before_anything_runs(site, pro
     # an --expectations file that does not exist is the user's mistake too
     proc = opdiff(project, site, "check", *_perturb(), *FAST, "--expectations", "nowhere.yaml")
     assert proc.returncode == 2 and "nowhere.yaml" in proc.stderr
+    os.mkfifo(project / "pipe.yaml")
+    for update in ((), ("--update-expectations",)):       # a pipe: neither read (forever) nor written
+        proc = opdiff(project, site, "check", *_perturb(), *FAST, "--expectations", "pipe.yaml", *update)
+        assert proc.returncode == 2 and "pipe.yaml: not a regular file" in proc.stderr, proc.stderr
+        _no_traceback(proc)
+    assert set((project / "store" / "runs").glob("*.jsonl")) == runs
 
 
 def _shipped_on_hand_written(preset: str) -> list:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -104,7 +105,6 @@ class OnnxBackend(Backend):
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
                          workdir: Path) -> tuple[Artifact, Quantized]:
-        import numpy as np
 
         scheme = preset.scheme
         assert scheme is not None
@@ -119,9 +119,7 @@ class OnnxBackend(Backend):
                           scheme.dynamic)
             reference_options = {**preset.options, "graph_optimization_level": "disable"}
             session = onnx_session(model, reference_options, ["CPUExecutionProvider"], 0)
-            names = [i.name for i in session.get_inputs()]
-            reference = [torch.as_tensor(np.asarray(o)) for o in session.run(None, onnx_feeds(
-                names, contiguous_cpu(inputs)))]
+            reference = onnx_runner(session)(contiguous_cpu(inputs))
             steps = onnx_output_steps(model)
         except Exception as exc:
             raise QuantizeFailed(f"{type(exc).__name__}: {exc}") from exc
@@ -218,18 +216,16 @@ class OnnxBackend(Backend):
         return artifacts
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
-        import numpy as np
 
         assert artifact.path is not None
         path = single_file(Path(artifact.path), ".onnx")
         session = onnx_session(path, preset.options, self._providers(preset),
                                thread_budget(preset.options.get("intra_op_num_threads"), threads))
-        in_names = [i.name for i in session.get_inputs()]
+        run_session = onnx_runner(session)
         dtype = reduced_dtype(preset)
 
         def run(inputs):
-            outs = session.run(None, onnx_feeds(in_names, contiguous_cpu(cast_inputs(inputs, dtype))))
-            return [torch.as_tensor(np.asarray(o)) for o in outs]
+            return run_session(contiguous_cpu(cast_inputs(inputs, dtype)))
 
         return run
 
@@ -400,22 +396,69 @@ def onnx_session(path: Path, options: Mapping[str, Any], providers: list[str], t
     return ort.InferenceSession(str(path), sess_options=so, providers=providers)
 
 
-def onnx_feeds(in_names: list[str], args: list[torch.Tensor]) -> dict[str, Any]:
+def onnx_feeds(in_names: list[str], args: list[torch.Tensor], convert: Callable[[torch.Tensor], Any] | None = None
+               ) -> dict[str, Any]:
     """The session's feeds: by our names in0, in1, ... (the exporter may drop inputs the
-    graph never reads), else in order."""
+    graph never reads), else in order; each tensor made a NumPy array, or what `convert` makes."""
+    convert = convert or _to_numpy
     ours = {f"in{i}": t for i, t in enumerate(args)}
     if all(n in ours for n in in_names):
-        return {n: _to_numpy(ours[n]) for n in in_names}
+        return {n: convert(ours[n]) for n in in_names}
     if len(args) == len(in_names):
-        return {n: _to_numpy(t) for n, t in zip(in_names, args)}
+        return {n: convert(t) for n, t in zip(in_names, args)}
     raise RuntimeError(f"the ONNX graph takes {len(in_names)} inputs ({', '.join(in_names)}), got {len(args)}")
 
 
 def _to_numpy(t: torch.Tensor):
     if t.dtype == torch.bfloat16:
-        raise TypeError("ONNX Runtime's Python feeds cannot carry bfloat16 inputs (NumPy has no "
-                        "bfloat16); this test needs a float32 or float16 input for ONNX presets")
+        raise TypeError("NumPy has no bfloat16, so these bfloat16 values cannot be fed to ONNX "
+                        "Runtime as an array; give a float32 or float16 input")
     return t.numpy()
+
+
+_BFLOAT16 = 16   # onnx.TensorProto.BFLOAT16
+
+
+def onnx_runner(session: Any) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """run(inputs) -> outputs of the session. A graph with a bfloat16 input or output, which
+    NumPy cannot hold, is fed and read through ONNX Runtime's own values (OrtValue)."""
+    import numpy as np
+
+    in_names = [i.name for i in session.get_inputs()]
+    bf16 = any(v.type == "tensor(bfloat16)" for v in [*session.get_inputs(), *session.get_outputs()])
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if not bf16:
+            return [torch.as_tensor(np.asarray(o)) for o in session.run(None, onnx_feeds(in_names, inputs))]
+        values = session.run_with_ort_values(None, onnx_feeds(in_names, inputs, _to_ort_value))
+        return [_from_ort_value(v) for v in values]
+
+    return run
+
+
+def _to_ort_value(t: torch.Tensor) -> Any:
+    import onnxruntime as ort
+
+    if t.dtype != torch.bfloat16:
+        return ort.OrtValue.ortvalue_from_numpy(t.numpy())
+    if not hasattr(ort.OrtValue, "ortvalue_from_numpy_with_onnx_type"):
+        raise TypeError(f"onnxruntime {ort.__version__} cannot take bfloat16 values from Python; "
+                        "a newer one can")
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(t.view(torch.uint16).numpy(), onnx_element_type=_BFLOAT16)
+
+
+def _from_ort_value(value: Any) -> torch.Tensor:
+    import ctypes
+
+    import numpy as np
+
+    if value.data_type() != "tensor(bfloat16)":
+        return torch.as_tensor(np.asarray(value.numpy()))
+    shape = list(value.shape())
+    count = math.prod(shape)
+    raw = ctypes.string_at(value.data_ptr(), 2 * count) if count else b""
+    return torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).reshape(shape) if count \
+        else torch.empty(shape, dtype=torch.bfloat16)
 
 
 def piece_model(model: Any, inputs: Mapping[str, str], outputs: Sequence[str]) -> Any:
@@ -491,11 +534,10 @@ def load(path):
     """An ONNX Runtime session on the preset's providers; run() feeds it inputs in DTYPE."""
     session = onnx_session(path, OPTIONS, onnx_providers(OPTIONS, PRESET["device"]),
                            int(OPTIONS.get("intra_op_num_threads") or 0))
-    in_names = [i.name for i in session.get_inputs()]
+    run_session = onnx_runner(session)
 
     def run(inputs):
-        outs = session.run(None, onnx_feeds(in_names, [cast(x).contiguous() for x in inputs]))
-        return [torch.as_tensor(np.asarray(o)) for o in outs]
+        return run_session([cast(x).contiguous() for x in inputs])
 
     return run
 '''
@@ -503,5 +545,7 @@ def load(path):
 # What a standalone repro script runs for this family (cause/repro.py writes it out): the
 # functions check runs, as source, and the glue that calls them the way export and load do.
 OnnxBackend.repro_source = script_source(
-    ["import tempfile", "from typing import Any, Mapping", "", "import numpy as np"],
-    {"PROVIDERS": PROVIDERS}, [onnx_providers, onnx_export, onnx_session, onnx_feeds, _to_numpy], _REPRO_GLUE)
+    ["import math", "import tempfile", "from typing import Any, Callable, Mapping", "", "import numpy as np"],
+    {"PROVIDERS": PROVIDERS, "_BFLOAT16": _BFLOAT16},
+    [onnx_providers, onnx_export, onnx_session, onnx_feeds, _to_numpy, onnx_runner, _to_ort_value, _from_ort_value],
+    _REPRO_GLUE)
