@@ -227,8 +227,8 @@ class Bf16Out(torch.nn.Module):
 
 def test_onnx_runtime_takes_and_gives_bfloat16_values(tmp_path):
     """NumPy has no bfloat16: a graph with bfloat16 inputs or outputs is fed and read through
-    ONNX Runtime's own values, and gives eager's bits (the ops here are exact in bfloat16);
-    a float32 graph beside it runs as before."""
+    ONNX Runtime's own values, and gives eager's bits (the ops here are exact in bfloat16),
+    a float32 output beside them included; an empty bfloat16 tensor keeps its shape."""
     pytest.importorskip("onnxruntime")
     preset = get_preset("onnx_cpu_fp32")
     x = (torch.arange(-6, 6, dtype=torch.float32) * 0.375).to(torch.bfloat16)

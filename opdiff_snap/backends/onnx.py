@@ -456,9 +456,10 @@ def _from_ort_value(value: Any) -> torch.Tensor:
         return torch.as_tensor(np.asarray(value.numpy()))
     shape = list(value.shape())
     count = math.prod(shape)
-    raw = ctypes.string_at(value.data_ptr(), 2 * count) if count else b""
-    return torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).reshape(shape) if count \
-        else torch.empty(shape, dtype=torch.bfloat16)
+    if not count:
+        return torch.empty(shape, dtype=torch.bfloat16)
+    raw = bytearray(ctypes.string_at(value.data_ptr(), 2 * count))   # a copy: the value's buffer is ONNX Runtime's
+    return torch.frombuffer(raw, dtype=torch.bfloat16).reshape(shape)
 
 
 def piece_model(model: Any, inputs: Mapping[str, str], outputs: Sequence[str]) -> Any:

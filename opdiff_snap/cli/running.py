@@ -209,8 +209,9 @@ def _expecting(ctx, path: Path | None, update: bool):
     if target.is_file():
         return api.load_expectations(target), target, update
     if target.exists():
-        raise OpdiffError(f"--expectations {target}: not a regular file (a directory, a pipe or a device?). "
-                          "Give an expectations file; to hold a run to none, give an empty file.")
+        named = f"--expectations {path}" if path is not None else f"the expectations file {target} ([tool.opdiff])"
+        raise OpdiffError(f"{named}: not a regular file (a directory, a pipe or a device?). Give an "
+                          "expectations file; to hold a run to none, give an empty file.")
     if path is not None and not update:
         raise OpdiffError(f"--expectations {path}: no such file. Give an existing expectations file, or write "
                           "one from a run with --update-expectations.")

@@ -101,16 +101,13 @@ class Expectations:
     def append(self, entry: Expectation) -> None:
         """Add an entry last, keeping the index (removing an entry, or changing the test one
         names, needs `changed()`)."""
-        self.entries.append(entry)
         index = self._index
-        if index is None or index.size != len(self.entries) - 1:
-            self._index = None
-        elif is_glob(entry.test):
-            index.globs.append(index.size)
+        if index is not None and index.size == len(self.entries):
+            (index.globs if is_glob(entry.test) else index.by_test.setdefault(entry.test, [])).append(index.size)
+            index.size += 1
         else:
-            index.by_test.setdefault(entry.test, []).append(index.size)
-        if self._index is not None:
-            self._index.size += 1
+            self._index = None
+        self.entries.append(entry)
 
     def _indexed(self) -> _Index:
         if self._index is None or self._index.size != len(self.entries):
