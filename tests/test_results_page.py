@@ -1,10 +1,15 @@
-"""tools/results_page.py keeps the hand-written blocks of the page it regenerates."""
+"""tools/results_page.py: the page it regenerates keeps the hand-written blocks, says where a
+result is not what the expectations file expects, and never carries a failure without a reason."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "results_page.py"
 
@@ -22,9 +27,81 @@ def test_regenerating_the_page_keeps_marked_blocks(tmp_path):
     page = tmp_path / "results.md"
     block = "<!-- kept: localize -->\n## Where inside the models\n\nfindings\n<!-- end kept: localize -->"
     page.write_text(f"# old page\n\n## some_preset\n\nold rows\n\n{block}\n")
-    tool.write_page({("t", "p"): ("MISMATCH", "m", None)}, [], ["p"], page)
+    tool.write_page({("t", "p"): tool.Latest("MISMATCH", "m")}, [], ["p"], page)
     text = page.read_text()
     assert "old rows" not in text and "## p" in text    # regenerated...
     assert text.rstrip().endswith(block)                # ...with the block kept, at the end, once
-    tool.write_page({("t", "p"): ("PASS", "", None)}, [], ["p"], page)
+    tool.write_page({("t", "p"): tool.Latest("PASS")}, [], ["p"], page)
     assert page.read_text().count("<!-- kept: localize -->") == 1
+
+
+def test_results_the_expectations_file_does_not_expect_are_named(tmp_path):
+    tool = _tool()
+    page = tmp_path / "results.md"
+    results = {("a", "p"): tool.Latest("EXPORT_FAIL", "x", expected="EXPORT_FAIL"),   # known
+               ("b", "p"): tool.Latest("MISMATCH", "y"),                               # new
+               ("c", "p"): tool.Latest("INFER_FAIL", "z", expected="EXPORT_FAIL"),     # another failure
+               ("d", "p"): tool.Latest("PASS", expected="MISMATCH"),                   # fixed
+               ("e", "q"): tool.Latest("PASS")}
+    unexplained = tool.write_page(results, [], ["p", "q"], page)
+    text = page.read_text()
+    assert unexplained == 3
+    assert "| 1 different failure, 1 new failure, 1 unexpected pass |" in text
+    assert "| as expected |" in text
+    assert "`b` (new failure)" in text and "`c` (different failure)" in text and "`d` (unexpected pass)" in text
+    assert "`a` (" not in text
+
+
+def test_coverage_counts_known_failures_and_flags_untriaged_ones():
+    tool = _tool()
+    known = [tool.Known("opinfo", "opinfo.exp.f32.0", "p", None, ""),
+             tool.Known("opinfo", "opinfo.exp.f16.0", "p", "MISMATCH", "tolerance choice: half"),
+             tool.Known("opinfo", "opinfo.exp.f32.0@subnormal", "p", "MISMATCH", "backend limit: flushed"),
+             tool.Known("opinfo", "opinfo.log.bf16.0", "p", "EXPORT_FAIL", f"{tool.UNTRIAGED}: boom"),
+             tool.Known("zoo", "zoo_gpt2", "p", "MISMATCH", ""),
+             tool.Known("zoo", "zoo_bert", "p", None, "")]
+    lines, unreasoned = tool.coverage_lines(known, ["p"])
+    text = "\n".join(lines)
+    assert unreasoned == 2          # the untriaged one and the one with no reason at all
+    assert "| p | 4 | 2 | 1 | 1 | 2 |" in text                      # tests, ops, no entry, EXPORT_FAIL, MISMATCH
+    assert "| p | 1 | 0 | 0 | 0 |" in text                          # no entry per kind: only float32 passes
+    assert "UNEXPLAINED, not triaged yet: boom" in text
+    assert "| `zoo_gpt2` | MISMATCH | UNEXPLAINED: no reason written |" in text
+
+
+def _run_file(path: Path, items: list[tuple[str, str, str, str]]) -> Path:
+    lines = [{"type": "meta", "run_id": "r1", "command": "check", "started": "2026-01-01T00:00:00Z"}]
+    lines += [{"type": "item", "run_id": "r1", "id": test, "seed": 0, "preset": preset, "status": status,
+               "error_message": message} for preset, test, status, message in items]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_reasons_are_filled_from_rules_and_refreshed_only_where_a_rule_wrote_them(tmp_path):
+    """An empty or untriaged reason is filled from the first rule that explains the result;
+    --refresh re-derives a reason a rule wrote, never one written by hand."""
+    notes = tmp_path / "notes.yaml"
+    notes.write_text('- {preset: "onnx_*", test: "a*", status: MISMATCH, kind: upstream-bug, why: "new cause. More."}\n'
+                     '- {preset: "onnx_*", status: MISMATCH, kind: tolerance, why: "catch-all"}\n')
+    exps = tmp_path / "expectations.yaml"
+    exps.write_text("onnx_cpu_fp32:\n"
+                    "  - {test: a1, verdict: MISMATCH}\n"
+                    "  - {test: a2, verdict: MISMATCH, reason: 'not triaged yet: boom'}\n"
+                    "  - {test: a3, verdict: MISMATCH, reason: 'tolerance choice: catch-all'}\n"
+                    "  - {test: a4, verdict: MISMATCH, reason: 'written by hand: the ONNX notes'}\n"
+                    "  - {test: b1, verdict: MISMATCH}\n")
+    run = _run_file(tmp_path / "run.jsonl", [("onnx_cpu_fp32", t, "MISMATCH", "m") for t in ("a1", "a2", "a3", "a4", "b1")])
+    tool = TOOL.parent / "expectation_reasons.py"
+
+    def reasons(*flags: str) -> dict[str, str]:
+        subprocess.run([sys.executable, str(tool), "--expectations", str(exps), "--notes", str(notes), *flags,
+                        str(run)], check=True, capture_output=True)
+        return {e["test"]: e.get("reason", "") for e in yaml.safe_load(exps.read_text())["onnx_cpu_fp32"]}
+
+    once = reasons()
+    assert once["a1"] == once["a2"] == "bug worth reporting upstream: new cause"
+    assert once["a3"] == "tolerance choice: catch-all"      # a reason written is kept...
+    assert once["b1"] == "tolerance choice: catch-all"
+    refreshed = reasons("--refresh")
+    assert refreshed["a3"] == "bug worth reporting upstream: new cause"   # ...unless --refresh and a rule wrote it
+    assert refreshed["a4"] == "written by hand: the ONNX notes"

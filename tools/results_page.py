@@ -7,11 +7,16 @@ runs, with every non-PASS explained by a rule in docs/results-notes.yaml.
     python tools/results_page.py --run-coverage   # also check suites/opinfo and suites/zoo first
     python tools/results_page.py --coverage-only [--run-coverage]   # only that section of the page
 
-The hand-written suites (suites/*.yaml) get a row per non-PASS, each explained; the
-OpInfo and zoo suites get counts per verdict and their most common causes.
+The hand-written suites (suites/*.yaml) get a row per non-PASS, each explained, and say
+where a result is not what expectations.yaml expects. The OpInfo and zoo suites (about
+4,000 tests, hours per preset here) are read from expectations.yaml, which holds their
+known failures on the coverage presets with a reason each: counts per verdict and the
+reasons that cover the most ops. --run-coverage checks them again first, each run
+rewriting its preset's entries (`--update-expectations`).
 
-A non-PASS that no rule explains is listed as UNEXPLAINED and the script exits 1, so the
-page can never silently carry an unexplained failure.
+A non-PASS that no rule explains is listed as UNEXPLAINED, and so is a known failure with
+no reason written; either makes the script exit 1, so the page can never silently carry
+an unexplained failure.
 """
 
 from __future__ import annotations
@@ -32,12 +37,17 @@ sys.path.insert(0, str(ROOT))
 
 from opdiff_snap.analytics import connect  # noqa: E402
 from opdiff_snap.cli.output import headline  # noqa: E402
-from opdiff_snap.core.verdicts import Verdict  # noqa: E402
+from opdiff_snap.core.verdicts import FAILING, PASSING, Verdict  # noqa: E402
 from opdiff_snap.suite.dynamic import unsized_id  # noqa: E402
 
-PRESETS = ["torch_cpu_fp32", "torch_cpu_fp16", "torch_cpu_bf16", "inductor_cpu_fp32", "onnx_cpu_fp32", "onnx_cpu_fp16",
-           "executorch_cpu_fp32", "executorch_cpu_fp16", "executorch_portable_fp32",
-           "executorch_portable_fp16", "coreml_any_fp32", "coreml_any_fp16"]
+# every preset that runs here (CoreML's two only convert): the presets expectations.yaml holds
+PRESETS = ["torch_cpu_fp32", "torch_cpu_fp16", "torch_cpu_bf16",
+           "inductor_cpu_fp32", "inductor_cpu_fp16", "inductor_cpu_bf16", "inductor_cpu_int8", "inductor_cpu_int8dyn",
+           "onnx_cpu_fp32", "onnx_cpu_fp16", "onnx_cpu_int8", "onnx_cpu_int8pt", "onnx_cpu_int8dyn",
+           "executorch_cpu_fp32", "executorch_cpu_fp16", "executorch_cpu_int8", "executorch_cpu_int8pt",
+           "executorch_cpu_int8dyn", "executorch_portable_fp32", "executorch_portable_fp16",
+           "coreml_any_fp32", "coreml_any_fp16"]
+UNTRIAGED = "not triaged yet"   # the reason tools/expectation_reasons.py --untriaged writes meanwhile
 KINDS = {"backend-limit": "backend limit", "tolerance": "tolerance choice",
          "upstream-bug": "bug worth reporting upstream", "platform": "platform (cannot run here)",
          "test-design": "test design"}
@@ -76,20 +86,23 @@ def load_rules(path: Path) -> list[Rule]:
 
 
 HAND_WRITTEN = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "suites").glob("*.yaml"))
-COVERAGE = ("opinfo", "zoo")   # the tags of the suites nobody here wrote: suites/opinfo, suites/zoo
-COVERAGE_PRESETS = ["torch_cpu_fp16", "onnx_cpu_fp32", "executorch_cpu_fp32", "executorch_cpu_fp16",
-                    "coreml_any_fp16"]
+COVERAGE = {"opinfo": "OpInfo samples", "zoo": "Model zoo"}   # the suites nobody here wrote, by tag
+# the presets on which expectations.yaml holds the known failures of suites/opinfo and suites/zoo
+COVERAGE_PRESETS = ["torch_cpu_fp16", "torch_cpu_bf16", "onnx_cpu_fp32", "onnx_cpu_fp16", "executorch_cpu_fp32",
+                    "executorch_cpu_fp16", "coreml_any_fp16"]
 # coverage runs ask for verdicts only: ExecuTorch then compiles each batch of tests into one
 # program (its results carry no latency, which the coverage section does not report)
 VERDICTS_ONLY = {"executorch_cpu_fp32": '{"batch_program": true}', "executorch_cpu_fp16": '{"batch_program": true}'}
+# OpInfo test ids name the sample's dtype; an edge-value golden carries its profile after "@"
+KIND_OF_SAMPLE = {"float32": ".f32.", "float16": ".f16.", "bfloat16": ".bf16."}
 
 
 def _check(store: Path, jobs: int, presets: list[str], suites: list[str], repeats: int = 3,
-           options: dict[str, str] | None = None) -> None:
+           options: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> None:
     print(f"== checking {', '.join(presets)} on {', '.join(suites)}", flush=True)
     cmd = [sys.executable, str(ROOT / "cli.py"), "--store", str(store), "check", *suites,
            *(a for p in presets for a in ("-b", p)), "-j", str(jobs), "--repeats", str(repeats),
-           "--fail-on", "CRASH"]
+           "--fail-on", "CRASH", *extra]
     for preset, value in (options or {}).items():
         if preset in presets:
             cmd += ["--preset-options", f"{preset}={value}"]
@@ -102,98 +115,179 @@ def run_checks(presets: list[str], jobs: int, store: Path) -> None:
         _check(store, jobs, [preset], HAND_WRITTEN)
 
 
-def run_coverage(presets: list[str], jobs: int, store: Path) -> None:
-    """suites/opinfo (every sample) and suites/zoo, every preset in one run each."""
-    for suite in ("suites/opinfo", "suites/zoo"):
-        _check(store, jobs, presets, [suite], repeats=1, options=VERDICTS_ONLY)
+def run_coverage(presets: list[str], jobs: int, store: Path, expectations: Path, notes: Path) -> None:
+    """suites/opinfo (every sample) and suites/zoo, one preset at a time, each run making
+    the expectations file agree with what it found; then the new entries get their reasons
+    from the notes (tools/expectation_reasons.py)."""
+    runs = store / "runs"
+    before = set(runs.glob("*.jsonl"))
+    for preset in presets:
+        _check(store, jobs, [preset], ["suites/opinfo", "suites/zoo"], repeats=1, options=VERDICTS_ONLY,
+               extra=("--expectations", str(expectations), "--update-expectations"))
+    new = sorted(set(runs.glob("*.jsonl")) - before)
+    if new:
+        subprocess.run([sys.executable, str(ROOT / "tools" / "expectation_reasons.py"), "--expectations",
+                        str(expectations), "--notes", str(notes), *map(str, new)], cwd=ROOT, check=False)
 
 
-def coverage_results(store: Path, presets: list[str]) -> list[tuple]:
-    """(source tag, test, preset, status, message, [ops it cannot lower]) of the latest
-    check of every OpInfo and zoo test."""
-    with connect(store, warn=False) as a:
-        t = a.sql("""
-            SELECT list_filter(r.tags, lambda t: t IN ('opinfo', 'zoo'))[1] AS source, r.test_id, r.preset,
-                   r.status, r.error_message, [u.op FOR u IN coalesce(r.unsupported_ops, [])]
-            FROM results r JOIN runs USING (run_id)
-            WHERE runs.command = 'check' AND r.seed = 0
-              AND len(list_filter(r.tags, lambda t: t IN ('opinfo', 'zoo'))) > 0
-            QUALIFY row_number() OVER (PARTITION BY r.test_id, r.preset
-                                       ORDER BY runs.started DESC, r.ts DESC) = 1""")
-    return [row for row in t.rows if row[2] in presets]
+@dataclass(frozen=True)
+class Known:
+    """What the expectations file says of one seed of one OpInfo or zoo test on one preset:
+    `verdict` None where it has no entry (the test passes there; on a preset that only
+    converts here, it converts)."""
+
+    source: str
+    test: str
+    preset: str
+    verdict: str | None
+    reason: str
+
+
+def coverage_known(expectations: Path, presets: list[str]) -> list[Known]:
+    from opdiff_snap import api
+
+    exps = api.load_expectations(expectations)
+    if exps is None:
+        raise SystemExit(f"{expectations}: no expectations file; the coverage section is read from it")
+    tests = api.list_tests([ROOT / "suites" / "opinfo", ROOT / "suites" / "zoo"])
+    known = []
+    for case in tests:
+        source = next((tag for tag in COVERAGE if tag in case.tags), None)
+        if source is None:
+            continue
+        for seed in case.seeds:
+            for preset in presets:
+                e = exps.match(preset, case.id, seed)
+                known.append(Known(source, case.id, preset, None if e is None else str(e.verdict),
+                                   "" if e is None else e.reason))
+    return known
 
 
 def _op_of(test_id: str) -> str:
     return test_id.removeprefix("opinfo.").rsplit(".", 2)[0]
 
 
-def coverage_lines(rows: list[tuple], presets: list[str], top: int = 8) -> list[str]:
+def _kind_of(test_id: str) -> str:
+    if "@" in test_id:
+        return "edge values"
+    return next((kind for kind, mark in KIND_OF_SAMPLE.items() if mark in test_id), "float32")
+
+
+def _n(count: int) -> str:
+    return f"{count:,}"
+
+
+def coverage_lines(known: list[Known], presets: list[str], top: int = 8) -> tuple[list[str], int]:
+    """The OpInfo and zoo section, and how many of its failures have no reason written."""
     lines = ["", f"{COVERAGE_HEADING}: OpInfo and the model zoo", "",
-             "Generated by `python tools/results_page.py --coverage-only --run-coverage`.",
-             "`suites/opinfo` holds torch's own OpInfo samples (`opdiff import opinfo`,",
-             "docs/coverage.md) and `suites/zoo` tiny real architectures built from `transformers`",
-             "configs with random weights. Every sample is checked on every preset below (ExecuTorch",
-             "with `batch_program`, one program per batch of tests: verdicts only, docs/check.md).",
-             "These results are counted, not explained one by one: the causes below are the first",
-             "lines of the messages, grouped."]
-    for source in COVERAGE:
-        mine = [r for r in rows if r[0] == source]
+             "Generated by `python tools/results_page.py` from `expectations.yaml`, which holds, for",
+             "each preset below, every OpInfo and zoo test that does not pass, with its verdict and",
+             "why. Every sample was checked on each of them (`python tools/results_page.py",
+             "--coverage-only --run-coverage` checks them again, each run rewriting its preset's",
+             "entries: `opdiff check --update-expectations`), and `opdiff check -b P suites/opinfo",
+             "suites/zoo` exits 0 only while the file still agrees. `suites/opinfo` holds torch's own",
+             "OpInfo samples (`opdiff import opinfo`, docs/coverage.md) and `suites/zoo` tiny real",
+             "architectures built from `transformers` configs with random weights. A test with no",
+             "entry passes; on coreml_any_fp16, which predicts only on macOS, it converts."]
+    unreasoned = 0
+    for source, title in COVERAGE.items():
+        mine = [k for k in known if k.source == source]
         if not mine:
             continue
-        verdicts = sorted({r[3] for r in mine}, key=lambda v: (v != "PASS", v))
-        title = "OpInfo samples" if source == "opinfo" else "Model zoo"
+        verdicts = sorted({k.verdict for k in mine if k.verdict})
+        opinfo = source == "opinfo"
         lines += ["", f"### {title}", "",
-                  "| preset | tests | " + ("ops | " if source == "opinfo" else "") + " | ".join(verdicts) + " |",
-                  "| --- | --- |" + (" --- |" if source == "opinfo" else "") + " --- |" * len(verdicts)]
+                  "| preset | tests | " + ("ops | " if opinfo else "") + "no entry | " + " | ".join(verdicts) + " |",
+                  "| --- | --- |" + (" --- |" if opinfo else "") + " --- |" * (len(verdicts) + 1)]
         for p in presets:
-            here = [r for r in mine if r[2] == p]
-            if not here:
-                continue
-            c = Counter(r[3] for r in here)
-            ops = f"{len({_op_of(r[1]) for r in here})} | " if source == "opinfo" else ""
-            lines.append(f"| {p} | {len(here)} | {ops}" + " | ".join(str(c.get(v, "")) for v in verdicts) + " |")
+            here = [k for k in mine if k.preset == p]
+            c = Counter(k.verdict for k in here)
+            ops = f"{_n(len({_op_of(k.test) for k in here}))} | " if opinfo else ""
+            lines.append(f"| {p} | {_n(len(here))} | {ops}{_n(c[None])} | "
+                         + " | ".join(_n(c[v]) if c[v] else "" for v in verdicts) + " |")
+        if opinfo:
+            kinds = ["float32", "float16", "bfloat16", "edge values"]
+            total = Counter(_kind_of(k.test) for k in mine if k.preset == presets[0])
+            lines += ["", "With no entry, per kind of golden (float32 on edge values: the profiles of",
+                      "docs/suite-format.md):", "",
+                      "| preset | " + " | ".join(f"{kind} ({_n(total[kind])})" for kind in kinds) + " |",
+                      "| --- |" + " --- |" * len(kinds)]
+            for p in presets:
+                c = Counter(_kind_of(k.test) for k in mine if k.preset == p and k.verdict is None)
+                lines.append(f"| {p} | " + " | ".join(_n(c[kind]) for kind in kinds) + " |")
         for p in presets:
-            failing = [r for r in mine if r[2] == p and r[3] not in ("PASS", "SKIPPED", "UNAVAILABLE")]
+            failing = [k for k in mine if k.preset == p and k.verdict]
             if not failing:
                 continue
-            lines += ["", f"#### {title} on {p}: {len(failing)} failing", ""]
-            if source == "zoo":
+            unreasoned += sum(1 for k in failing if not explained(k.reason))
+            lines += ["", f"#### {title} on {p}: {_n(len(failing))} known failures", ""]
+            if not opinfo:
                 lines += ["| test | verdict | why |", "| --- | --- | --- |"]
-                lines += [f"| `{r[1]}` | {r[3]} | {headline(r[4] or '').replace('|', '/')}"
-                          + (f" (cannot lower: {', '.join(f'`{op}`' for op in r[5])})" if r[5] else "") + " |"
-                          for r in sorted(failing)]
+                lines += [f"| `{k.test}` | {k.verdict} | {_cell(k.reason)} |" for k in sorted(failing, key=_key)]
                 continue
-            lowering = Counter(op for r in failing for op in set(r[5]))
-            if lowering:
-                lines += ["ATen ops it cannot lower, by the number of failing samples that hold them: "
-                          + ", ".join(f"`{op}` {n}" for op, n in lowering.most_common(top)) + ".", ""]
             causes: dict[tuple[str, str], list[str]] = defaultdict(list)
-            for r in failing:
-                causes[(r[3], headline(r[4] or "")[:160])].append(_op_of(r[1]))
-            ranked = sorted(causes.items(), key=lambda kv: (-len(set(kv[1])), kv[0]))
-            lines += ["| verdict | ops | cause (first line) | e.g. |", "| --- | --- | --- | --- |"]
-            for (status, cause), ops in ranked[:top]:
-                names = sorted(set(ops))
-                lines.append(f"| {status} | {len(names)} | {cause.replace('|', '/')} | "
+            for k in failing:
+                causes[(k.verdict or "", k.reason)].append(k.test)
+            ranked = sorted(causes.items(), key=lambda kv: (-len({_op_of(t) for t in kv[1]}), kv[0]))
+            lines += ["| verdict | tests | ops | why | e.g. |", "| --- | --- | --- | --- | --- |"]
+            for (status, reason), ts in ranked[:top]:
+                names = sorted({_op_of(t) for t in ts})
+                lines.append(f"| {status} | {_n(len(ts))} | {_n(len(names))} | {_cell(reason)} | "
                              f"{', '.join(f'`{n}`' for n in names[:4])} |")
             if len(ranked) > top:
-                lines.append(f"| | {len({o for _, ops in ranked[top:] for o in ops})} | "
-                             f"{len(ranked) - top} other causes | |")
-    return lines
+                rest = [t for _, ts in ranked[top:] for t in ts]
+                lines.append(f"| | {_n(len(rest))} | {_n(len({_op_of(t) for t in rest}))} | "
+                             f"{len(ranked) - top} other reasons (`expectations.yaml`) | |")
+    return lines, unreasoned
 
 
-def latest_results(store: Path, presets: list[str]) -> dict[tuple[str, str], tuple[str, str, float | None]]:
-    """(test, preset) -> (status, message, min_atol) from the latest check run that has it."""
+def _key(k: Known) -> tuple[str, str]:
+    return k.test, k.verdict or ""
+
+
+def explained(reason: str) -> bool:
+    return bool(reason) and not reason.startswith(UNTRIAGED)
+
+
+def _cell(reason: str) -> str:
+    if not reason:
+        return "UNEXPLAINED: no reason written"
+    return ("" if explained(reason) else "UNEXPLAINED, ") + reason.replace("|", "/")
+
+
+@dataclass(frozen=True)
+class Latest:
+    """The latest checked result of one hand-written test on one preset, and the verdict the
+    expectations file expected of it in that run (None: no entry held)."""
+
+    status: str
+    message: str = ""
+    min_atol: float | None = None
+    expected: str | None = None
+
+    def against_expectations(self) -> str | None:
+        """How the result stands against the expectations file: None where as expected."""
+        if self.status in FAILING:
+            if self.expected is None:
+                return "new failure"
+            return "different failure" if self.expected != self.status else None
+        if self.status in PASSING and self.expected is not None:
+            return "unexpected pass"
+        return None
+
+
+def latest_results(store: Path, presets: list[str]) -> dict[tuple[str, str], Latest]:
+    """(test, preset) -> the result of the latest check run that has it."""
     with connect(store, warn=False) as a:
         t = a.sql("""
-            SELECT r.test_id, r.preset, r.status, r.error_message, r.min_atol
+            SELECT r.test_id, r.preset, r.status, r.error_message, r.min_atol, r.expected
             FROM results r JOIN runs USING (run_id)
             WHERE runs.command = 'check' AND r.seed = 0
               AND len(list_filter(coalesce(r.tags, []), lambda t: t IN ('opinfo', 'zoo'))) = 0
             QUALIFY row_number() OVER (PARTITION BY r.test_id, r.preset
                                        ORDER BY runs.started DESC, r.ts DESC) = 1""")
-    return {(test, preset): (status, msg or "", min_atol) for test, preset, status, msg, min_atol in t.rows
-            if preset in presets}
+    return {(test, preset): Latest(status, msg or "", min_atol, expected)
+            for test, preset, status, msg, min_atol, expected in t.rows if preset in presets}
 
 
 def tolerance_choices(page: str) -> dict[str, set[str]]:
@@ -217,39 +311,51 @@ def kept_blocks(page: str) -> list[str]:
     return [m.group(0) for m in KEPT_BLOCK.finditer(page)]
 
 
-def write_page(results, rules: list[Rule], presets: list[str], out: Path, before: str | None = None,
-               coverage: list[str] | None = None) -> int:
+def write_page(results: dict[tuple[str, str], Latest], rules: list[Rule], presets: list[str], out: Path,
+               before: str | None = None, coverage: list[str] | None = None, made_with: str = "",
+               checked: dict[str, str] | None = None, known: dict[str, int] | None = None) -> int:
+    """Write the page; returns how many non-PASS results no rule explains. `checked`: when
+    each preset's results were checked; `known`: how many known failures of the hand-written
+    suites the expectations file holds for a preset the store has no check of."""
     tests = sorted({t for t, _ in results})
-    counts = {p: Counter(results[(t, p)][0] for t in tests if (t, p) in results) for p in presets}
-    worst = {p: max((results[(t, p)][2] for t in tests if (t, p) in results
-                     and results[(t, p)][2] is not None), default=None) for p in presets}
+    mine = {p: [(t, results[(t, p)]) for t in tests if (t, p) in results] for p in presets}
+    counts = {p: Counter(r.status for _, r in mine[p]) for p in presets}
+    worst = {p: max((r.min_atol for _, r in mine[p] if r.min_atol is not None), default=None) for p in presets}
     lines = ["# Results: the shipped suites on every preset that runs here", "",
              "Generated by `python tools/results_page.py --run` from real `opdiff check` runs on this",
-             "project's machine (2-core Linux x86-64, CPU only; torch 2.13.0, onnxruntime 1.31.1,",
-             "executorch 1.5.1, coremltools 9.0) against the shipped goldens (baseline torch_cpu_fp32,",
-             f"{len(tests)} tests). Every non-PASS is explained below by a rule in",
-             "`docs/results-notes.yaml`: a backend limit, a tolerance choice, or a bug worth",
-             "reporting upstream. Every test not listed under a preset passed on it. Verdicts follow",
+             f"project's machine (2-core Linux x86-64, CPU only{made_with}) against the shipped goldens",
+             f"(baseline torch_cpu_fp32, {len(tests)} tests of `suites/*.yaml`). Every non-PASS is explained",
+             "below by a rule in `docs/results-notes.yaml`: a backend limit, a tolerance choice, or a bug",
+             "worth reporting upstream. Every test not listed under a preset passed on it. Verdicts follow",
              "docs/check.md: a result passes within its tolerance, within 4x the golden's own",
              "float64-measured rounding error, or within tolerance of the float64 reference; the",
-             "goldens were recorded on another machine, so the baseline preset's own row is the",
-             "cross-machine check.", "",
+             "baseline preset's own row checks the stored goldens against a fresh run of the baseline.",
+             "Each run was judged against `expectations.yaml` (docs/check.md, \"Known failures\"); the",
+             "`against expectations.yaml` column says where a result is not what that file expects, and",
+             "`checked` when the preset's run started (UTC).", "",
              "![support heatmap: the op families that fail most, on the presets that run end to end here]"
              "(img/results-heatmap.png)", "", "## Summary", ""]
     verdicts = sorted({v for c in counts.values() for v in c})
-    lines.append("| preset | " + " | ".join(verdicts) + " | worst min_atol |")
-    lines.append("| --- |" + " --- |" * (len(verdicts) + 1))
+    lines.append("| preset | " + " | ".join(verdicts) + " | worst min_atol | against expectations.yaml | checked |")
+    lines.append("| --- |" + " --- |" * (len(verdicts) + 3))
     for p in presets:
+        if not mine[p]:
+            lines.append(f"| {p} |" + " |" * len(verdicts) + " | not checked for this page: "
+                         f"{(known or {}).get(p, 0)} known failures in expectations.yaml | |")
+            continue
         w = "" if worst[p] is None else f"{worst[p]:.3g}"
-        lines.append(f"| {p} | " + " | ".join(str(counts[p].get(v, 0) or "") for v in verdicts) + f" | {w} |")
+        standing = Counter(s for _, r in mine[p] if (s := r.against_expectations()))
+        agree = ", ".join(f"{n} {s}" + ("s" if n > 1 else "") for s, n in sorted(standing.items())) or "as expected"
+        lines.append(f"| {p} | " + " | ".join(str(counts[p].get(v, 0) or "") for v in verdicts)
+                     + f" | {w} | {agree} | {(checked or {}).get(p, '')} |")
     lines += ["", "`worst min_atol`: the largest absolute tolerance any compared result of the preset",
               "would need to pass with rtol unchanged (`min_atol` in the `results` view)."]
     if before is not None:
         then = tolerance_choices(before)
         now: dict[str, set[str]] = defaultdict(set)
-        for (t, p), (status, message, _) in results.items():
-            rule = next((r for r in rules if r.explains(p, t, status, message)), None)
-            if status == Verdict.MISMATCH and rule is not None and rule.kind == "tolerance":
+        for (t, p), r in results.items():
+            rule = next((x for x in rules if x.explains(p, t, r.status, r.message)), None)
+            if r.status == Verdict.MISMATCH and rule is not None and rule.kind == "tolerance":
                 now[p].add(t)
         lines += ["", "## Tolerance choices before and after the rounding policy", "",
                   "MISMATCH results explained only as a tolerance choice, from the previous page (the",
@@ -263,28 +369,62 @@ def write_page(results, rules: list[Rule], presets: list[str], out: Path, before
     unexplained = 0
     for p in presets:
         groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)
-        for t in tests:
-            if (t, p) not in results:
+        for t, r in mine[p]:
+            if r.status == Verdict.PASS:
                 continue
-            status, message, _ = results[(t, p)]
-            if status == Verdict.PASS:
-                continue
-            rule = next((r for r in rules if r.explains(p, t, status, message)), None)
+            rule = next((x for x in rules if x.explains(p, t, r.status, r.message)), None)
             if rule is None:
                 unexplained += 1
-                groups[("UNEXPLAINED", status, headline(message))].append(t)
+                groups[("UNEXPLAINED", r.status, headline(r.message))].append(t)
             else:
-                groups[(KINDS[rule.kind], status, rule.why)].append(t)
-        if not groups:
+                groups[(KINDS[rule.kind], r.status, rule.why)].append(t)
+        odd = [f"`{t}` ({s})" for t, r in mine[p] if (s := r.against_expectations())]
+        if not groups and not odd:
             continue
-        lines += ["", f"## {p}", "", "| verdict | tests | kind | why |", "| --- | --- | --- | --- |"]
+        lines += ["", f"## {p}"]
+        if groups:
+            lines += ["", "| verdict | tests | kind | why |", "| --- | --- | --- | --- |"]
         for (kind, status, why), ts in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             lines.append(f"| {status} | {', '.join(f'`{x}`' for x in ts)} | {kind} | {why} |")
+        if odd:
+            lines += ["", "Not what `expectations.yaml` expects: " + ", ".join(odd) + "."]
     lines += coverage or []
     for block in kept_blocks(out.read_text()) if out.exists() else []:
         lines += ["", block]
     out.write_text("\n".join(lines) + "\n")
     return unexplained
+
+
+def checked_on(store: Path) -> dict[str, str]:
+    """preset -> when its latest check of the hand-written suites started (UTC)."""
+    with connect(store, warn=False) as a:
+        t = a.sql("""
+            SELECT r.preset, strftime(max(runs.started), '%Y-%m-%d %H:%M') FROM results r JOIN runs USING (run_id)
+            WHERE runs.command = 'check'
+              AND len(list_filter(coalesce(r.tags, []), lambda t: t IN ('opinfo', 'zoo'))) = 0
+            GROUP BY r.preset""")
+    return dict(t.rows)
+
+
+def known_hand_written(expectations: Path, presets: list[str]) -> dict[str, int]:
+    """preset -> how many entries of the expectations file name a hand-written test on it."""
+    from opdiff_snap import api
+
+    exps = api.load_expectations(expectations)
+    entries = exps.entries if exps is not None else []
+    return {p: sum(1 for e in entries if e.preset == p and not e.test.startswith(("opinfo.", "zoo_")))
+            for p in presets}
+
+
+def made_with(store: Path) -> str:
+    """The versions of the latest check run, as the page's first paragraph names them."""
+    with connect(store, warn=False) as a:
+        t = a.sql("""SELECT torch, onnxruntime, executorch, coremltools FROM runs
+                     WHERE command = 'check' ORDER BY started DESC LIMIT 1""")
+    if not t.rows:
+        return ""
+    names = ("torch", "onnxruntime", "executorch", "coremltools")
+    return "; " + ", ".join(f"{n} {v}" for n, v in zip(names, t.rows[0]) if v)
 
 
 COVERAGE_HEADING = "## Coverage nobody here wrote"
@@ -325,32 +465,35 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, default=ROOT / "docs" / "results.md")
     ap.add_argument("--before", type=Path, help="an earlier results page, for the before/after table")
     ap.add_argument("--run-coverage", action="store_true",
-                    help="check suites/opinfo and suites/zoo on the coverage presets first")
+                    help="check suites/opinfo and suites/zoo on the coverage presets first, each run "
+                         "rewriting its preset's entries of the expectations file")
     ap.add_argument("--coverage-presets", default=",".join(COVERAGE_PRESETS))
-    ap.add_argument("--coverage-store", type=Path,
-                    help="history of the OpInfo and zoo checks (default: --store)")
+    ap.add_argument("--expectations", type=Path, default=ROOT / "expectations.yaml",
+                    help="the known failures the OpInfo and zoo section is read from")
     ap.add_argument("--coverage-only", action="store_true",
                     help="rewrite only the OpInfo and zoo section of the existing page")
     args = ap.parse_args()
     presets = [p for p in args.presets.split(",") if p]
     coverage_presets = [p for p in args.coverage_presets.split(",") if p]
-    coverage_store = args.coverage_store or args.store
     if args.run:
         run_checks(presets, args.jobs, args.store)
     if args.run_coverage:
-        run_coverage(coverage_presets, args.jobs, coverage_store)
-    coverage = coverage_lines(coverage_results(coverage_store, coverage_presets), coverage_presets)
+        run_coverage(coverage_presets, args.jobs, args.store, args.expectations, args.notes)
+    coverage, unreasoned = coverage_lines(coverage_known(args.expectations, coverage_presets), coverage_presets)
     if args.coverage_only:
         write_coverage(args.output, coverage)
-        print(f"wrote the OpInfo and zoo section of {args.output}")
-        return
+        print(f"wrote the OpInfo and zoo section of {args.output}; {unreasoned} known failures without a reason")
+        sys.exit(1 if unreasoned else 0)
     results = latest_results(args.store, presets)
     before = args.before.read_text() if args.before else None
-    unexplained = write_page(results, load_rules(args.notes), presets, args.output, before, coverage)
+    unexplained = write_page(results, load_rules(args.notes), presets, args.output, before, coverage,
+                             made_with(args.store), checked_on(args.store),
+                             known_hand_written(args.expectations, presets))
     write_heatmap(args.store, [p for p in presets if not p.startswith("coreml_")],
                   args.output.parent / "img" / "results-heatmap.png")
-    print(f"wrote {args.output}; {unexplained} non-PASS results without an explanation")
-    sys.exit(1 if unexplained else 0)
+    print(f"wrote {args.output}; {unexplained} non-PASS results without an explanation, "
+          f"{unreasoned} known OpInfo and zoo failures without a reason")
+    sys.exit(1 if unexplained or unreasoned else 0)
 
 
 if __name__ == "__main__":
