@@ -3,7 +3,8 @@ preset the file names, looked up as a check looks up its results, against a scan
 entry for each result (what the lookup did before it was indexed by test id). Then
 `--update-expectations` after a run of one preset over every shipped test in which
 `--new` tests fail that no entry expects and `--fixed` expected ones pass: with the index
-kept as entries are added, and rebuilt after each one (what the update did before).
+kept as entries are added and removed, rebuilt after each removal (what the update did
+before), and after each change (before that).
 
     python bench/bench_expectations.py [--scan-sample 2000] [--new 2000] [--fixed 200]
 """
@@ -71,15 +72,24 @@ def bench_update(expectations: Expectations, ids: list[str], new: int, fixed: in
         self.entries.append(entry)
         self.changed()
 
+    def popping(self: Expectations, at: int) -> Expectation:
+        entry = self.entries.pop(at)
+        self.changed()
+        return entry
+
     timings = {}
-    for name, append in (("index kept", Expectations.append), ("index rebuilt per entry added", rebuilding)):
-        kept, Expectations.append = Expectations.append, append   # type: ignore[method-assign]
+    variants = (("index kept", Expectations.append, Expectations.forget),
+                ("index rebuilt per entry removed", Expectations.append, popping),
+                ("index rebuilt per entry added or removed", rebuilding, popping))
+    for name, append, forget in variants:
+        kept = Expectations.append, Expectations.forget
+        Expectations.append, Expectations.forget = append, forget   # type: ignore[method-assign]
         try:
             t0 = time.perf_counter()
             after, changes = update(Expectations(list(expectations.entries)), results, FAILING)
             timings[name] = time.perf_counter() - t0
         finally:
-            Expectations.append = kept   # type: ignore[method-assign]
+            Expectations.append, Expectations.forget = kept   # type: ignore[method-assign]
         print(f"update, {name}: {timings[name]:.2f} s ({len(results)} results of {preset}: "
               f"{len(changes.added)} added, {len(changes.removed)} removed; {len(after)} entries after)")
 

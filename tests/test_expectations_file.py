@@ -177,8 +177,8 @@ def test_an_id_with_glob_characters_names_its_own_test_first():
 def test_matching_by_index_agrees_with_reading_every_entry():
     """A result is looked up among its own id's entries and the glob ones; that gives what a
     scan of every entry in file order gives (the most specific, the first written of equals),
-    also after entries are added (to the list, or through the index), removed or replaced in
-    place."""
+    also after entries are added (to the list, or through the index), removed (from the list,
+    or through the index) or replaced in place."""
     import itertools
     import random
 
@@ -189,16 +189,17 @@ def test_matching_by_index_agrees_with_reading_every_entry():
                            rng.choice([V.EXPORT_FAIL, V.MISMATCH]), seed=rng.choice([None, None, 0, 1]))
                for _ in range(60)]
     exps = Expectations(entries)
+    gone: set[int] = set()
 
     def scanned(preset, test, seed):
-        found = [e for e in exps.entries if e.names(preset, test, seed)]
+        found = [e for i, e in enumerate(exps.entries) if i not in gone and e.names(preset, test, seed)]
         return max(found, key=lambda e: e.specificity(preset, test)) if found else None
 
     def agree():
         for preset, test, seed in itertools.product(PRESETS, tests, (0, 1)):
             assert exps.match(preset, test, seed) is scanned(preset, test, seed), (preset, test, seed)
             assert exps.position((preset, test, seed)) == next(
-                (i for i, e in enumerate(exps.entries) if e.key == (preset, test, seed)), None)
+                (i for i, e in enumerate(exps.entries) if i not in gone and e.key == (preset, test, seed)), None)
 
     agree()
     entries.append(Expectation("onnx_cpu_fp32", "sin@subnormal", V.INFER_FAIL, seed=1))
@@ -214,6 +215,13 @@ def test_matching_by_index_agrees_with_reading_every_entry():
     for pattern in ("conv2d", "conv*", "nn_gru@T=9", "*@subnormal"):   # added through the index
         exps.append(Expectation("onnx_cpu_fp32", pattern, V.CRASH, seed=0))
         agree()
+    for at in rng.sample(range(len(exps.entries)), 12):     # removed through the index
+        exps.forget(at)
+        gone.add(at)
+        agree()
+    exps.append(Expectation("onnx_cpu_fp32", "erfinv", V.SHAPE_MISMATCH))
+    agree()
+    assert exps.kept() == [e for i, e in enumerate(exps.entries) if i not in gone]
     # an id holding a glob character names its own entry, for `about` too (what may expire)
     own = Expectations([Expectation("onnx_cpu_fp32", "pair[0]", V.MISMATCH)])
     assert own.match("onnx_cpu_fp32", "pair[0]", 0) is own.entries[0]

@@ -91,6 +91,7 @@ class Expectations:
     entries: list[Expectation] = field(default_factory=list)
     path: str = ""
     _index: _Index | None = field(default=None, init=False, repr=False, compare=False)
+    _gone: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -99,8 +100,8 @@ class Expectations:
         self._index = None
 
     def append(self, entry: Expectation) -> None:
-        """Add an entry last, keeping the index (removing an entry, or changing the test one
-        names, needs `changed()`)."""
+        """Add an entry last, keeping the index (changing the test an entry names needs
+        `changed()`; removing one, `forget`)."""
         index = self._index
         if index is not None and index.size == len(self.entries):
             (index.globs if is_glob(entry.test) else index.by_test.setdefault(entry.test, [])).append(index.size)
@@ -109,11 +110,26 @@ class Expectations:
             self._index = None
         self.entries.append(entry)
 
+    def forget(self, at: int) -> Expectation:
+        """Stop finding the entry at `at`, leaving it in `entries` so that no later position
+        moves and the index holds (taking it out would shift both); `kept()` leaves it out."""
+        index = self._indexed()
+        e = self.entries[at]
+        (index.globs if is_glob(e.test) else index.by_test[e.test]).remove(at)
+        self._gone.add(at)
+        return e
+
+    def kept(self) -> list[Expectation]:
+        """The entries not forgotten, in order."""
+        return [e for at, e in enumerate(self.entries) if at not in self._gone]
+
     def _indexed(self) -> _Index:
         if self._index is None or self._index.size != len(self.entries):
             by_test: dict[str, list[int]] = {}
             globs = []
             for at, e in enumerate(self.entries):
+                if at in self._gone:
+                    continue
                 if is_glob(e.test):
                     globs.append(at)
                 else:

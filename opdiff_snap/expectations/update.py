@@ -70,8 +70,7 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
         return e if e is not None and e.holds(version_of) else None
 
     def pop(at: int) -> Expectation:
-        current.changed()
-        return entries.pop(at)
+        return current.forget(at)
 
     def put(preset: str, test: str, seed: int | None, verdict: Verdict, reason: str) -> None:
         at = exact(preset, test, seed)
@@ -118,6 +117,7 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
             at = exact(preset, test, r.seed)
             if at is not None:
                 changes.removed.append(pop(at))
+    entries = current.kept()
     named: dict[Expectation, list[Result]] = {}
     globbed = [e for e in entries if is_glob(e.preset + e.test)]
     for (preset, test), runs in by_test.items():
