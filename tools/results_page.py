@@ -90,9 +90,11 @@ COVERAGE = {"opinfo": "OpInfo samples", "zoo": "Model zoo"}   # the suites nobod
 # the presets on which expectations.yaml holds the known failures of suites/opinfo and suites/zoo
 COVERAGE_PRESETS = ["torch_cpu_fp16", "torch_cpu_bf16", "onnx_cpu_fp32", "onnx_cpu_fp16", "executorch_cpu_fp32",
                     "executorch_cpu_fp16", "coreml_any_fp16"]
-# coverage runs ask for verdicts only: ExecuTorch then compiles each batch of tests into one
-# program (its results carry no latency, which the coverage section does not report)
-VERDICTS_ONLY = {"executorch_cpu_fp32": '{"batch_program": true}', "executorch_cpu_fp16": '{"batch_program": true}'}
+# the page reports verdicts, not latency: ExecuTorch's cpu and portable presets compile each
+# batch of tests into one program (docs/check.md; its results carry no infer_ms, and any
+# result but PASS is run again alone)
+VERDICTS_ONLY = {p: '{"batch_program": true}' for p in ("executorch_cpu_fp32", "executorch_cpu_fp16",
+                                                        "executorch_portable_fp32", "executorch_portable_fp16")}
 # OpInfo test ids name the sample's dtype; an edge-value golden carries its profile after "@"
 KIND_OF_SAMPLE = {"float32": ".f32.", "float16": ".f16.", "bfloat16": ".bf16."}
 
@@ -112,7 +114,7 @@ def _check(store: Path, jobs: int, presets: list[str], suites: list[str], repeat
 def run_checks(presets: list[str], jobs: int, store: Path) -> None:
     """The hand-written suites (suites/*.yaml), one preset at a time."""
     for preset in presets:
-        _check(store, jobs, [preset], HAND_WRITTEN)
+        _check(store, jobs, [preset], HAND_WRITTEN, options=VERDICTS_ONLY)
 
 
 def run_coverage(presets: list[str], jobs: int, store: Path, expectations: Path, notes: Path) -> None:
@@ -330,6 +332,8 @@ def write_page(results: dict[tuple[str, str], Latest], rules: list[Rule], preset
              "docs/check.md: a result passes within its tolerance, within 4x the golden's own",
              "float64-measured rounding error, or within tolerance of the float64 reference; the",
              "baseline preset's own row checks the stored goldens against a fresh run of the baseline.",
+             "ExecuTorch's cpu and portable fp32/fp16 presets compile each batch of tests into one program",
+             "(`batch_program`, docs/check.md: verdicts only, any result but PASS run again alone).",
              "Each run was judged against `expectations.yaml` (docs/check.md, \"Known failures\"); the",
              "`against expectations.yaml` column says where a result is not what that file expects, and",
              "`checked` when the preset's run started (UTC).", "",
