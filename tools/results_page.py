@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from opdiff_snap.analytics import connect  # noqa: E402
 from opdiff_snap.cli.output import headline  # noqa: E402
-from opdiff_snap.core.verdicts import FAILING, PASSING, Verdict  # noqa: E402
+from opdiff_snap.core.verdicts import FAILING, PASSING, QUIET, Verdict  # noqa: E402
 from opdiff_snap.suite.dynamic import unsized_id  # noqa: E402
 
 # every preset that runs here (CoreML's two only convert): the presets expectations.yaml holds
@@ -391,7 +391,8 @@ def write_page(results: dict[tuple[str, str], Latest], rules: list[Rule], preset
         if groups:
             lines += ["", "| verdict | tests | kind | why |", "| --- | --- | --- | --- |"]
         for (kind, status, why), ts in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            lines.append(f"| {status} | {', '.join(f'`{x}`' for x in ts)} | {kind} | {why} |")
+            named = f"{len(ts)} tests" if status in QUIET else ", ".join(f"`{x}`" for x in ts)
+            lines.append(f"| {status} | {named} | {kind} | {why} |")
         if odd:
             lines += ["", "Not what `expectations.yaml` expects: " + ", ".join(odd) + "."]
     lines += coverage or []
