@@ -146,12 +146,18 @@ class Known:
     reason: str
 
 
-def coverage_known(expectations: Path, presets: list[str]) -> list[Known]:
+def load_expectations(path: Path):
     from opdiff_snap import api
 
-    exps = api.load_expectations(expectations)
+    exps = api.load_expectations(path)
     if exps is None:
-        raise SystemExit(f"{expectations}: no expectations file; the coverage section is read from it")
+        raise SystemExit(f"{path}: no expectations file; the page reads the known failures from it")
+    return exps
+
+
+def coverage_known(exps, presets: list[str]) -> list[Known]:
+    from opdiff_snap import api
+
     tests = api.list_tests([ROOT / "suites" / "opinfo", ROOT / "suites" / "zoo"])
     known = []
     for case in tests:
@@ -279,16 +285,16 @@ class Latest:
         return None
 
 
-def latest_results(store: Path, presets: list[str]) -> dict[tuple[str, str], Latest]:
-    """(test, preset) -> the result of the latest check run that has it."""
-    with connect(store, warn=False) as a:
-        t = a.sql("""
-            SELECT r.test_id, r.preset, r.status, r.error_message, r.min_atol, r.expected
-            FROM results r JOIN runs USING (run_id)
-            WHERE runs.command = 'check' AND r.seed = 0
-              AND len(list_filter(coalesce(r.tags, []), lambda t: t IN ('opinfo', 'zoo'))) = 0
-            QUALIFY row_number() OVER (PARTITION BY r.test_id, r.preset
-                                       ORDER BY runs.started DESC, r.ts DESC) = 1""")
+def latest_results(a, presets: list[str]) -> dict[tuple[str, str], Latest]:
+    """(test, preset) -> the result of the latest check run that has it (`a`: the store's
+    history, analytics.connect)."""
+    t = a.sql("""
+        SELECT r.test_id, r.preset, r.status, r.error_message, r.min_atol, r.expected
+        FROM results r JOIN runs USING (run_id)
+        WHERE runs.command = 'check' AND r.seed = 0
+          AND len(list_filter(coalesce(r.tags, []), lambda t: t IN ('opinfo', 'zoo'))) = 0
+        QUALIFY row_number() OVER (PARTITION BY r.test_id, r.preset
+                                   ORDER BY runs.started DESC, r.ts DESC) = 1""")
     return {(test, preset): Latest(status, msg or "", min_atol, expected)
             for test, preset, status, msg, min_atol, expected in t.rows if preset in presets}
 
@@ -402,39 +408,33 @@ def write_page(results: dict[tuple[str, str], Latest], rules: list[Rule], preset
     return unexplained
 
 
-def checked_on(store: Path) -> dict[str, str]:
+def checked_on(a) -> dict[str, str]:
     """preset -> when its latest check of the hand-written suites started (UTC), and
     whether that run compiled batch programs (its command line, in the run file's head)."""
-    with connect(store, warn=False) as a:
-        t = a.sql("""
-            SELECT r.preset, strftime(max(runs.started), '%Y-%m-%d %H:%M'), arg_max(runs.file, runs.started)
-            FROM results r JOIN runs USING (run_id)
-            WHERE runs.command = 'check'
-              AND len(list_filter(coalesce(r.tags, []), lambda t: t IN ('opinfo', 'zoo'))) = 0
-            GROUP BY r.preset""")
+    t = a.sql("""
+        SELECT r.preset, strftime(max(runs.started), '%Y-%m-%d %H:%M'), arg_max(runs.file, runs.started)
+        FROM results r JOIN runs USING (run_id)
+        WHERE runs.command = 'check'
+          AND len(list_filter(coalesce(r.tags, []), lambda t: t IN ('opinfo', 'zoo'))) = 0
+        GROUP BY r.preset""")
     checked = {}
     for preset, started, file in t.rows:
         with open(file, encoding="utf-8") as f:
             argv = json.loads(f.readline()).get("argv", [])
-        checked[preset] = started + (", batch_program" if any("batch_program" in a for a in argv) else "")
+        checked[preset] = started + (", batch_program" if any("batch_program" in arg for arg in argv) else "")
     return checked
 
 
-def known_hand_written(expectations: Path, presets: list[str]) -> dict[str, int]:
+def known_hand_written(exps, presets: list[str]) -> dict[str, int]:
     """preset -> how many entries of the expectations file name a hand-written test on it."""
-    from opdiff_snap import api
-
-    exps = api.load_expectations(expectations)
-    entries = exps.entries if exps is not None else []
-    return {p: sum(1 for e in entries if e.preset == p and not e.test.startswith(("opinfo.", "zoo_")))
+    return {p: sum(1 for e in exps.entries if e.preset == p and not e.test.startswith(("opinfo.", "zoo_")))
             for p in presets}
 
 
-def made_with(store: Path) -> str:
+def made_with(a) -> str:
     """The versions of the latest check run, as the page's first paragraph names them."""
-    with connect(store, warn=False) as a:
-        t = a.sql("""SELECT torch, onnxruntime, executorch, coremltools FROM runs
-                     WHERE command = 'check' ORDER BY started DESC LIMIT 1""")
+    t = a.sql("""SELECT torch, onnxruntime, executorch, coremltools FROM runs
+                 WHERE command = 'check' ORDER BY started DESC LIMIT 1""")
     if not t.rows:
         return ""
     names = ("torch", "onnxruntime", "executorch", "coremltools")
@@ -493,16 +493,17 @@ def main() -> None:
         run_checks(presets, args.jobs, args.store)
     if args.run_coverage:
         run_coverage(coverage_presets, args.jobs, args.store, args.expectations, args.notes)
-    coverage, unreasoned = coverage_lines(coverage_known(args.expectations, coverage_presets), coverage_presets)
+    exps = load_expectations(args.expectations)
+    coverage, unreasoned = coverage_lines(coverage_known(exps, coverage_presets), coverage_presets)
     if args.coverage_only:
         write_coverage(args.output, coverage)
         print(f"wrote the OpInfo and zoo section of {args.output}; {unreasoned} known failures without a reason")
         sys.exit(1 if unreasoned else 0)
-    results = latest_results(args.store, presets)
+    with connect(args.store, warn=False) as a:   # one reading of the history for the page
+        results, checked, made = latest_results(a, presets), checked_on(a), made_with(a)
     before = args.before.read_text() if args.before else None
     unexplained = write_page(results, load_rules(args.notes), presets, args.output, before, coverage,
-                             made_with(args.store), checked_on(args.store),
-                             known_hand_written(args.expectations, presets))
+                             made, checked, known_hand_written(exps, presets))
     write_heatmap(args.store, [p for p in presets if not p.startswith("coreml_")],
                   args.output.parent / "img" / "results-heatmap.png")
     print(f"wrote {args.output}; {unexplained} non-PASS results without an explanation, "
