@@ -92,15 +92,18 @@ def main() -> None:
         os.chdir(work)
 
         t = time.perf_counter()
-        rec = api.record(None, baseline="torch_cpu_fp32", test_ids=ids, settings=settings)
+        rec = api.record(api.RecordRequest(selection=api.Selection(suites=None, test_ids=ids),
+                                           baseline="torch_cpu_fp32"), settings=settings)
         record_wall = time.perf_counter() - t
         n_tests = sum(1 for r in rec.results)
 
         t = time.perf_counter()
-        cold = api.check(None, backends=backends, test_ids=ids, settings=settings)
+        cold = api.check(api.CheckRequest(backends=backends, selection=api.Selection(suites=None, test_ids=ids)),
+                                          settings=settings)
         cold_wall = time.perf_counter() - t
         t = time.perf_counter()
-        warm = api.check(None, backends=backends, test_ids=ids, settings=settings)
+        warm = api.check(api.CheckRequest(backends=backends, selection=api.Selection(suites=None, test_ids=ids)),
+                                          settings=settings)
         warm_wall = time.perf_counter() - t
 
         peer_wall = None

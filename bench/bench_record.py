@@ -100,7 +100,7 @@ def main() -> None:
         settings = Settings(suites=project / "suites", goldens=project / "goldens", store=project / "store",
                             jobs=a.jobs, repeats=a.repeats, warmup=0)
         spent = timed_writes()
-        report = api.record(settings=settings)
+        report = api.record(api.RecordRequest(), settings=settings)
         counts = report.counts()
         assert counts == {"RECORDED": a.n}, counts
         write_s, info_s = sum(spent["write"]), sum(spent["info"])
@@ -108,7 +108,7 @@ def main() -> None:
 
         spent["info"].clear()
         t0 = time.perf_counter()
-        again = api.record(settings=settings)
+        again = api.record(api.RecordRequest(), settings=settings)
         kept_wall = time.perf_counter() - t0
         assert again.counts() == {"KEPT": a.n}, again.counts()
 

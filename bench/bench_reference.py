@@ -46,7 +46,7 @@ def main() -> int:
                                     jobs=args.jobs, repeats=1, warmup=0)
                 t0 = time.perf_counter()
                 with contextlib.chdir(ROOT):
-                    report = api.record(settings=settings, reference=reference)
+                    report = api.record(api.RecordRequest(reference=reference), settings=settings)
                 walls[reference].append(time.perf_counter() - t0)
                 sizes[reference] = store_bytes(root / "goldens")
                 print(f"round {i} reference={reference}: {walls[reference][-1]:.1f} s, {report.counts()}, "

@@ -7,79 +7,33 @@
 Functions take a `settings` (config.Settings: where suites, goldens, store and cache are,
 and the run settings); `warn` callbacks receive the history's warnings (lines skipped).
 
-Each command's body lives with its stage; most names here are that function itself,
-imported on first use (`_STAGES`): the stages import torch or DuckDB, which a command
-that only reads must not pay for.
+Each function is defined here and runs its stage, which it imports when called: the
+stages import torch or DuckDB, which a command that only reads must not pay for. The
+requests (`RecordRequest`, `CheckRequest`, `UpgradeRequest`) and what they hold
+(`Selection`, `Running`) are torch-free and imported with this module.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .compare.results import Result, RunReport
 from .core.config import Settings
+from .run.requests import CheckRequest, RecordRequest, Running, Selection, UpgradeRequest
 
 if TYPE_CHECKING:
-    from .analytics.commands import (
-        diff_page,
-        diff_runs,
-        html_report,
-        latency,
-        query,
-        regressions,
-        schema,
-        site,
-        support,
-        write_diff_page,
-    )
-    from .cause.coverage import coverage
-    from .cause.gradcheck import gradcheck_tests as gradcheck
-    from .cause.localize import localize_golden as localize
-    from .cause.ops import survey_ops as ops
-    from .cause.reproduce import reproduce as repro
-    from .goldens.maintenance import GoldenRow, prune, verify
-    from .goldens.maintenance import golden_rows as goldens
     from .goldens.model import Golden
-    from .history.runs import group_runs as run_groups
-    from .run.record import add_references
-    from .run.upgrade import upgrade
-    from .run.validate import validate
     from .suite import TestCase
 
-__all__ = ["GoldenRow", "Result", "RunReport", "add_references", "check", "compare_envs", "coverage", "diff_page",
-           "diff_runs", "gradcheck", "golden", "goldens", "html_report", "import_opinfo", "latency", "list_tests",
-           "localize", "ops", "presets", "prune", "query", "reconcile_history", "record", "regressions", "repro",
-           "run_groups", "runs", "schema", "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
+Warn = Callable[[str], None] | None
+Listener = Callable[[Result], None] | None
 
-# name here -> (module, its name there)
-_STAGES = {
-    "validate": ("run.validate", "validate"),
-    "GoldenRow": ("goldens.maintenance", "GoldenRow"), "goldens": ("goldens.maintenance", "golden_rows"),
-    "prune": ("goldens.maintenance", "prune"), "verify": ("goldens.maintenance", "verify"),
-    "add_references": ("run.record", "add_references"), "upgrade": ("run.upgrade", "upgrade"),
-    "localize": ("cause.localize", "localize_golden"), "repro": ("cause.reproduce", "reproduce"),
-    "gradcheck": ("cause.gradcheck", "gradcheck_tests"), "ops": ("cause.ops", "survey_ops"),
-    "coverage": ("cause.coverage", "coverage"),
-    "run_groups": ("history.runs", "group_runs"),
-    **{name: ("analytics.commands", name) for name in ("query", "schema", "support", "latency", "diff_runs",
-                                                      "regressions", "site", "html_report", "diff_page",
-                                                      "write_diff_page")},
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _STAGES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attr = _STAGES[name]
-    value = getattr(importlib.import_module(f".{module}", __package__), attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_STAGES))
+__all__ = ["CheckRequest", "RecordRequest", "Result", "RunReport", "Running", "Selection", "UpgradeRequest",
+           "add_references", "check", "compare_envs", "coverage", "diff_page", "diff_runs", "golden", "goldens",
+           "gradcheck", "html_report", "import_opinfo", "latency", "list_tests", "load_expectations", "localize",
+           "ops", "presets", "prune", "query", "reconcile_history", "record", "regressions", "repro", "run_groups",
+           "runs", "schema", "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
 
 
 # ---------------------------------------------------------------- suites, presets, goldens
@@ -116,51 +70,72 @@ def golden(test_id: str, seed: int = 0, settings: Settings | None = None) -> Gol
     return GoldenStore((settings or Settings()).goldens).read(test_id, seed)
 
 
+def validate(suites: Sequence[Path] | None = None, *, imports: bool = False, settings: Settings | None = None,
+             in_process: bool = False, python: Path | None = None) -> list[TestCase]:
+    """The suites validated (every problem -> SuiteError); with `imports`, what only an
+    import settles is imported in workers too."""
+    from .run.validate import validate as run
+
+    return run(suites, imports=imports, settings=settings, in_process=in_process, python=python)
+
+
+def goldens(settings: Settings | None = None, test_ids: Sequence[str] | None = None) -> list:
+    """goldens.maintenance.GoldenRow of every golden (or of `test_ids`): its state against the suites."""
+    from .goldens.maintenance import golden_rows
+
+    return golden_rows(settings, test_ids)
+
+
+def prune(settings: Settings | None = None, delete: bool = False) -> list:
+    """The goldens no suite defines any more (deleted with `delete`)."""
+    from .goldens.maintenance import prune as run
+
+    return run(settings, delete)
+
+
+def verify(settings: Settings | None = None) -> tuple[list, int]:
+    """Every golden read and checked: (findings, goldens read)."""
+    from .goldens.maintenance import verify as run
+
+    return run(settings)
+
+
+def add_references(suites: Sequence[Path] | None = None, *, test_ids: Sequence[str] | None = None,
+                   force: bool = False, in_process: bool = False, trust_goldens: bool = False,
+                   settings: Settings = Settings(), listener: Listener = None) -> list[Result]:
+    """The float64 reference added to stored goldens that lack one (all with `force`)."""
+    from .run.record import add_references as run
+
+    return run(suites, test_ids=test_ids, force=force, in_process=in_process, trust_goldens=trust_goldens,
+               settings=settings, listener=listener)
+
+
 # ---------------------------------------------------------------- record and check
 
-def record(suites: Sequence[Path] | None = None, *, baseline: str = "torch_cpu_fp32",
-           preset_options: str | dict | None = None, seeds: int | None = None,
-           seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
-           tags: Sequence[str] | None = None, force: bool = False,
-           skips: Sequence[tuple[str, str]] = (), in_process: bool = False,
-           settings: Settings = Settings(), argv: Sequence[str] = (),
-           listener: Callable[[Result], None] | None = None, reference: bool = True) -> RunReport:
-    """Record goldens on `baseline` for every selected (test, seed) that has none or a
-    stale one (all of them with `force`); run/record.py says what each result means."""
-    from .run.pipeline import Running, Selection
-    from .run.record import RecordRequest
-    from .run.record import record as record_run
+def record(request: RecordRequest = RecordRequest(), *, settings: Settings = Settings(), argv: Sequence[str] = (),
+           listener: Listener = None) -> RunReport:
+    """Record goldens on the request's baseline for every selected (test, seed) that has
+    none or a stale one (all of them with `force`); run/record.py says what each result means."""
+    from .run.record import record as run
 
-    return record_run(RecordRequest(
-        Selection(suites, test_ids, tags, seeds, seed_list), Running(in_process=in_process),
-        baseline=baseline, preset_options=preset_options, force=force, skips=tuple(skips),
-        reference=reference), settings=settings, argv=argv, listener=listener)
+    return run(request, settings=settings, argv=argv, listener=listener)
 
 
-def check(suites: Sequence[Path] | None = None, *, backends: Sequence[str],
-          preset_options: Mapping[str, str | dict] | None = None, seeds: int | None = None,
-          seed_list: Sequence[int] | None = None, test_ids: Sequence[str] | None = None,
-          tags: Sequence[str] | None = None, skips: Sequence[tuple[str, str]] = (),
-          tolerance=None, resume: str | None = None, in_process: bool = False, use_cache: bool = True,
-          trust_goldens: bool = False, settings: Settings = Settings(), argv: Sequence[str] = (),
-          listener: Callable[[Result], None] | None = None, python: str | Path | None = None,
-          shard: tuple[int, int] | None = None, run_group: str | None = None,
-          require_delegated: bool = False, expectations=None) -> RunReport:
-    """Check the goldens on the `backends` presets; run.check.CheckRequest says what each
-    option means. `expectations`: an expectations.entries.Expectations (see
-    `load_expectations`), whose expected verdicts the results carry."""
-    from .run.check import CheckRequest
-    from .run.check import check as check_run
-    from .run.pipeline import Running, Selection
+def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (),
+          listener: Listener = None) -> RunReport:
+    """Check the goldens on the request's presets; CheckRequest says what each option means.
+    Its `expectations` (see `load_expectations`) set the verdict each result is expected to have."""
+    from .run.check import check as run
 
-    running = Running(in_process=in_process, python=Path(python) if python is not None else None,
-                      use_cache=use_cache)
-    return check_run(CheckRequest(
-        list(backends), Selection(suites, test_ids, tags, seeds, seed_list), running,
-        preset_options=preset_options, skips=tuple(skips), tolerance=tolerance, resume=resume,
-        trust_goldens=trust_goldens, shard=shard, run_group=run_group, require_delegated=require_delegated,
-        expectations=expectations),
-        settings=settings, argv=argv, listener=listener)
+    return run(request, settings=settings, argv=argv, listener=listener)
+
+
+def upgrade(request: UpgradeRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (), ui=None):
+    """run.upgrade.UpgradeReport: the goldens checked here and in an environment with the
+    request's packages replaced, and the diff."""
+    from .run.upgrade import upgrade as run
+
+    return run(request, settings=settings, argv=argv, ui=ui)
 
 
 def load_expectations(path: Path | str | None = None, settings: Settings = Settings()):
@@ -177,9 +152,9 @@ def load_expectations(path: Path | str | None = None, settings: Settings = Setti
     return load(path, preset_names())
 
 
-def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | None = None, selection=None,
-                 preset_options=None, rounds: int = 3, min_ratio: float = 1.1, drift_factor: float = 10.0,
-                 settings: Settings | None = None, argv: Sequence[str] = (), ui=None):
+def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | None = None,
+                 selection: Selection | None = None, preset_options=None, rounds: int = 3, min_ratio: float = 1.1,
+                 drift_factor: float = 10.0, settings: Settings | None = None, argv: Sequence[str] = (), ui=None):
     """run.rounds.EnvComparison: the goldens checked under two interpreters in interleaved rounds."""
     from .run.rounds import compare_envs as run
 
@@ -205,3 +180,143 @@ def reconcile_history(settings: Settings | None, how: str) -> str:
 
     runs = open_runs((settings or Settings()).store)
     return runs.restore() if how == "restore" else runs.accept()
+
+
+def run_groups(runs: list) -> list:
+    """history.runs.GroupSummary of the runs: the shards of one run group taken together."""
+    from .history.runs import group_runs
+
+    return group_runs(runs)
+
+
+# ---------------------------------------------------------------- why a test fails
+
+def localize(test_id: str, backend: str, *, seed: int = 0, preset_options=None,
+             goldens: Path | str = Path("goldens"), ops: bool = False, tolerance=None,
+             settings: Settings | None = None, in_process: bool = False, trust_goldens: bool = False,
+             python: Path | None = None):
+    """cause.localize_report.LocalizeReport: where a module test first diverges on `backend`."""
+    from .cause.localize import localize_golden
+
+    return localize_golden(test_id, backend, seed=seed, preset_options=preset_options, goldens=goldens, ops=ops,
+                           tolerance=tolerance, settings=settings, in_process=in_process,
+                           trust_goldens=trust_goldens, python=python)
+
+
+def repro(test_id: str, backend: str, out: Path, *, seed: int = 0, preset_options=None,
+          goldens: Path | str = Path("goldens"), trust_goldens: bool = False, node: str | None = None,
+          scope: str = "", timeout_s: float = 300.0, in_process: bool = False,
+          suites: Path | str = Path("suites")) -> Path:
+    """A standalone script (torch and the backend's runtime only) that reproduces a result."""
+    from .cause.reproduce import reproduce
+
+    return reproduce(test_id, backend, out, seed=seed, preset_options=preset_options, goldens=goldens,
+                     trust_goldens=trust_goldens, node=node, scope=scope, timeout_s=timeout_s,
+                     in_process=in_process, suites=suites)
+
+
+def gradcheck(suites: Sequence[Path] | None = None, *, test_ids=None, tags=None, seed: int = 0, eps: float = 1e-6,
+              max_entries: int = 32, settings: Settings | None = None, in_process: bool = False,
+              python: Path | None = None) -> list:
+    """cause.gradcheck reports: autograd against finite differences on the baseline."""
+    from .cause.gradcheck import gradcheck_tests
+
+    return gradcheck_tests(suites, test_ids=test_ids, tags=tags, seed=seed, eps=eps, max_entries=max_entries,
+                           settings=settings, in_process=in_process, python=python)
+
+
+def ops(suites: Sequence[Path] | None = None, *, backends: Sequence[str], test_ids=None, tags=None, seed: int = 0,
+        settings: Settings | None = None, in_process: bool = False, python: Path | None = None):
+    """(op rows, tests' ops): which presets lower each ATen op of the selected tests."""
+    from .cause.ops import survey_ops
+
+    return survey_ops(suites, backends=backends, test_ids=test_ids, tags=tags, seed=seed, settings=settings,
+                      in_process=in_process, python=python)
+
+
+def coverage(suites: Sequence[Path] | None = None, *, presets: Sequence[str] = (), test_ids=None, tags=None,
+             seed: int = 0, settings: Settings | None = None, in_process: bool = False,
+             python: Path | None = None, warn: Warn = None):
+    """cause.coverage.Coverage: torch's Core ATen ops the tests exercise, per preset."""
+    from .cause.coverage import coverage as run
+
+    return run(suites, presets=presets, test_ids=test_ids, tags=tags, seed=seed, settings=settings,
+               in_process=in_process, python=python, warn=warn)
+
+
+# ---------------------------------------------------------------- analytics
+
+def query(sql: str, settings: Settings | None = None, warn: Warn = None):
+    """A read-only SQL statement over the history (analytics.Table)."""
+    from .analytics.commands import query as run
+
+    return run(sql, settings, warn)
+
+
+def schema(settings: Settings | None = None, warn: Warn = None) -> list:
+    """The history's tables and columns, each with its meaning."""
+    from .analytics.commands import schema as run
+
+    return run(settings, warn)
+
+
+def support(settings: Settings | None = None, by: str | None = None, warn: Warn = None):
+    """The support matrix: each test's latest verdict per preset (or per `by` library version)."""
+    from .analytics.commands import support as run
+
+    return run(settings, by, warn)
+
+
+def latency(settings: Settings | None = None, baseline: str | None = None, warn: Warn = None):
+    """Latency per preset, against `baseline`'s, and its trend."""
+    from .analytics.commands import latency as run
+
+    return run(settings, baseline, warn)
+
+
+def diff_runs(a_run: str | None = None, b_run: str | None = None, *, by: str | None = None,
+              versions: tuple[str, str] | None = None, drift_factor: float = 10.0,
+              latency_threshold: float = 0.25, settings: Settings | None = None, warn: Warn = None):
+    """analytics.reports.RunDiff from run A to run B (or between two versions of `by`)."""
+    from .analytics.commands import diff_runs as run
+
+    return run(a_run, b_run, by=by, versions=versions, drift_factor=drift_factor,
+               latency_threshold=latency_threshold, settings=settings, warn=warn)
+
+
+def regressions(flt=None, params=None, settings: Settings | None = None, warn: Warn = None):
+    """Latency steps, status changes and error growth over the history (analytics.findings)."""
+    from .analytics.commands import regressions as run
+
+    return run(flt, params, settings, warn)
+
+
+def site(output: Path, flt=None, settings: Settings | None = None, warn: Warn = None) -> Path:
+    """The static site of the history, written into `output`; its index page."""
+    from .analytics.commands import site as run
+
+    return run(output, flt, settings, warn)
+
+
+def html_report(output: Path, settings: Settings | None = None) -> Path:
+    """The one-page HTML report of the history."""
+    from .analytics.commands import html_report as run
+
+    return run(output, settings)
+
+
+def diff_page(output: Path, a_run: str | None = None, b_run: str | None = None, *, by: str | None = None,
+              versions: tuple[str, str] | None = None, drift_factor: float = 10.0,
+              latency_threshold: float = 0.25, settings: Settings | None = None, warn: Warn = None) -> Path:
+    """Two runs compared as one HTML page."""
+    from .analytics.commands import diff_page as run
+
+    return run(output, a_run, b_run, by=by, versions=versions, drift_factor=drift_factor,
+               latency_threshold=latency_threshold, settings=settings, warn=warn)
+
+
+def write_diff_page(diff, output: Path) -> Path:
+    """A RunDiff already made, written as one HTML page."""
+    from .analytics.commands import write_diff_page as run
+
+    return run(diff, output)

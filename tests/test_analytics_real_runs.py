@@ -29,12 +29,13 @@ def history(tmp_path_factory):
     root = new_project(tmp_path_factory.mktemp("real"), "suite30.yaml")
     settings = Settings(suites=Path("suites"), jobs=1, repeats=3, warmup=1)
     with plugin_installed(site), contextlib.chdir(root):
-        api.record(settings=settings, in_process=True)
-        a = api.check(backends=[ONNX, PERTURB], settings=settings, in_process=True,
-                      preset_options={ONNX: {"opset": 18}})
-        b = api.check(backends=[ONNX, PERTURB], settings=settings, in_process=True,
-                      preset_options={ONNX: {"opset": 20},
-                                      PERTURB: {"perturb": ["aten::exp", "aten::tanh"]}})
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        a = api.check(api.CheckRequest(backends=[ONNX, PERTURB], running=api.Running(in_process=True),
+                                       preset_options={ONNX: {"opset": 18}}), settings=settings)
+        b = api.check(api.CheckRequest(backends=[ONNX, PERTURB], running=api.Running(in_process=True),
+                                       preset_options={ONNX: {"opset": 20},
+                                      PERTURB: {"perturb": ["aten::exp", "aten::tanh"]}}),
+                                       settings=settings)
     return root / "store", read_run(root / a.path), read_run(root / b.path)
 
 

@@ -165,13 +165,14 @@ def test_a_plugin_upgrade_that_slows_one_op_is_found_and_attributed(tmp_path):
     (tmp_path / "suites" / "ops.yaml").write_text(OPS)
     settings = Settings(repeats=7, warmup=1)
     with contextlib.chdir(tmp_path):
-        assert api.record(settings=settings, in_process=True).counts() == {"RECORDED": 2}
+        assert api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings).counts() == {"RECORDED": 2}
         for version in ("1.0", "1.1"):
             site = make_site(tmp_path / f"site-{version}", PLUGIN, name="opdiff-versioned-test", version=version)
             with plugin_installed(site):
                 assert environment()["plugins"] == f"opdiff-versioned-test {version}"
                 for _ in range(4):
-                    report = api.check(backends=["versioned_cpu_fp32"], settings=settings, in_process=True)
+                    report = api.check(api.CheckRequest(backends=["versioned_cpu_fp32"],
+                                                        running=api.Running(in_process=True)), settings=settings)
                     assert report.counts() == {"PASS": 2}
     res = CliRunner().invoke(main, ["--store", str(tmp_path / "store"), "regressions", "--format", "json"])
     assert res.exit_code == 1, res.output

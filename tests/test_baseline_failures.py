@@ -49,14 +49,14 @@ def _failures(root: Path) -> dict:
 def test_check_says_baseline_fail_with_the_recorded_reason(tmp_path):
     root = _project(tmp_path)
     with contextlib.chdir(root):
-        recorded = api.record(settings=SETTINGS)
+        recorded = api.record(api.RecordRequest(), settings=SETTINGS)
         assert recorded.counts() == {"RECORDED": 1, "BASELINE_FAIL": 2}
         # the unreadable output failed its own job; the run went on and recorded the rest
         why = {r.test_id: r.message for r in recorded.results}
         assert "cannot be read back" in why["unreadable"]
         assert sorted(f["test_id"] for f in _failures(root).values()) == ["raises", "unreadable"]
 
-        checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS)
+        checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"]), settings=SETTINGS)
         by_id = {r.test_id: r for r in checked.results}
         assert by_id["fine"].verdict.value == "PASS"
         for test_id in ("raises", "unreadable"):
@@ -74,16 +74,22 @@ def test_check_says_baseline_fail_with_the_recorded_reason(tmp_path):
 def test_a_changed_or_fixed_test_is_no_longer_called_failed(tmp_path):
     root = _project(tmp_path)
     with contextlib.chdir(root):
-        api.record(settings=SETTINGS, in_process=True, test_ids=["raises"])
+        api.record(api.RecordRequest(selection=api.Selection(test_ids=["raises"]),
+                                     running=api.Running(in_process=True)), settings=SETTINGS)
         assert list(_failures(root)) and _failures(root)[next(iter(_failures(root)))]["test_id"] == "raises"
         fixed = SUITE.replace("{type: scalar_tensor, dtype: float32, value: 3.0}",
                               "{type: const_tensor, shape: [1], dtype: float32, value: [3.0]}")
         _project(root, fixed)
-        checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True, test_ids=["raises"])
+        checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"],
+                                             selection=api.Selection(test_ids=["raises"]),
+                                             running=api.Running(in_process=True)), settings=SETTINGS)
         assert [r.verdict.value for r in checked.results] == ["NO_GOLDEN"]   # it changed since
-        assert api.record(settings=SETTINGS, in_process=True, test_ids=["raises"]).counts() == {"RECORDED": 1}
+        assert api.record(api.RecordRequest(selection=api.Selection(test_ids=["raises"]),
+                                            running=api.Running(in_process=True)), settings=SETTINGS).counts() == {"RECORDED": 1}
         assert _failures(root) == {}
-        checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True, test_ids=["raises"])
+        checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"],
+                                             selection=api.Selection(test_ids=["raises"]),
+                                             running=api.Running(in_process=True)), settings=SETTINGS)
         assert [r.verdict.value for r in checked.results] == ["PASS"]
 
 
@@ -111,7 +117,8 @@ def test_two_concurrent_records_lose_no_baseline_failure(tmp_path):
     assert all(p.returncode == 1 for p in procs), outs      # BASELINE_FAIL is a failing result
     assert sorted(f["test_id"] for f in _failures(root).values()) == [f"bad{i:02d}" for i in range(16)]
     with contextlib.chdir(root):
-        checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True)
+        checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True)),
+                                             settings=SETTINGS)
     assert checked.counts() == {"BASELINE_FAIL": 16}
     goldens = root / "goldens"
     assert sorted(p.name for p in (goldens / ".staging").iterdir()) == ["zarr.json"]   # its own group, no debris
@@ -140,18 +147,23 @@ def test_a_hostile_ledger_is_named_and_left_out(tmp_path, ledger, says):
 
     root = _project(tmp_path)
     with contextlib.chdir(root):
-        api.record(settings=SETTINGS, in_process=True, test_ids=["fine"])
+        api.record(api.RecordRequest(selection=api.Selection(test_ids=["fine"]),
+                                     running=api.Running(in_process=True)), settings=SETTINGS)
         key = store_key("raises", 0)
         planted = {key: next(iter(ledger.values()))} if isinstance(ledger, dict) else ledger
         _root_attrs(root, lambda a: a.update(baseline_failures=planted))
         with pytest.warns(RuntimeWarning, match="the golden store's baseline failures: "):
-            checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True)
+            checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True)),
+                                                 settings=SETTINGS)
         assert {r.test_id: r.verdict.value for r in checked.results} == {"fine": "PASS", "raises": "NO_GOLDEN",
                                                                          "unreadable": "NO_GOLDEN"}
         res = CliRunner().invoke(main, ["goldens", "verify"])
         assert res.exit_code == 1 and says in res.output and "Traceback" not in res.output, res.output
-        assert api.record(settings=SETTINGS, in_process=True, test_ids=["raises"]).counts() == {"BASELINE_FAIL": 1}
-        checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True, test_ids=["raises"])
+        assert api.record(api.RecordRequest(selection=api.Selection(test_ids=["raises"]),
+                                            running=api.Running(in_process=True)), settings=SETTINGS).counts() == {"BASELINE_FAIL": 1}
+        checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"],
+                                             selection=api.Selection(test_ids=["raises"]),
+                                             running=api.Running(in_process=True)), settings=SETTINGS)
         assert [r.verdict.value for r in checked.results] == ["BASELINE_FAIL"]
 
 
@@ -161,13 +173,16 @@ def test_a_huge_stored_reason_is_capped(tmp_path):
 
     root = _project(tmp_path)
     with contextlib.chdir(root):
-        api.record(settings=SETTINGS, in_process=True, test_ids=["raises"])
+        api.record(api.RecordRequest(selection=api.Selection(test_ids=["raises"]),
+                                     running=api.Running(in_process=True)), settings=SETTINGS)
         entry = root / "goldens" / ".baseline-failures" / f"{store_key('raises', 0)}.json"
         raw = json.loads(entry.read_text())
         raw["reason"] = "x" * 60_000
         entry.write_text(json.dumps(raw))
         failure = GoldenStore(root / "goldens").baseline_failures()[store_key("raises", 0)]
         assert len(failure.reason) < REASON_MAX_CHARS + 50
-        checked = api.check(backends=["torch_cpu_fp32"], settings=SETTINGS, in_process=True, test_ids=["raises"])
+        checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"],
+                                             selection=api.Selection(test_ids=["raises"]),
+                                             running=api.Running(in_process=True)), settings=SETTINGS)
         assert checked.results[0].verdict.value == "BASELINE_FAIL"
         assert len(checked.results[0].message) < REASON_MAX_CHARS + 1000

@@ -48,8 +48,9 @@ def _project(root: Path) -> Settings:
 def _check(settings: Settings, batch: int) -> dict:
     from dataclasses import replace
 
-    report = api.check([SUITE], backends=[PRESET], test_ids=TESTS, settings=replace(settings, batch=batch),
-                       in_process=True)
+    report = api.check(api.CheckRequest(backends=[PRESET], selection=api.Selection(suites=[SUITE], test_ids=TESTS),
+                                        running=api.Running(in_process=True)),
+                                        settings=replace(settings, batch=batch))
     return {r.test_id: r for r in report.results}
 
 

@@ -38,8 +38,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarnin
 
 
 def _check(settings, batch: int, options=OPTIONS) -> dict:
-    report = api.check([SUITE], backends=[PRESET], test_ids=TESTS, settings=replace(settings, batch=batch),
-                       preset_options=options, in_process=True)
+    report = api.check(api.CheckRequest(backends=[PRESET], selection=api.Selection(suites=[SUITE], test_ids=TESTS),
+                                        running=api.Running(in_process=True), preset_options=options),
+                                        settings=replace(settings, batch=batch))
     return {r.test_id: r for r in report.results}
 
 
@@ -75,8 +76,10 @@ def test_a_test_run_on_its_batch_program_reports_no_latency_and_its_own_delegati
 def test_a_warm_re_check_of_one_batch_made_test_hits_the_cache(both):
     settings, first, _ = both
     test_id = next(t for t in PASSING if first[t].batch is not None)
-    report = api.check([SUITE], backends=[PRESET], test_ids=[test_id], settings=replace(settings, batch=8),
-                       preset_options=OPTIONS, in_process=True)
+    report = api.check(api.CheckRequest(backends=[PRESET],
+                                        selection=api.Selection(suites=[SUITE], test_ids=[test_id]),
+                                        running=api.Running(in_process=True), preset_options=OPTIONS),
+                                        settings=replace(settings, batch=8))
     (r,) = report.results
     assert r.verdict is Verdict.PASS and r.cache_hit and r.batch == first[test_id].batch
 

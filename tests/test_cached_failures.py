@@ -31,9 +31,9 @@ def _project(root: Path) -> Settings:
     return shipped_goldens(root, FAILING)
 
 
-def _check(settings: Settings, **options):
-    report = api.check([SUITE], backends=[PRESET], test_ids=list(FAILING), settings=settings, in_process=True,
-                       **options)
+def _check(settings: Settings, use_cache: bool = True):
+    report = api.check(api.CheckRequest([PRESET], api.Selection([SUITE], test_ids=list(FAILING)),
+                                        api.Running(in_process=True, use_cache=use_cache)), settings=settings)
     return {r.test_id: r for r in report.results}
 
 
@@ -119,11 +119,13 @@ def test_a_cache_entry_of_another_shape_is_rebuilt(tmp_path, planted):
 
     settings = Settings(suites=SUITE.parent, goldens=REPO / "goldens", store=tmp_path / "store",
                         cache=tmp_path / "cache", jobs=1, repeats=1)
-    first = api.check([SUITE], backends=[PRESET], test_ids=["abs"], settings=settings, in_process=True)
+    first = api.check(api.CheckRequest(backends=[PRESET], selection=api.Selection(suites=[SUITE], test_ids=["abs"]),
+                                       running=api.Running(in_process=True)), settings=settings)
     assert [r.verdict for r in first.results] == [Verdict.PASS]
     (entry,) = sorted(Path(settings.cache).glob("*/*/entry.json"))
     entry.write_text(planted)
     assert not holds_artifacts_of(settings.cache, PRESET)
     assert ArtifactCache(settings.cache).lookup(entry.parent.name) is None
-    again = api.check([SUITE], backends=[PRESET], test_ids=["abs"], settings=settings, in_process=True)
+    again = api.check(api.CheckRequest(backends=[PRESET], selection=api.Selection(suites=[SUITE], test_ids=["abs"]),
+                                       running=api.Running(in_process=True)), settings=settings)
     assert [(r.verdict, r.cache_hit) for r in again.results] == [(Verdict.PASS, False)]

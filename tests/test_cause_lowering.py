@@ -41,10 +41,13 @@ def checked(tmp_path_factory):
     root = tmp_path_factory.mktemp("lowering")
     settings = Settings(suites=SUITE.parent, goldens=root / "goldens", store=root / "store", cache=root / "cache",
                         jobs=2, repeats=1)
-    api.record([SUITE], settings=settings, in_process=True)
+    api.record(api.RecordRequest(selection=api.Selection(suites=[SUITE]), running=api.Running(in_process=True)),
+                                 settings=settings)
     results = {}
     for test_id, preset in GAPS:
-        report = api.check([SUITE], backends=[preset], test_ids=[test_id], settings=settings, in_process=True)
+        report = api.check(api.CheckRequest(backends=[preset],
+                                            selection=api.Selection(suites=[SUITE], test_ids=[test_id]),
+                                            running=api.Running(in_process=True)), settings=settings)
         (r,) = report.results
         results[(test_id, preset)] = r
     return settings, results

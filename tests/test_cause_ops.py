@@ -198,8 +198,9 @@ def project(site, tmp_path_factory):
     for name in ("suite.yaml", "models.py"):
         shutil.copy(SUITE.parent / name, root / "suites" / name)
     with contextlib.chdir(root):
-        report = api.record(test_ids=["tanh_mlp"], in_process=True,
-                            settings=Settings(suites=Path("suites"), repeats=1, warmup=0, jobs=1))
+        report = api.record(api.RecordRequest(selection=api.Selection(test_ids=["tanh_mlp"]),
+                                              running=api.Running(in_process=True)),
+                                              settings=Settings(suites=Path("suites"), repeats=1, warmup=0, jobs=1))
     assert {r.verdict for r in report.results} == {Verdict.RECORDED}
     return root
 

@@ -54,7 +54,8 @@ def _settings(**kw) -> Settings:
 def _check(root: Path, backends, in_process=True, **kw):
     settings = _settings(**kw.pop("settings", {}))
     with contextlib.chdir(root):
-        report = api.check(backends=backends, settings=settings, in_process=in_process, **kw)
+        report = api.check(api.CheckRequest(backends, running=api.Running(in_process=in_process), **kw),
+                           settings=settings)
     return {(r.test_id, r.preset): r for r in report.results}
 
 
@@ -62,7 +63,7 @@ def _check(root: Path, backends, in_process=True, **kw):
 def kernels(site, tmp_path_factory):
     root = _project(tmp_path_factory.mktemp("kernels"), "suite.yaml")
     with contextlib.chdir(root):
-        report = api.record(settings=_settings(), in_process=True)
+        report = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=_settings())
     assert {r.verdict for r in report.results} == {Verdict.RECORDED}
     return root
 
@@ -118,7 +119,7 @@ def sums(site, tmp_path_factory):
     """sums.yaml recorded by one isolated worker using every core."""
     root = _project(tmp_path_factory.mktemp("sums"), "sums.yaml")
     with contextlib.chdir(root):
-        report = api.record(settings=_settings(jobs=1, threads=os.cpu_count() or 1))
+        report = api.record(api.RecordRequest(), settings=_settings(jobs=1, threads=os.cpu_count() or 1))
     assert {r.verdict for r in report.results} == {Verdict.RECORDED}
     return root
 

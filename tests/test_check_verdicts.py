@@ -41,7 +41,7 @@ def recorded(tmp_path_factory):
     """edge.yaml + suite_tol.yaml recorded once on torch_cpu_fp32 (in-process)."""
     root = new_project(tmp_path_factory.mktemp("edge"), "edge.yaml", "suite_tol.yaml")
     with contextlib.chdir(root):
-        report = api.record(settings=settings(), in_process=True)
+        report = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings())
     assert {r.verdict for r in report.results} == {Verdict.RECORDED}
     return root
 
@@ -51,9 +51,11 @@ def project(recorded, tmp_path):
     return copy_project(recorded, tmp_path / "p")
 
 
-def check(root, backends, *, suites=True, **kw):
+def check(root, backends, *, suites=True, test_ids=None, tags=None, seed_list=None, **request):
+    selection = api.Selection(test_ids=test_ids, tags=tags, seed_list=seed_list)
     with contextlib.chdir(root):
-        report = api.check(backends=backends, settings=settings(suites), in_process=True, **kw)
+        report = api.check(api.CheckRequest(backends, selection, api.Running(in_process=True), **request),
+                           settings=settings(suites))
     report.path = root / report.path
     return report, {(r.test_id, r.preset): r for r in report.results}
 
@@ -364,7 +366,8 @@ def test_resume_refuses_a_record_run_and_runs_does_not_offer_it(site, project):
     from opdiff_snap.history import runs as history
 
     with contextlib.chdir(project):
-        rec = api.record(settings=settings(), in_process=True, force=True, test_ids=["tol_default"])
+        rec = api.record(api.RecordRequest(selection=api.Selection(test_ids=["tol_default"]),
+                                           running=api.Running(in_process=True), force=True), settings=settings())
     run_path = project / rec.path
     run_path.write_text("".join(run_path.read_text().splitlines(keepends=True)[:-1]))  # drop the end line
     with pytest.raises(OpdiffError, match="re-run `opdiff record`"):
@@ -374,7 +377,7 @@ def test_resume_refuses_a_record_run_and_runs_does_not_offer_it(site, project):
 
 
 def test_a_seed_given_twice_is_checked_once(site, recorded):
-    from opdiff_snap.cli.running import parse_seed_list
+    from opdiff_snap.cli.options import parse_seed_list
 
     assert parse_seed_list("0,0,3,0") == [0, 3]
     report, _ = check(recorded, ["torch_cpu_fp32"], test_ids=["tol_default"], seed_list=parse_seed_list("0,0"))

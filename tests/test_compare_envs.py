@@ -38,7 +38,8 @@ def test_a_a_comparison_for_real_reports_no_latency_change(tmp_path):
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
     with contextlib.chdir(tmp_path):
-        assert api.record(settings=Settings(repeats=1, warmup=0), in_process=True).counts() == {"RECORDED": 2}
+        assert api.record(api.RecordRequest(running=api.Running(in_process=True)),
+                                            settings=Settings(repeats=1, warmup=0)).counts() == {"RECORDED": 2}
     proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "compare-envs", "--python", sys.executable,
                            "-b", "torch_cpu_fp32", "--rounds", "3", "--repeats", "10", "-j", "1", "--format", "json"],
                           cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True,
@@ -112,7 +113,8 @@ def test_an_interpreter_that_cannot_run_workers_is_refused_before_any_run(tmp_pa
     (tmp_path / "suites").mkdir()
     (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
     with contextlib.chdir(tmp_path):
-        assert api.record(settings=Settings(repeats=1, warmup=0), in_process=True).counts() == {"RECORDED": 2}
+        assert api.record(api.RecordRequest(running=api.Running(in_process=True)),
+                                            settings=Settings(repeats=1, warmup=0)).counts() == {"RECORDED": 2}
     runs = sorted((tmp_path / "store" / "runs").glob("*.jsonl"))
     echo = tmp_path / "echo.sh"
     echo.write_text("#!/bin/sh\necho hello there\n")

@@ -25,10 +25,15 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("delegation")
     settings = Settings(suites=SUITE.parent, goldens=root / "goldens", store=root / "store", cache=root / "cache",
                         jobs=1, repeats=1)
-    api.record([SUITE], test_ids=["fallback"], settings=settings, in_process=True)
-    with_delegate = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, in_process=True)
-    without = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
-                        preset_options={PRESET: {"delegate": False}}, in_process=True)
+    api.record(api.RecordRequest(selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                 running=api.Running(in_process=True)), settings=settings)
+    with_delegate = api.check(api.CheckRequest(backends=[PRESET],
+                                               selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                               running=api.Running(in_process=True)), settings=settings)
+    without = api.check(api.CheckRequest(backends=[PRESET],
+                                         selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                         running=api.Running(in_process=True),
+                                         preset_options={PRESET: {"delegate": False}}), settings=settings)
     return settings, with_delegate, without
 
 
@@ -84,16 +89,19 @@ def test_require_delegated_fails_a_fallback_with_its_own_verdict(runs):
     strict = CliRunner().invoke(main, [*base, "--require-delegated"])
     assert strict.exit_code == 1, strict.output
     assert "NOT_DELEGATED" in strict.stdout and "aten::cumsum.default x1" in strict.stdout
-    by_option = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
-                          preset_options={PRESET: {"require_delegated": True}}, in_process=True)
+    by_option = api.check(api.CheckRequest(backends=[PRESET],
+                                           selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                           running=api.Running(in_process=True),
+                                           preset_options={PRESET: {"require_delegated": True}}), settings=settings)
     (r,) = by_option.results
     assert r.verdict is Verdict.NOT_DELEGATED and "stayed off the" in r.message
 
 
 def test_the_portable_device_delegates_nothing_and_records_nothing(runs):
     settings, _, _ = runs
-    report = api.check([SUITE], backends=["executorch_portable_fp32"], test_ids=["fallback"], settings=settings,
-                       in_process=True)
+    report = api.check(api.CheckRequest(backends=["executorch_portable_fp32"],
+                                        selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                        running=api.Running(in_process=True)), settings=settings)
     (r,) = report.results
     assert r.verdict is Verdict.PASS and r.delegation is None
 
@@ -124,13 +132,16 @@ def test_unreadable_delegation_evidence_is_never_a_pass(runs, planted):
         evidence.write_text(planted)
     assert not _evidence(settings)
     # in this process: what is judged here is the cache's evidence, not a worker's life
-    report = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, require_delegated=True,
-                       in_process=True)
+    report = api.check(api.CheckRequest(backends=[PRESET],
+                                        selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                        running=api.Running(in_process=True), require_delegated=True),
+                                        settings=settings)
     (r,) = report.results
     assert r.verdict is Verdict.NOT_DELEGATED and r.delegation is not None and r.delegation.fallback
     assert not r.cache_hit                                 # rebuilt
-    assert api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings,
-                     in_process=True).results[0].cache_hit
+    assert api.check(api.CheckRequest(backends=[PRESET],
+                                      selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                      running=api.Running(in_process=True)), settings=settings).results[0].cache_hit
 
 
 def test_evidence_that_cannot_be_read_even_fresh_is_its_own_verdict(runs, monkeypatch, tmp_path):
@@ -142,8 +153,10 @@ def test_evidence_that_cannot_be_read_even_fresh_is_its_own_verdict(runs, monkey
         raise ValueError("delegation.json is garbled")
 
     monkeypatch.setattr(ExecuTorchBackend, "delegation", unreadable)
-    report = api.check([SUITE], backends=[PRESET], test_ids=["fallback"], settings=settings, in_process=True,
-                       require_delegated=True, use_cache=False)
+    report = api.check(api.CheckRequest(backends=[PRESET],
+                                        selection=api.Selection(suites=[SUITE], test_ids=["fallback"]),
+                                        running=api.Running(in_process=True, use_cache=False),
+                                        require_delegated=True), settings=settings)
     (r,) = report.results
     assert r.verdict is Verdict.NOT_DELEGATED and "could not be read (ValueError: delegation.json is garbled)" \
         in r.message, r.message

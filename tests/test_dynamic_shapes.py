@@ -112,10 +112,10 @@ def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
     _suite(root)
     settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0, batch=1)
     with contextlib.chdir(root):
-        recorded = api.record(settings=settings, in_process=True)
+        recorded = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
         assert {r.verdict for r in recorded.results} == {Verdict.RECORDED}
-        checked = api.check(backends=["onnx_cpu_fp32", "executorch_cpu_fp32", "onnx_cpu_int8"],
-                            settings=settings, in_process=True)
+        checked = api.check(api.CheckRequest(backends=["onnx_cpu_fp32", "executorch_cpu_fp32", "onnx_cpu_int8"],
+                                             running=api.Running(in_process=True)), settings=settings)
     got = {(r.test_id, r.preset): r for r in checked.results}
     for preset in ("onnx_cpu_fp32", "executorch_cpu_fp32"):
         for group in (("lin@B=2", "lin@B=9"), ("addmm@B=3_S=2", "addmm@B=7_S=5")):

@@ -20,7 +20,7 @@ from opdiff_snap.compare.results import Result
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.history.runs import check_store_dir, list_runs, read_run
-from opdiff_snap.history.writer import RunWriter
+from opdiff_snap.history.writer import RunStart, RunWriter
 from opdiff_snap.storage import open_runs
 from opdiff_snap.suite.model import Tolerance
 
@@ -29,8 +29,8 @@ SETTINGS = {"jobs": 2, "repeats": 5, "warmup": 1, "timeout_s": 300, "in_process"
 
 
 def start(store: Path, **kw) -> RunWriter:
-    return RunWriter.start(store, "check", ["check", "--backend", "onnx_cpu_fp32"],
-                           ["suites/core.yaml"], PRESETS, SETTINGS, **kw)
+    return RunWriter.start(store, RunStart("check", ["check", "--backend", "onnx_cpu_fp32"],
+                                           ["suites/core.yaml"], PRESETS, SETTINGS, **kw))
 
 
 def find_run(store: Path, run_id: str) -> Path:
@@ -151,10 +151,10 @@ def test_resume_truncates_partial_line_and_appends_to_the_same_file(tmp_path):
 # argv: store, items, items to write before waiting to be killed
 WRITER_SCRIPT = textwrap.dedent("""
     import sys, time
-    from opdiff_snap.history.writer import RunWriter
+    from opdiff_snap.history.writer import RunStart, RunWriter
     from opdiff_snap.compare.results import Result
     from opdiff_snap.core.verdicts import Verdict
-    w = RunWriter.start(sys.argv[1], "check", [], [], {}, {})
+    w = RunWriter.start(sys.argv[1], RunStart("check", [], [], {}, {}))
     print(w.run_id, flush=True)
     for i in range(int(sys.argv[2])):
         if i == int(sys.argv[3]):

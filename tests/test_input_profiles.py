@@ -123,11 +123,14 @@ def test_a_backend_wrong_only_on_subnormals_is_caught_on_that_profile_and_missed
     site = make_site(tmp_path / "site")
     settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0)
     with plugin_installed(site), contextlib.chdir(root):
-        recorded = api.record(settings=settings, in_process=True, test_ids=["logp*"])
+        recorded = api.record(api.RecordRequest(selection=api.Selection(test_ids=["logp*"]),
+                                                running=api.Running(in_process=True)), settings=settings)
         assert {r.verdict for r in recorded.results} == {Verdict.RECORDED}
-        daz = api.check(backends=["perturb_cpu_fp32"], settings=settings, in_process=True, test_ids=["logp*"],
-                        preset_options={"perturb_cpu_fp32": {"daz": True}})
-        right = api.check(backends=["perturb_cpu_fp32"], settings=settings, in_process=True, test_ids=["logp*"])
+        daz = api.check(api.CheckRequest(backends=["perturb_cpu_fp32"], selection=api.Selection(test_ids=["logp*"]),
+                                         running=api.Running(in_process=True),
+                                         preset_options={"perturb_cpu_fp32": {"daz": True}}), settings=settings)
+        right = api.check(api.CheckRequest(backends=["perturb_cpu_fp32"], selection=api.Selection(test_ids=["logp*"]),
+                                           running=api.Running(in_process=True)), settings=settings)
     got = {r.test_id: r for r in daz.results}
     assert got["logp"].verdict is Verdict.PASS                 # normal inputs hold no subnormal
     assert got["logp@subnormal"].verdict is Verdict.MISMATCH    # log(subnormal) is finite, log(0) is -inf

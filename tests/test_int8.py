@@ -134,14 +134,15 @@ def recorded(tmp_path_factory) -> Path:
     for name in ("int8.yaml", "mods.py"):
         shutil.copy(HERE / name, root / "suites" / name)
     with contextlib.chdir(root):
-        report = api.record(settings=_settings(), in_process=True)
+        report = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=_settings())
     assert {r.verdict for r in report.results} == {Verdict.RECORDED}
     return root
 
 
-def _check(root: Path, backends: list[str], **kw):
+def _check(root: Path, backends: list[str], test_ids=None, **request):
     with contextlib.chdir(root):
-        return api.check(backends=backends, settings=_settings(), in_process=True, **kw)
+        return api.check(api.CheckRequest(backends, api.Selection(test_ids=test_ids), api.Running(in_process=True),
+                                          **request), settings=_settings())
 
 
 @pytest.fixture(scope="module")

@@ -73,9 +73,10 @@ def test_imported_tests_record_and_check_on_torch(imported, tmp_path):
         (project / "suites" / f.name).write_bytes(f.read_bytes())
     settings = Settings(repeats=1, warmup=0)
     with contextlib.chdir(project):
-        recorded = api.record(settings=settings, in_process=True)
+        recorded = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
         assert recorded.counts() == {"RECORDED": first.samples}
-        checked = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True)
+        checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True)),
+                                             settings=settings)
     assert checked.counts() == {"PASS": first.samples}
 
 

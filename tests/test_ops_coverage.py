@@ -60,9 +60,12 @@ def checked(tmp_path_factory):
     site = make_site(tmp_path_factory.mktemp("site"))
     settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0)
     with plugin_installed(site), contextlib.chdir(root):
-        api.record(settings=settings, in_process=True)
-        api.check(backends=["perturb_cpu_fp32"], settings=settings, in_process=True, test_ids=["abs", "exp", "lin"],
-                  preset_options={"perturb_cpu_fp32": {"perturb": ["aten::exp"]}})
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        api.check(api.CheckRequest(backends=["perturb_cpu_fp32"],
+                                   selection=api.Selection(test_ids=["abs", "exp", "lin"]),
+                                   running=api.Running(in_process=True),
+                                   preset_options={"perturb_cpu_fp32": {"perturb": ["aten::exp"]}}),
+                                   settings=settings)
     return root, site, settings
 
 

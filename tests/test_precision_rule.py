@@ -50,14 +50,15 @@ def wide(site, tmp_path_factory):
     for name in ("wide.yaml", "mods.py"):
         shutil.copy(HERE / name, root / "suites" / name)
     with contextlib.chdir(root):
-        recorded = api.record(settings=_settings(), in_process=True)
+        recorded = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=_settings())
     assert {r.verdict for r in recorded.results} == {Verdict.RECORDED}
     return root
 
 
-def _check(root: Path, backends: list[str], **kw) -> dict:
+def _check(root: Path, backends: list[str], test_ids=None, **kw) -> dict:
     with contextlib.chdir(root):
-        report = api.check(backends=backends, settings=_settings(), in_process=True, **kw)
+        report = api.check(api.CheckRequest(backends, api.Selection(test_ids=test_ids),
+                                            api.Running(in_process=True), **kw), settings=_settings())
     return {(r.test_id, r.preset): r for r in report.results}
 
 
@@ -96,12 +97,12 @@ def test_the_multiple_is_overridable_per_test_and_preset_and_from_the_cli(wide):
         suite.write_text(text.replace(
             "{id: wide_mlp, op:", "{id: wide_mlp, tolerance: {bugaccum_cpu_fp16: {precision_factor: 1000}}, op:"))
         with contextlib.chdir(wide):
-            api.record(settings=_settings(), in_process=True, force=True)
+            api.record(api.RecordRequest(running=api.Running(in_process=True), force=True), settings=_settings())
         per_test = _check(wide, [ACCUMULATION, "torch_cpu_fp16"])
     finally:
         suite.write_text(text)
         with contextlib.chdir(wide):
-            api.record(settings=_settings(), in_process=True, force=True)
+            api.record(api.RecordRequest(running=api.Running(in_process=True), force=True), settings=_settings())
     assert per_test[("wide_mlp", ACCUMULATION)].verdict is Verdict.PASS
     assert per_test[("wide_mlp", ACCUMULATION)].tolerance.precision_factor == 1000.0
     assert per_test[("wide_bmm", ACCUMULATION)].verdict is Verdict.MISMATCH
@@ -125,8 +126,9 @@ CAP = 2.0 ** -9
 def zoo(site, tmp_path_factory):
     pytest.importorskip("transformers")
     settings = dataclasses.replace(shipped_goldens(tmp_path_factory.mktemp("zoo"), ZOO), repeats=1, warmup=0)
-    report = api.check([settings.suites / "zoo"], backends=["torch_cpu_fp16", *PRESETS, ACCUMULATION],
-                       test_ids=ZOO, settings=settings, in_process=True)
+    report = api.check(api.CheckRequest(backends=["torch_cpu_fp16", *PRESETS, ACCUMULATION],
+                                        selection=api.Selection(suites=[settings.suites / "zoo"], test_ids=ZOO),
+                                        running=api.Running(in_process=True)), settings=settings)
     return {(r.test_id, r.preset): r for r in report.results}
 
 

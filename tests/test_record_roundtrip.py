@@ -92,7 +92,7 @@ def test_record_then_plain_zarr_reads_everything_bit_exactly(tmp_path: Path):
     project = make_project(tmp_path, suite_text())
     settings = Settings(suites=project / "suites", goldens=project / "goldens", store=project / "store",
                         jobs=1, repeats=1, warmup=0)
-    report = api.record(settings=settings)
+    report = api.record(api.RecordRequest(), settings=settings)
     assert {r.verdict for r in report.results} == {Verdict.RECORDED}, \
         [(r.test_id, r.verdict, r.message) for r in report.results if r.verdict != Verdict.RECORDED]
 

@@ -113,9 +113,10 @@ def checked(site, tmp_path_factory):
     settings = Settings(suites=Path("suites"), repeats=1, warmup=0, jobs=1)
     presets = [name for name, _ in CASES if _runnable(name) is None]
     with contextlib.chdir(root):
-        recorded = api.record(settings=settings, in_process=True)
+        recorded = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
         assert {r.verdict for r in recorded.results} == {Verdict.RECORDED}
-        report = api.check(backends=presets, settings=settings, in_process=True)
+        report = api.check(api.CheckRequest(backends=presets, running=api.Running(in_process=True)),
+                                            settings=settings)
         items = [json.loads(line) for line in Path(report.path).read_text().splitlines()]
     return root, {(i["id"], i["preset"]): i for i in items if i.get("type") == "item"}
 

@@ -72,12 +72,14 @@ def test_four_shards_give_exactly_the_items_of_one_unsharded_run(tmp_path):
     (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
     settings = Settings(repeats=1, warmup=0, jobs=1)
     with contextlib.chdir(tmp_path):
-        api.record(settings=settings, in_process=True)
-        whole = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True)
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        whole = api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True)),
+                                           settings=settings)
         with pytest.raises(OpdiffError, match="needs --run-group"):
-            api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True, shard=(1, 4))
-        shards = [api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True, shard=(k, 4),
-                            run_group="g1") for k in range(1, 5)]
+            api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True),
+                                       shard=(1, 4)), settings=settings)
+        shards = [api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True),
+                                             shard=(k, 4), run_group="g1"), settings=settings) for k in range(1, 5)]
         # split by the unsharded run's timings, so not necessarily by count
         assert sum(len(r.results) for r in shards) == 9 and all(r.results for r in shards)
         group = "SELECT test_id, seed, preset FROM results JOIN runs USING (run_id) WHERE run_group = 'g1'"
@@ -109,8 +111,8 @@ def test_four_shards_give_exactly_the_items_of_one_unsharded_run(tmp_path):
         cut.path.write_text("".join(lines[:-2]))
         k = shards.index(cut) + 1
         with pytest.raises(OpdiffError, match="shard"):
-            api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True, shard=(k % 4 + 1, 4),
-                      run_group="g1", resume=cut.run_id)
-        done = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True, shard=(k, 4),
-                         run_group="g1", resume=cut.run_id)
+            api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True),
+                                       shard=(k % 4 + 1, 4), run_group="g1", resume=cut.run_id), settings=settings)
+        done = api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True),
+                                          shard=(k, 4), run_group="g1", resume=cut.run_id), settings=settings)
         assert sorted(r.key for r in done.results) == sorted(r.key for r in cut.results)

@@ -186,7 +186,8 @@ def test_the_shipped_goldens_pass_on_their_baseline_preset_here(tmp_path):
     settings = Settings(suites=SUITES, goldens=root / "goldens", store=tmp_path / "store", jobs=1,
                         repeats=1, warmup=0)
     with contextlib.chdir(root):
-        report = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True)
+        report = api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True)),
+                                            settings=settings)
     # the hand-written suites (530 tests, 43 of them with 5 edge profiles each, 76 sized), the
     # OpInfo samples (2,764 in float32, float16 and bfloat16, and 1,232 edge-profile goldens
     # of the float32 elementwise ones) and the zoo

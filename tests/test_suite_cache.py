@@ -162,11 +162,13 @@ def test_check_sees_a_file_module_changed_after_a_cached_load(tmp_path, monkeypa
     root = new_project(tmp_path / "edge", "edge.yaml")
     settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0)
     with contextlib.chdir(root):
-        api.record(settings=settings, in_process=True, test_ids=["scale_file", "skip_onnx"])
+        api.record(api.RecordRequest(selection=api.Selection(test_ids=["scale_file", "skip_onnx"]),
+                                     running=api.Running(in_process=True)), settings=settings)
 
         def check():
-            report = api.check(backends=["torch_cpu_fp32"], settings=settings, in_process=True,
-                               test_ids=["scale_file", "skip_onnx"])
+            report = api.check(api.CheckRequest(backends=["torch_cpu_fp32"],
+                                                selection=api.Selection(test_ids=["scale_file", "skip_onnx"]),
+                                                running=api.Running(in_process=True)), settings=settings)
             return {r.test_id: r for r in report.results}
 
         assert {t: r.verdict for t, r in check().items()} == {"scale_file": Verdict.PASS,

@@ -84,7 +84,8 @@ def project(tmp_path_factory):
     (root / "suites").mkdir()
     (root / "suites" / "ops.yaml").write_text(SUITE)
     with contextlib.chdir(root):
-        report = api.record(settings=Settings(repeats=1, warmup=0), in_process=True)
+        report = api.record(api.RecordRequest(running=api.Running(in_process=True)),
+                                              settings=Settings(repeats=1, warmup=0))
     assert report.counts() == {"RECORDED": 4}
     return root
 

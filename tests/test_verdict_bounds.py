@@ -74,9 +74,10 @@ def checked(tmp_path_factory):
             warnings.append(text)
 
     with plugin_installed(site), contextlib.chdir(root):
-        recorded = api.record(settings=settings, in_process=True, listener=Listener())
-        report = api.check(backends=["torch_cpu_fp16", "torch_cpu_fp32", *PRESETS], settings=settings,
-                           in_process=True)
+        recorded = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings,
+                                                listener=Listener())
+        report = api.check(api.CheckRequest(backends=["torch_cpu_fp16", "torch_cpu_fp32", *PRESETS],
+                                            running=api.Running(in_process=True)), settings=settings)
     return {(r.test_id, r.preset): r for r in report.results}, recorded, warnings, root / report.path
 
 
@@ -157,8 +158,9 @@ def test_verdicts_and_metrics_are_the_same_at_any_jobs(tmp_path):
     for jobs in (1, 2):
         settings = Settings(suites=ROOT / "suites", goldens=ROOT / "goldens", store=tmp_path / f"store{jobs}",
                             jobs=jobs, repeats=1, warmup=0)
-        report = api.check([ROOT / "suites" / "zoo" / "vision.yaml"], backends=["torch_cpu_fp16", "torch_cpu_fp32"],
-                           test_ids=MODEL_TESTS, settings=settings)
+        report = api.check(api.CheckRequest(backends=["torch_cpu_fp16", "torch_cpu_fp32"],
+                                            selection=api.Selection(suites=[ROOT / "suites" / "zoo" / "vision.yaml"], test_ids=MODEL_TESTS)),
+                                            settings=settings)
         seen[jobs] = {(r.test_id, r.preset): (r.verdict, r.metrics) for r in report.results}
         meta = json.loads(Path(report.path).read_text().splitlines()[0])
         assert meta["env"]["threads"]["intra_op"] == 1

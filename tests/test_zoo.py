@@ -358,10 +358,12 @@ def record_and_check(tmp_path: Path, test_id: str) -> None:
     settings = Settings(goldens=tmp_path / "goldens", store=tmp_path / "store", cache=tmp_path / "cache", jobs=1,
                         repeats=1, warmup=0)
     suites = [ZOO / "text.yaml", ZOO / "vision.yaml", ZOO / "audio.yaml"]
-    recorded = api.record(suites, test_ids=[test_id], settings=settings, in_process=True)
+    recorded = api.record(api.RecordRequest(selection=api.Selection(suites=suites, test_ids=[test_id]),
+                                            running=api.Running(in_process=True)), settings=settings)
     assert [(r.test_id, r.verdict) for r in recorded.results] == [(test_id, Verdict.RECORDED)]
-    checked = api.check(suites, backends=["torch_cpu_fp32", "onnx_cpu_fp32"], test_ids=[test_id],
-                        settings=settings, in_process=True)
+    checked = api.check(api.CheckRequest(backends=["torch_cpu_fp32", "onnx_cpu_fp32"],
+                                         selection=api.Selection(suites=suites, test_ids=[test_id]),
+                                         running=api.Running(in_process=True)), settings=settings)
     assert sorted((r.preset, r.verdict) for r in checked.results) == \
         [("onnx_cpu_fp32", Verdict.PASS), ("torch_cpu_fp32", Verdict.PASS)], [r.message for r in checked.results]
 

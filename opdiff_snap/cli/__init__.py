@@ -1,7 +1,7 @@
 """`opdiff` command line. Each command parses flags and calls one function of the API;
 app.py holds the group and what the commands share, one module per family of commands."""
 
-from . import analysis, cause, goldens, importing, running, suites
+from . import analysis, cause, environments, goldens, importing, running, suites
 from .app import main
 
 for command in (
@@ -10,8 +10,8 @@ for command in (
     suites.validate,
     running.record,
     running.check,
-    running.upgrade,
-    running.compare_envs,
+    environments.upgrade,
+    environments.compare_envs,
     goldens.goldens,
     analysis.runs,
     analysis.query,

@@ -13,7 +13,6 @@ from ..core.config import memory_size
 from ..core.errors import OpdiffError
 from .app import (
     FORMAT_OPTION,
-    NON_NEGATIVE,
     TIMEOUT_S,
     Context,
     OpdiffGroup,
@@ -25,6 +24,7 @@ from .app import (
     settings_of,
     writing,
 )
+from .options import STEP_PARAMS, history_filter, uses
 
 
 class MemorySize(click.ParamType):
@@ -198,22 +198,18 @@ def report_html(ctx, output) -> None:
 @report.command("site")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
               help="Folder to write index.html and tests/ into.")
-@click.option("-b", "--preset", "presets", multiple=True, help="Only this preset (repeatable).")
-@click.option("-t", "--test", "tests", multiple=True, metavar="GLOB", help="Only test ids matching this glob.")
-@click.option("--since", type=click.DateTime(), help="Only runs started at or after this time (UTC).")
-@click.option("--until", type=click.DateTime(), help="Only runs started at or before this time (UTC).")
 @_query_limits
 @click.pass_context
 @guarded
-def report_site(ctx, output, presets, tests, since, until) -> None:
+@uses(history_filter())
+def report_site(ctx, output, history) -> None:
     """A static site (a folder of HTML, no server): presets x environments, the changes found
     by `opdiff regressions`, and a page per test with its latency and status history."""
     from .. import api
-    from ..analytics.steps import HistoryFilter
 
     _output_dir(output, "-o/--output")
     with writing(output, "-o/--output"):
-        index = api.site(output, HistoryFilter(tuple(presets), tuple(tests), since, until), settings_of(ctx), _warn)
+        index = api.site(output, history, settings_of(ctx), _warn)
     echo(f"wrote {index}")
 
 
@@ -257,29 +253,13 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
 
 
 @click.command()
-@click.option("-b", "--preset", "presets", multiple=True, help="Only this preset (repeatable).")
-@click.option("-t", "--test", "tests", multiple=True, metavar="GLOB", help="Only test ids matching this glob "
-              "(repeatable), e.g. 'conv*'.")
-@click.option("--since", type=click.DateTime(), help="Only runs started at or after this time (UTC).")
-@click.option("--until", type=click.DateTime(), help="Only runs started at or before this time (UTC).")
-@click.option("--version", "versions", multiple=True, metavar="LIB[==VER]",
-              help="Only changes of this library (torch), or to or from this version (torch==2.14.1); repeatable.")
-@click.option("--host", "hosts", multiple=True, help="Only runs on this host (repeatable).")
 @click.option("--regressions-only", is_flag=True, help="Leave out improvements and other status changes.")
-@click.option("--min-ratio", type=NON_NEGATIVE, default=1.1, show_default=True,
-              help="A latency step's confidence interval must clear this ratio.")
-@click.option("--noise-k", type=NON_NEGATIVE, default=2.0, show_default=True,
-              help="A latency step must exceed this many times the run-to-run noise.")
-@click.option("--penalty", type=NON_NEGATIVE, help="Cost of a step in the fit, in noise variances "
-              "(default 3 ln(runs of the series)).")
-@click.option("--drift-factor", type=NON_NEGATIVE, default=10.0, show_default=True,
-              help="max_abs growth that counts (x max(before, atol)).")
 @FORMAT_OPTION
 @_query_limits
 @click.pass_context
 @guarded
-def regressions(ctx, presets, tests, since, until, versions, hosts, regressions_only, min_ratio, noise_k, penalty,
-                drift_factor, fmt) -> None:
+@uses(history_filter(changes=True), STEP_PARAMS)
+def regressions(ctx, regressions_only, fmt, history, params) -> None:
     """Latency steps, status changes and error growth over the whole history, each at the
     environment change (torch, executorch, onnxruntime, ..., OS, CPU) it happened at, grouped
     by that change. Exit 1 when one is a regression (CI), 0 otherwise.
@@ -290,11 +270,8 @@ def regressions(ctx, presets, tests, since, until, versions, hosts, regressions_
     """
     from .. import api
     from ..analytics.findings import REGRESSION, findings_table, group_by_change, groups_table
-    from ..analytics.steps import HistoryFilter, StepParams
 
-    flt = HistoryFilter(tuple(presets), tuple(tests), since, until, tuple(versions), tuple(hosts))
-    params = StepParams(penalty=penalty, min_ratio=min_ratio, noise_k=noise_k, drift_factor=drift_factor)
-    found = api.regressions(flt, params, settings_of(ctx), _warn)
+    found = api.regressions(history, params, settings_of(ctx), _warn)
     if regressions_only:
         found = [f for f in found if f.direction == REGRESSION]
     if fmt in ("table", "markdown"):

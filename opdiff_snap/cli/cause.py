@@ -11,11 +11,8 @@ from ..core import limits
 from ..core.limits import Number
 from .app import (
     FORMAT_OPTION,
-    JOBS,
-    NON_NEGATIVE,
     POSITIVE,
     SEED,
-    TIMEOUT_S,
     echo,
     executor_option,
     guarded,
@@ -26,6 +23,7 @@ from .app import (
     settings_of,
     writing,
 )
+from .options import TOLERANCE, TRUST_GOLDENS, running, uses, workers
 
 ENTRIES = Number(limits.ENTRIES)
 
@@ -38,26 +36,14 @@ ENTRIES = Number(limits.ENTRIES)
               help="Descend to ATen nodes even when a leaf submodule diverges (they are searched anyway "
                    "when none does).")
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
-@click.option("--atol", type=NON_NEGATIVE, help="Override the absolute tolerance, as for check.")
-@click.option("--rtol", type=NON_NEGATIVE, help="Override the relative tolerance, as for check.")
-@click.option("--baseline-factor", type=NON_NEGATIVE,
-              help="Override how many times the baseline's own rounding error is allowed (0: none), as for check.")
-@click.option("--precision-factor", type=NON_NEGATIVE,
-              help="Override how many times torch eager's own fp16/bf16 error is allowed (0: none), as for check.")
-@click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
-@click.option("--timeout-s", type=TIMEOUT_S, help="Per-job timeout in seconds (>= 0.1).")
-@click.option("--in-process", is_flag=True, help="Run the jobs in this process (debugging; no isolation).")
-@click.option("--trust-goldens", is_flag=True,
-              help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
-                   "user packages, ops with effects); they run in workers, and the run says which.")
+@TRUST_GOLDENS
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@python_option
 @executor_option
 @click.pass_context
 @guarded
-def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, baseline_factor, precision_factor, jobs,
-             timeout_s,
-             in_process, trust_goldens, fmt, python) -> None:
+@uses(TOLERANCE, workers("jobs", "timeout_s"), running(cache=False))
+def localize(ctx, test_id, backend, seed, ops, preset_options, trust_goldens, fmt, tolerance, settings,
+             running) -> None:
     """Where a module test first diverges on BACKEND: submodule, then ATen node.
 
     Every leaf submodule runs alone on the target with the baseline's captured inputs.
@@ -68,13 +54,10 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
     from .. import api
     from ..cause.localize_report import format_report
     from ..core.trees import json_safe
-    from ..suite.model import Tolerance
 
-    given = (atol, rtol, baseline_factor, precision_factor)
-    report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops,
-                          tolerance=Tolerance(*given) if any(v is not None for v in given) else None,
-                          goldens=settings_of(ctx).goldens, settings=settings_of(ctx, jobs=jobs, timeout_s=timeout_s),
-                          in_process=in_process, trust_goldens=trust_goldens, python=python)
+    report = api.localize(test_id, backend, seed=seed, preset_options=preset_options, ops=ops, tolerance=tolerance,
+                          goldens=settings.goldens, settings=settings, in_process=running.in_process,
+                          trust_goldens=trust_goldens, python=running.python)
     if fmt == "json":
         import json
 
@@ -94,9 +77,7 @@ def localize(ctx, test_id, backend, seed, ops, preset_options, atol, rtol, basel
 @click.option("--scope", default="", help="With --node: the submodule whose ATen graph holds the node "
                                           "('name' or 'name#K' for its K-th call; default: the module itself).")
 @click.option("--preset-options", help="JSON (string or file) overriding the preset's options.")
-@click.option("--trust-goldens", is_flag=True,
-              help="Let goldens alone name code beyond pure ATen ops and torch.nn classes (file: modules, "
-                   "user packages, ops with effects); they run in workers, and the run says which.")
+@TRUST_GOLDENS
 @click.pass_context
 @guarded
 def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trust_goldens) -> None:
@@ -123,19 +104,18 @@ def repro(ctx, test_id, backend, seed, output, node, scope, preset_options, trus
 @click.option("--eps", type=POSITIVE, default=1e-6, show_default=True, help="Finite-difference step.")
 @click.option("--max-entries", type=ENTRIES, default=32, show_default=True,
               help="Entries perturbed per tensor (a seeded sample beyond this).")
-@click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
-@click.option("--timeout-s", type=TIMEOUT_S, help="Per-test timeout in seconds (>= 0.1).")
 @python_option
 @executor_option
 @click.pass_context
 @guarded
-def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout_s, python) -> None:
+@uses(workers("jobs", "timeout_s"))
+def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, python, settings) -> None:
     """Autograd against central finite differences in float64 on the baseline; exit 1 on a mismatch."""
     from .. import api
 
     reports = api.gradcheck(list(suites) or None, test_ids=patterns(test_ids), tags=patterns(tags),
                             seed=seed, eps=eps, max_entries=max_entries,
-                            settings=settings_of(ctx, jobs=jobs, timeout_s=timeout_s), python=python)
+                            settings=settings, python=python)
     for rep in reports:
         echo(rep.format())
     failed = [r.test_id for r in reports if not r.passed]
@@ -159,15 +139,13 @@ def gradcheck(ctx, suites, test_ids, tags, seed, eps, max_entries, jobs, timeout
               help="Instead: of torch's Core ATen op set, how many ops the tests exercise (exported and "
                    "decomposed as backends receive them), and per preset how many of those the latest "
                    "checks in the history ran and passed; the ops no test covers, listed.")
-@click.option("-j", "--jobs", type=JOBS, help="Parallel workers (default: cores).")
-@click.option("--timeout-s", type=TIMEOUT_S, help="Per-test timeout in seconds (>= 0.1).")
 @FORMAT_OPTION
 @python_option
 @executor_option
 @click.pass_context
 @guarded
-def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, coverage, jobs, timeout_s, fmt,
-        python) -> None:
+@uses(workers("jobs", "timeout_s"))
+def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, coverage, fmt, python, settings) -> None:
     """Which presets lower each ATen op of the suites' tests.
 
     Each test is exported to ATen once; its ops are answered from the op-support cache in
@@ -181,7 +159,6 @@ def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, coverage
     from ..cause.lowering import support_changes
     from ..execution.op_support import OpSupportCache
 
-    settings = settings_of(ctx, jobs=jobs, timeout_s=timeout_s)
     if coverage:
         _print_coverage(api.coverage(list(suites) or None, presets=list(backends), test_ids=patterns(test_ids),
                                      tags=patterns(tags), seed=seed, settings=settings, python=python,

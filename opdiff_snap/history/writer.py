@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 from ..core.environment import environment
 from ..core.errors import Interrupted, OpdiffError
@@ -46,6 +47,27 @@ def _dumps(obj: Mapping[str, Any]) -> bytes:
 
 def _new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What a new run's meta line says of it: the command and its arguments, the suites,
+    the presets with their options, the run's settings, the baseline (record), the
+    environment (default: this one's), the `plan` a resume must reproduce exactly
+    (selection, items, presets), the run group and shard, and `extra` keys of the caller's
+    own (the pytest plugin's `runner`)."""
+
+    command: str
+    argv: Sequence[str]
+    suites: Sequence[str]
+    presets: dict[str, dict]
+    settings: dict
+    baseline_preset: str | None = None
+    env: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    extra: Mapping[str, Any] | None = None
+    run_group: str | None = None
+    shard: str | None = None
 
 
 class RunWriter:
@@ -88,15 +110,9 @@ class RunWriter:
     # -- construction
 
     @classmethod
-    def start(cls, store_dir: Path | str, command: str, argv: list[str], suites: list[str],
-              presets: dict[str, dict], settings: dict, baseline_preset: str | None = None,
-              *, fsync: bool = False, env: dict[str, Any] | None = None,
-              plan: dict[str, Any] | None = None, extra: Mapping[str, Any] | None = None,
-              run_group: str | None = None, shard: str | None = None) -> "RunWriter":
+    def start(cls, store_dir: Path | str, start: RunStart, *, fsync: bool = False) -> "RunWriter":
         """Create <store_dir>/runs/<YYYYmmddTHHMMSSZ>-<6 hex>.jsonl and write the meta line.
-        `plan` is what a resume must reproduce exactly (selection, items, presets); `extra`
-        adds keys of the caller's own (the pytest plugin's `runner`). For a remote store the
-        file is spooled locally and uploaded (storage/runs_remote.py)."""
+        For a remote store the file is spooled locally and uploaded (storage/runs_remote.py)."""
         check_store_dir(store_dir)
         store = open_runs(store_dir)
         _store_call(store, "open", store.push_pending)
@@ -106,7 +122,7 @@ class RunWriter:
         except OSError as exc:
             raise HistoryWriteError(f"cannot create the history folder {runs} ({os_reason(exc)}). Check --store "
                                     "and that it is writable; nothing was run.") from None
-        env = environment() if env is None else env
+        env = environment() if start.env is None else start.env
         while True:
             run_id = _new_run_id()
             path = runs / f"{run_id}.jsonl"
@@ -127,19 +143,19 @@ class RunWriter:
                 raise
             file.close()
             path.unlink(missing_ok=True)   # another machine has a run of this id
-        meta = {"type": "meta", "run_id": run_id, "command": command, "argv": list(argv),
+        meta = {"type": "meta", "run_id": run_id, "command": start.command, "argv": list(start.argv),
                 "started": utc_now(), "host": env.get("host"), "os": env.get("os"),
-                "machine": env.get("machine"), "suites": [str(s) for s in suites],
-                "baseline_preset": baseline_preset, "presets": presets,
+                "machine": env.get("machine"), "suites": [str(s) for s in start.suites],
+                "baseline_preset": start.baseline_preset, "presets": start.presets,
                 "env": {k: v for k, v in env.items() if k not in ("host", "os", "machine")},
-                "settings": settings, "resumes": None}
-        if run_group is not None:
-            meta["run_group"] = run_group
-        if shard is not None:
-            meta["shard"] = shard
-        if plan is not None:
-            meta["plan"] = plan
-        for key, value in (extra or {}).items():
+                "settings": start.settings, "resumes": None}
+        if start.run_group is not None:
+            meta["run_group"] = start.run_group
+        if start.shard is not None:
+            meta["shard"] = start.shard
+        if start.plan is not None:
+            meta["plan"] = start.plan
+        for key, value in (start.extra or {}).items():
             meta.setdefault(key, value)
         writer = cls(path, run_id, meta, fsync=fsync, uploads=store.uploads(path), file=file)
         writer._write(meta)

@@ -45,7 +45,7 @@ from ..execution.warmup import warm_ups
 from ..expectations.standing import Expecter
 from ..goldens import GoldenStore
 from ..history.runs import check_store_dir
-from ..history.writer import RunWriter
+from ..history.writer import RunStart, RunWriter
 from ..run.check import cache_usable
 from ..run.check_job import item_work
 from ..run.judge import Pending, judge
@@ -336,10 +336,10 @@ class SessionRun:
         if self.worker_id is not None:
             extra["xdist_worker"] = self.worker_id
         try:
-            return RunWriter.start(
-                self.settings.store, "check", list(self.config.invocation_params.args), suites, presets,
+            return RunWriter.start(self.settings.store, RunStart(
+                "check", list(self.config.invocation_params.args), suites, presets,
                 settings_json(self.settings, False, self.use_cache, pool), env=pool.environment(),
-                extra=extra, run_group=self.group)
+                extra=extra, run_group=self.group))
         except OpdiffError as exc:
             pytest.exit(f"opdiff: error: {exc}", returncode=2)
 

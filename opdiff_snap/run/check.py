@@ -12,11 +12,9 @@ that was interrupted is resumed only with the same plan (run/plan_identity.py).
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..backends.base import Preset
 from ..backends.registry import backend_for, get_preset
@@ -28,67 +26,23 @@ from ..execution.cache import cache_unusable
 from ..execution.job import Outcome
 from ..execution.runner import Job
 from ..execution.warmup import warm_ups
-from ..expectations.entries import Expectations
 from ..expectations.standing import Expecter
 from ..goldens import GoldenStore
 from ..goldens.cases import GoldenCases
 from ..history.runs import ItemKey, RunFile, read_run
-from ..history.writer import RunWriter
+from ..history.writer import RunStart, RunWriter
 from ..storage import StorageError, open_tiers
 from ..suite import load_suites
 from ..suite import suite_paths as find_suites
-from ..suite.model import Tolerance
 from ..suite.reader import SuiteReader
 from ..suite.selection import check_seeds
 from .check_job import item_work
 from .check_plan import CheckPlan, plan_from_goldens, plan_from_suites
 from .judge import Pending, judge
-from .pipeline import Pipeline, Running, Selection, Sinks
+from .pipeline import Pipeline, Sinks
 from .plan_identity import all_present, plan_identity, same_plan, shard_keys
+from .requests import CheckRequest
 from .session import make_pool, notice, set_total, settings_json, warn
-
-
-@dataclass(frozen=True)
-class CheckRequest:
-    """What one check runs: the target presets (with `preset_options` per preset name),
-    the selection, `skips` ((test id or prefix*, preset or glob) pairs reported SKIPPED),
-    a tolerance override, a run to `resume`, and `shard=(K, N)`: the K-th of N shards of
-    the planned (test, seed, preset) jobs (history/sharding.py), whose `run_group` names the
-    logical run the N shards make up."""
-
-    backends: Sequence[str]
-    selection: Selection = Selection()
-    running: Running = Running()
-    preset_options: Mapping[str, str | dict] | None = None
-    skips: Sequence[tuple[str, str]] = ()
-    tolerance: Tolerance | None = None
-    resume: str | None = None
-    trust_goldens: bool = False
-    shard: tuple[int, int] | None = None
-    run_group: str | None = None
-    require_delegated: bool = False   # any op node left off a delegate fails the result (NOT_DELEGATED)
-    expectations: Expectations | None = None   # each result carries the verdict expected of it
-
-    def refusal(self) -> str | None:
-        """Why these options cannot make a check, before anything is read."""
-        if self.shard is not None and not self.run_group:
-            return (f"--shard {self.shard[0]}/{self.shard[1]} needs --run-group ID, the same for all "
-                    f"{self.shard[1]} shards (a CI run id, say): the shards agree on their split through "
-                    "it, and `opdiff runs` and the reports take them as one run.")
-        if not self.backends:
-            return "check needs at least one --backend PRESET (see `opdiff list-presets`)."
-        if self.tolerance is not None:
-            for name in ("atol", "rtol", "baseline_factor", "precision_factor"):
-                value = getattr(self.tolerance, name)
-                if value is not None and not (math.isfinite(value) and value >= 0):
-                    return f"--{name.replace('_', '-')} {value}: it must be a finite number >= 0."
-        if len(set(self.backends)) != len(self.backends):
-            return f"--backend names a preset twice ({', '.join(self.backends)}); give each once."
-        unknown = [name for name in self.preset_options or {} if name not in self.backends]
-        if unknown:
-            return (f"--preset-options names '{unknown[0]}', which is not a --backend of this "
-                    f"check ({', '.join(self.backends)}).")
-        return None
 
 
 def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (),
@@ -101,25 +55,9 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     records the workers' environment."""
     apply_endpoint(settings)
     sel, running = request.selection, request.running
-    check_seeds(sel.seeds, sel.seed_list)
-    why = request.refusal()
-    if why:
-        raise OpdiffError(why)
-    options = request.preset_options or {}
-    presets = [get_preset(name, options.get(name)) for name in request.backends]
-    if request.require_delegated:
-        never = [p.name for p in presets if not backend_for(p).delegates(p)]
-        if never:
-            notice(listener, f"--require-delegated: {', '.join(never)} never hand{'s' if len(never) == 1 else ''} "
-                   "a program to a delegate, so it holds nothing there; it holds the presets that delegate "
-                   "(ExecuTorch on cpu, mps or coreml).")
+    presets = _presets(request, listener)
     use_cache = running.use_cache and cache_usable(settings, listener)
-    store = GoldenStore(settings.goldens)
-    if not store.exists():
-        raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
-                          "torch_cpu_fp32` first, or point --goldens at an existing store.")
-    for problem in store.ledger_problems():
-        warn(listener, f"the golden store's baseline failures: {problem} (`opdiff goldens verify` lists them)")
+    store = _golden_store(settings, listener)
     # the workers start, and warm up the backends of presets that will export, while the run is planned
     pool = make_pool(settings, running.in_process, listener, running.python)
     try:
@@ -144,22 +82,10 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         raise
     set_total(listener, len(planned) - len(done & planned))
     started = time.perf_counter()
-
-    def work() -> Iterator[Result | tuple[Job, Pending]]:
-        for item in plan.items:
-            todo = [p for p in presets if (item.test_id, item.seed, p.name) in planned
-                    and (item.test_id, item.seed, p.name) not in done]
-            if todo:
-                decided, runs = item_work(item, todo, store, skips=request.skips, tolerance=request.tolerance,
-                                          settings=settings, use_cache=use_cache,
-                                          require_delegated=request.require_delegated)
-                yield from decided
-                yield from runs
-
     with writer:
         expecter = Expecter(request.expectations, ()) if request.expectations else None
         sinks = Sinks(listener, writer, expecter)
-        stream: list | Iterator = work()
+        stream: list | Iterator = _work(request, plan, presets, planned - done, store, settings, use_cache)
         if settings.batch > 1 and use_cache:
             stream = [(_alone_if_expected(thing[0], expecter), thing[1]) if isinstance(thing, tuple) else thing
                       for thing in stream]
@@ -176,6 +102,48 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         for result in prior:
             sinks.annotate(result)
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
+
+
+def _presets(request: CheckRequest, listener: Listener | None) -> list[Preset]:
+    """The request's presets, after what refuses the request before anything is read."""
+    sel = request.selection
+    check_seeds(sel.seeds, sel.seed_list)
+    why = request.refusal()
+    if why:
+        raise OpdiffError(why)
+    options = request.preset_options or {}
+    presets = [get_preset(name, options.get(name)) for name in request.backends]
+    if request.require_delegated:
+        never = [p.name for p in presets if not backend_for(p).delegates(p)]
+        if never:
+            notice(listener, f"--require-delegated: {', '.join(never)} never hand{'s' if len(never) == 1 else ''} "
+                   "a program to a delegate, so it holds nothing there; it holds the presets that delegate "
+                   "(ExecuTorch on cpu, mps or coreml).")
+    return presets
+
+
+def _golden_store(settings: Settings, listener: Listener | None) -> GoldenStore:
+    store = GoldenStore(settings.goldens)
+    if not store.exists():
+        raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
+                          "torch_cpu_fp32` first, or point --goldens at an existing store.")
+    for problem in store.ledger_problems():
+        warn(listener, f"the golden store's baseline failures: {problem} (`opdiff goldens verify` lists them)")
+    return store
+
+
+def _work(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset], todo: set[ItemKey],
+          store: GoldenStore, settings: Settings, use_cache: bool) -> Iterator[Result | tuple[Job, Pending]]:
+    """The check's work in plan order: for each planned item not yet done, the results
+    decided without running and the jobs to run."""
+    for item in plan.items:
+        these = [p for p in presets if (item.test_id, item.seed, p.name) in todo]
+        if these:
+            decided, runs = item_work(item, these, store, skips=request.skips, tolerance=request.tolerance,
+                                      settings=settings, use_cache=use_cache,
+                                      require_delegated=request.require_delegated)
+            yield from decided
+            yield from runs
 
 
 def _compile_ahead(pool: Any, jobs: Sequence[Job], settings: Settings, listener: Listener | None) -> None:
@@ -256,10 +224,9 @@ def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset],
         assert request.run_group is not None
         planned = set(shard_keys(plan, presets, shard, request.run_group, settings))
         identity["shard"]["keys"] = sorted([list(k) for k in planned])
-    writer = RunWriter.start(
-        settings.store, "check", list(argv), [str(p) for p in suite_paths],
-        {p.name: p.to_json() for p in presets}, run_settings, env=env, plan=identity,
-        run_group=request.run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None)
+    writer = RunWriter.start(settings.store, RunStart(
+        "check", list(argv), [str(p) for p in suite_paths], {p.name: p.to_json() for p in presets}, run_settings,
+        env=env, plan=identity, run_group=request.run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None))
     return writer, planned, set()
 
 

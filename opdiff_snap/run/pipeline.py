@@ -9,15 +9,14 @@ decided without running reach the sinks in plan order between the running ones, 
 hands every Result to one sink (a `Sinks`: the run's history file, the list the report
 is made from, the caller's listener).
 
-What a run selects (`Selection`) and how its jobs run (`Running`) are typed options that
-every command which runs jobs takes the same way.
+What a run selects and how its jobs run are the requests' `Selection` and `Running`
+(run/requests.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 from ..compare.results import Listener, Result
 from ..execution.job import Outcome
@@ -26,34 +25,6 @@ from ..execution.runner import Job
 from ..history.writer import RunWriter
 
 C = TypeVar("C")
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which suites, tests and seeds a run covers (None: the configured default)."""
-
-    suites: Sequence[Path] | None = None
-    test_ids: Sequence[str] | None = None
-    tags: Sequence[str] | None = None
-    seeds: int | None = None
-    seed_list: Sequence[int] | None = None
-
-    @property
-    def narrowed(self) -> bool:
-        """Whether --test-ids or --tags narrow the run (a selection that then matches
-        nothing is the user's mistake, not an empty run)."""
-        return bool(self.test_ids or self.tags)
-
-
-@dataclass(frozen=True)
-class Running:
-    """How a run's jobs run: worker processes here (under this interpreter or `python`),
-    this process (`in_process`), or the configured executor; with the artifact cache
-    or without."""
-
-    in_process: bool = False
-    python: Path | None = None
-    use_cache: bool = True
 
 
 class Sinks:

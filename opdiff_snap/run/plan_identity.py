@@ -17,7 +17,7 @@ from ..history.runs import ItemKey, RunFile, readable_dir, resumability
 from ..history.writer import RunWriter
 from ..suite.model import Tolerance
 from .check_plan import CheckPlan
-from .pipeline import Selection
+from .requests import Selection
 
 
 def plan_identity(plan: CheckPlan, suite_paths: Sequence[Path], presets: Sequence[Preset], selection: Selection,

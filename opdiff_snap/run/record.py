@@ -53,14 +53,15 @@ from ..execution.runner import Job
 from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
 from ..goldens.ledger import BaselineFailure
-from ..history.writer import RunWriter
+from ..history.writer import RunStart, RunWriter
 from ..storage.runs import utc_now
 from ..suite import load_suites, select
 from ..suite import suite_paths as find_suites
 from ..suite.model import Invocation, RecordedGrads, TestCase
 from ..suite.reader import SuiteReader
 from ..suite.selection import check_seeds, seeds_for, skip_reason
-from .pipeline import Pipeline, Running, Selection, Sinks
+from .pipeline import Pipeline, Sinks
+from .requests import RecordRequest
 from .session import make_pool, set_total, settings_json, warn
 
 
@@ -103,23 +104,6 @@ def _why_record(case: TestCase, info: GoldenInfo | None, preset: Preset, force: 
     if force:
         return "--force; replaced"
     return ""
-
-
-@dataclass(frozen=True)
-class RecordRequest:
-    """What one record run records: the selection, on `baseline` (with its options);
-    `force` records goldens that are current too; `skips` are (test id or prefix*, preset
-    or glob) pairs reported SKIPPED. `reference=False` leaves out the float64 reference
-    (such goldens keep the configured tolerances only; bench/bench_reference.py uses it
-    to measure what the reference costs)."""
-
-    selection: Selection = Selection()
-    running: Running = Running()
-    baseline: str = "torch_cpu_fp32"
-    preset_options: str | dict | None = None
-    force: bool = False
-    skips: Sequence[tuple[str, str]] = ()
-    reference: bool = True
 
 
 def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (),
@@ -179,9 +163,10 @@ def record(request: RecordRequest, *, settings: Settings = Settings(), argv: Seq
                       reference=request.reference, grads="record" if case.grad else None), item
 
     started = time.perf_counter()
-    with RunWriter.start(settings.store, "record", list(argv), [str(p) for p in suite_paths],
-                         {preset.name: preset.to_json()}, settings_json(settings, in_process, False, pool),
-                         baseline_preset=preset.name, env=recorder.env) as writer:
+    with RunWriter.start(settings.store, RunStart(
+            "record", list(argv), [str(p) for p in suite_paths], {preset.name: preset.to_json()},
+            settings_json(settings, in_process, False, pool), baseline_preset=preset.name,
+            env=recorder.env)) as writer:
         sinks = Sinks(listener, writer)
         written = _Written(sinks, recorder)
         try:

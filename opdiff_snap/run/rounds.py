@@ -20,7 +20,8 @@ from ..compare.results import Listener, RunReport
 from ..core.config import Settings
 from ..core.errors import OpdiffError
 from ..execution.interpreter import probe, resolve
-from .check import CheckRequest, check
+from .check import check
+from .requests import CheckRequest
 
 
 class RoundsUI(Protocol):
@@ -79,7 +80,7 @@ def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | No
                  drift_factor: float = 10.0, settings: Settings = Settings(), argv: Sequence[str] = (),
                  ui: RoundsUI | None = None) -> EnvComparison:
     """Check the goldens under `python_a` (default: here) and `python_b` in interleaved rounds."""
-    from .pipeline import Running, Selection
+    from .requests import Running, Selection
 
     if rounds < 2:
         raise OpdiffError(f"compare-envs needs --rounds of at least 2 for an interval; got {rounds}.")

@@ -32,8 +32,8 @@ from ..execution.workerenvs import WorkerEnv, ensure_environment, parse_with, re
 from ..goldens import GoldenStore
 from ..history import runs as history
 from ..storage import local_folder
-from .check import CheckRequest, check
-from .pipeline import Running, Selection
+from .check import check
+from .requests import CheckRequest, Running, UpgradeRequest
 from .rounds import RoundsComparison, compare_pairs, interleaved_checks
 
 
@@ -75,15 +75,12 @@ class UpgradeReport:
     rounds: RoundsComparison | None = None   # with rounds > 1: every round's runs and the latency intervals
 
 
-def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[Path] | None = None,
-            preset_options: dict[str, Any] | None = None, test_ids=None, tags=None, seeds: int | None = None,
-            seed_list: Sequence[int] | None = None, settings: Settings = Settings(), argv: Sequence[str] = (),
-            rerun_current: bool = False, drift_factor: float = 10.0, latency_threshold: float = 0.25,
-            rounds: int = 3, min_ratio: float = 1.1, ui: UpgradeUI | None = None) -> UpgradeReport:
-    """Check the goldens in an environment with `withs` (NAME==VERSION) replaced, and here,
-    and diff the two runs (A: here, B: there). With `rounds` > 1 the checks alternate (here,
-    there, here, there, ...) and a latency change is one whose 95 % interval over the rounds
-    clears `min_ratio` (run/rounds.py); with 1, one check each and diff-runs' threshold."""
+def upgrade(req: UpgradeRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (),
+            ui: UpgradeUI | None = None) -> UpgradeReport:
+    """Check the goldens in the upgraded environment and here, and diff the two runs (A:
+    here, B: there)."""
+    withs, backends, rounds, min_ratio = req.withs, req.backends, req.rounds, req.min_ratio
+    drift_factor, preset_options = req.drift_factor, req.preset_options
     ui = ui or SilentUI()
     named = parse_with(withs)
     check_min_ratio(min_ratio)
@@ -101,10 +98,8 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
                          "cache (--cache .opdiff-cache, say)")
     env = ensure_environment(requirements_for(named, [p.family for p in presets]), cache,
                              ui.installing, named)
-    selection = Selection(suites, test_ids, tags, seeds, seed_list)
-
     def request(python: Path | None) -> CheckRequest:
-        return CheckRequest(list(backends), selection, Running(python=python), preset_options=options)
+        return CheckRequest(list(backends), req.selection, Running(python=python), preset_options=options)
 
     if rounds > 1:
         pairs = interleaved_checks(request, None, env.python, rounds, settings=settings, argv=argv, ui=ui,
@@ -117,7 +112,7 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
         return report
     with ui.check(f"check under {env.python}") as listener:
         after = check(request(env.python), settings=settings, argv=list(argv), listener=listener)
-    before_run = None if rerun_current else fresh_run_here(settings, after.run_id)
+    before_run = None if req.rerun_current else fresh_run_here(settings, after.run_id)
     before = None
     if before_run is not None:
         ui.reused(before_run)
@@ -127,7 +122,7 @@ def upgrade(withs: Sequence[str], *, backends: Sequence[str], suites: Sequence[P
         before_run = before.run_id
     with connect(settings.store, limits=Limits.of(settings)) as past:
         diff = diff_runs(past, before_run, after.run_id, drift_factor=drift_factor,
-                         latency_threshold=latency_threshold)
+                         latency_threshold=req.latency_threshold)
     report = UpgradeReport(env, changed_packages(settings.store, before_run, after.run_id, env), before_run,
                            before is None, before, after, diff)
     _label(report)

@@ -58,7 +58,8 @@ def recorded_suite30(root: Path) -> Path:
 
     new_project(root, "suite30.yaml")
     with contextlib.chdir(root):
-        report = api.record(settings=Settings(repeats=1, warmup=0), in_process=True)
+        report = api.record(api.RecordRequest(running=api.Running(in_process=True)),
+                                              settings=Settings(repeats=1, warmup=0))
     assert report.counts() == {"RECORDED": 32}
     return root
 

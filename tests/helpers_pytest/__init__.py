@@ -69,7 +69,7 @@ def recorded_verdicts_project(root: Path) -> Path:
     suite.write_text(VERDICTS_SUITE + RECORDED_ONLY)
     shutil.copy(CHECK_HELPERS / "mods.py", root / "suites" / "mods.py")
     with contextlib.chdir(root):
-        report = api.record(settings=load_settings(root), in_process=True)
+        report = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=load_settings(root))
     assert report.counts() == {"RECORDED": 6}, report.counts()
     suite.write_text(VERDICTS_SUITE + ADDED_LATER)
     with open(root / "suites" / "mods.py", "a") as f:
