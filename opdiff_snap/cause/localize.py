@@ -38,8 +38,7 @@ from ..compare.tolerance import tolerance_for
 from ..core.config import Settings
 from ..core.errors import OpdiffError
 from ..core.verdicts import LOWERING_FAILURES, NOT_DIVERGED, NOT_DIVERGED_CONVERTING, RAN, Verdict
-from ..execution.pools import Pool, open_pool
-from ..run.session import make_pool
+from ..execution.pools import Pool, make_pool, open_pool
 from ..suite.model import Invocation, TestCase, Tolerance
 from .alone import PieceResult, PieceTask
 from .atengraph import Fragment, FragmentTask, NodeGraph, ScopeGraphTask, signature

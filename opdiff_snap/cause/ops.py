@@ -9,7 +9,7 @@ from typing import Sequence
 from ..backends.registry import get_preset
 from ..core.config import Settings
 from ..core.errors import OpdiffError
-from ..run.session import make_pool
+from ..execution.pools import make_pool
 from ..suite import select
 from ..suite.given import given_cases
 from .lowering import OpRow, OpsTask, TestOps, op_table

@@ -26,6 +26,7 @@ from ..core.errors import OpdiffError
 from ..execution.batch import compile_ahead, rerun_alone
 from ..execution.cache import cache_unusable
 from ..execution.job import Outcome
+from ..execution.pools import make_pool
 from ..execution.runner import Job
 from ..execution.warmup import warm_ups
 from ..expectations.entries import Expectations
@@ -45,7 +46,7 @@ from .check_plan import CheckPlan, plan_from_goldens, plan_from_suites
 from .judge import Pending, judge
 from .pipeline import Pipeline, Running, Selection, Sinks
 from .plan_identity import all_present, plan_identity, same_plan, shard_keys
-from .session import make_pool, notice, set_total, settings_json, warn
+from .session import notice, set_total, settings_json, warn
 
 
 @dataclass(frozen=True)

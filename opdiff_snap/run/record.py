@@ -48,6 +48,7 @@ from ..core.environment import environment
 from ..core.errors import OpdiffError
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
+from ..execution.pools import make_pool
 from ..execution.prepare import nest_residuals, restore_outputs
 from ..execution.runner import Job
 from ..goldens import Golden, GoldenInfo, GoldenStore
@@ -61,7 +62,7 @@ from ..suite.model import Invocation, RecordedGrads, TestCase
 from ..suite.reader import SuiteReader
 from ..suite.selection import check_seeds, seeds_for, skip_reason
 from .pipeline import Pipeline, Running, Selection, Sinks
-from .session import make_pool, set_total, settings_json, warn
+from .session import set_total, settings_json, warn
 
 
 @dataclass
