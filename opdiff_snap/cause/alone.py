@@ -103,7 +103,7 @@ def judge(key: str, preset: Preset, piece: Piece, prepared: Any, outputs: list[t
     as check does)."""
     from ..compare.numerics import compare
     from ..compare.rules import Rounding
-    from ..execution.prepare import nest_residuals
+    from ..execution.outputs import nest_residuals
     from ..execution.references import (
         REDUCED,
         elementwise_reference,

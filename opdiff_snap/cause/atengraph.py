@@ -23,7 +23,7 @@ import torch
 
 from ..core.errors import OpdiffError
 from ..core.sources import source_line
-from ..execution.prepare import flat_values
+from ..execution.outputs import flat_values
 from ..suite.construct import resolve_op
 from ..suite.model import Invocation, TestCase
 from .alone import Piece, PieceTask

@@ -15,7 +15,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..core.errors import OpdiffError
-from ..execution.prepare import flat_values
+from ..execution.outputs import flat_values
 from ..execution.target import build_target
 from ..suite.model import Invocation, TestCase
 from .alone import Piece, PieceTask

@@ -33,7 +33,7 @@ from ..compare.rules import Rounding
 from ..compare.vacuous import op_of, vacuous_reason
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
-from ..execution.prepare import flat_values, nest_residuals, restore_outputs
+from ..execution.outputs import flat_values, nest_residuals, restore_outputs
 from ..execution.references import REDUCED, needs_control
 from ..goldens import Golden
 from ..suite.model import RecordedGrads, TestCase, Tolerance

@@ -48,8 +48,8 @@ from ..core.environment import environment
 from ..core.errors import OpdiffError
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
+from ..execution.outputs import nest_residuals, restore_outputs
 from ..execution.pools import make_pool
-from ..execution.prepare import nest_residuals, restore_outputs
 from ..execution.runner import Job
 from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
