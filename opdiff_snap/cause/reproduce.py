@@ -17,7 +17,7 @@ from ..execution.pools import run_one
 from ..execution.references import REDUCED, ReferencesTask
 from ..goldens.model import Golden
 from ..suite.model import TestCase
-from .atengraph import ScopeGraphTask
+from .calls import ScopeGraphTask
 from .repro import write_node_repro, write_repro
 from .stored import golden_case
 
