@@ -36,7 +36,7 @@ import sys, pickle, time
 from pathlib import Path
 from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.backends.registry import get_preset
-from opdiff_snap.execution.prepare import restore_outputs
+from opdiff_snap.execution.outputs import restore_outputs
 from opdiff_snap.execution.runner import Job, run_job
 from opdiff_snap.compare.numerics import compare
 from opdiff_snap.compare.tolerance import tolerance_for

@@ -5,7 +5,7 @@
 
 Needs `transformers` (not in the lock: `pip install transformers`); the models are built
 from configs with random weights, nothing is downloaded. Each model is exported to ATen
-once (cause.lowering.module_graph), then every distinct (op, input signature) is lowered
+once (execution.op_survey.module_graph), then every distinct (op, input signature) is lowered
 alone on each preset in a pool of isolated workers, first with an empty op-support cache,
 then again from the cache. Prints one markdown row per (model, preset).
 """
@@ -20,8 +20,8 @@ import time
 import torch
 
 from opdiff_snap.backends.registry import get_preset
-from opdiff_snap.cause.lowering import module_graph, survey_graph
 from opdiff_snap.execution.op_support import OpSupportCache
+from opdiff_snap.execution.op_survey import module_graph, survey_graph
 from opdiff_snap.execution.pool import WorkerPool
 from opdiff_snap.execution.prepare import prepare_call
 

@@ -2,8 +2,11 @@
 
 The page has a figure of the layers, a table assigning every module to one layer, and the
 list of arrows the figure draws. Here: every module the page names exists, every module
-of the package is on the page, every arrow is a real import, no import leaves its layer
-except along an arrow, and neither the arrows nor the modules form a cycle.
+of the package is on the page, every arrow is a real import and points down the figure,
+no import leaves its layer except along an arrow (or to the lowest layer, which every
+layer may import), and neither the arrows nor the modules form a cycle. And the sizes the
+code is held to: no module over 500 lines, no function over 80 lines or with more than
+12 parameters.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "opdiff_snap"
 PAGE = ROOT / "docs" / "architecture.md"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 12
 
 
 def _modules() -> dict[str, Path]:
@@ -152,9 +158,18 @@ def test_every_arrow_is_a_real_import():
 
 def test_every_import_follows_an_arrow():
     arrows = _arrows()
+    lowest = list(_layers())[-1]
     stray = [imp for (a, b), imps in _layer_imports().items()
-             if b != "foundations" and b not in arrows.get(a, set()) for imp in imps]
+             if b != lowest and b not in arrows.get(a, set()) for imp in imps]
     assert not stray, "imports the page does not draw (an arrow up the flow, or a missing arrow):\n" + "\n".join(stray)
+
+
+def test_the_arrows_point_down():
+    """The layers are a strict order: each arrow goes to a layer below its own in the figure."""
+    order = {layer: i for i, layer in enumerate(_layers())}
+    upward = [f"{a} -> {b}" for a, targets in _arrows().items() for b in sorted(targets)
+              if b in order and order[b] <= order[a]]
+    assert not upward, "arrows that do not point down the figure: " + ", ".join(upward)
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -196,6 +211,92 @@ def test_the_checks_notice_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
     with pytest.raises(AssertionError, match="suite.spy imports opdiff_snap.run.check"):
         test_every_import_follows_an_arrow()
+
+
+def test_the_checks_notice_an_import_between_run_and_cause(tmp_path, monkeypatch):
+    """run/ and cause/ are layers of their own: neither may import the other unless an arrow says so."""
+    fake = dict(MODULES)
+    spy = tmp_path / "spy.py"
+    spy.write_text("from ..cause.localize import localize\n")
+    fake["opdiff_snap.run.spy"] = spy
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
+    with pytest.raises(AssertionError, match="run.spy imports opdiff_snap.cause.localize"):
+        test_every_import_follows_an_arrow()
+
+
+def test_the_checks_notice_an_arrow_up_the_figure(monkeypatch):
+    real = _arrows()
+    layers = list(_layers())
+    monkeypatch.setattr(sys.modules[__name__], "_arrows", lambda: {**real, layers[-2]: {layers[0]}})
+    with pytest.raises(AssertionError, match=f"{layers[-2]} -> {layers[0]}"):
+        test_the_arrows_point_down()
+
+
+def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [node for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _name(module: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    return f"{module}:{fn.lineno} {fn.name}"
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """How many parameters `fn` takes: *args and **kwargs one each, a leading self or cls none."""
+    args = fn.args
+    named = [*args.posonlyargs, *args.args]
+    own = 1 if named and named[0].arg in ("self", "cls") else 0
+    return len(named) - own + len(args.kwonlyargs) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def test_no_module_is_over_500_lines():
+    long = [f"{name} ({n} lines)" for name, path in MODULES.items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long)
+
+
+def test_no_function_is_over_80_lines():
+    long = [f"{_name(name, fn)} ({n} lines)" for name, path in MODULES.items() for fn in _functions(path)
+            if (n := (fn.end_lineno or fn.lineno) - fn.lineno + 1) > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_no_function_takes_more_than_12_parameters():
+    wide = [f"{_name(name, fn)} ({n} parameters)" for name, path in MODULES.items() for fn in _functions(path)
+            if (n := _parameters(fn)) > MAX_PARAMETERS]
+    assert not wide, f"functions with more than {MAX_PARAMETERS} parameters:\n" + "\n".join(wide)
+
+
+def _planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    """Only a module `opdiff_snap.suite.planted` holding `source`, for the size checks to read."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(source)
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", {"opdiff_snap.suite.planted": planted})
+
+
+def test_the_checks_notice_a_long_module(tmp_path, monkeypatch):
+    _planted(tmp_path, monkeypatch, "x = 1\n" * (MAX_MODULE_LINES + 1))
+    with pytest.raises(AssertionError, match=r"suite.planted \(501 lines\)"):
+        test_no_module_is_over_500_lines()
+    _planted(tmp_path, monkeypatch, "x = 1\n" * MAX_MODULE_LINES)
+    test_no_module_is_over_500_lines()
+
+
+def test_the_checks_notice_a_long_function(tmp_path, monkeypatch):
+    fits = "class A:\n    def short(self):\n" + "        x = 1\n" * (MAX_FUNCTION_LINES - 1)
+    _planted(tmp_path, monkeypatch, fits + "\n\ndef long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    with pytest.raises(AssertionError, match=r"suite.planted:\d+ long \(81 lines\)") as caught:
+        test_no_function_is_over_80_lines()
+    assert "short" not in str(caught.value)
+
+
+def test_the_checks_notice_a_function_with_too_many_parameters(tmp_path, monkeypatch):
+    _planted(tmp_path, monkeypatch,
+             "def wide(a, b, c, d, e, f, g, h, i, j, k, *args, **kwargs):\n    pass\n\n\n"
+             "class A:\n    def fits(self, a, b, c, d, e, f, g, h, i, j, k, *, l):\n        pass\n")
+    with pytest.raises(AssertionError, match=r"suite.planted:1 wide \(13 parameters\)") as caught:
+        test_no_function_takes_more_than_12_parameters()
+    assert "fits" not in str(caught.value)
 
 
 def _described() -> dict[str, set[str]]:

@@ -97,7 +97,7 @@ def test_localize_on_a_conversion_failure_never_names_a_submodule_that_converts(
 
 
 def test_answers_are_cached_per_backend_version(checked, monkeypatch):
-    from opdiff_snap.cause.lowering import survey_test
+    from opdiff_snap.execution.op_survey import survey_test
     from opdiff_snap.suite import load_suites
     from opdiff_snap.suite.materialize import materialize
 

@@ -18,7 +18,7 @@ from helpers_cause.kernels import ENTRY_POINTS
 from helpers_check import cli_env, make_site, plugin_installed
 
 from opdiff_snap.backends.registry import get_preset
-from opdiff_snap.cause.atengraph import ScopeGraphTask
+from opdiff_snap.cause.calls import ScopeGraphTask
 from opdiff_snap.cause.localize import localize
 from opdiff_snap.cause.localize_report import format_report
 from opdiff_snap.cause.repro import write_node_repro

@@ -14,9 +14,9 @@ from helpers_execution.cases import job, op_case, x
 
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.execution.dispatch import Dispatcher, Ready
+from opdiff_snap.execution.outputs import restore_outputs
 from opdiff_snap.execution.pool import WorkerPool
 from opdiff_snap.execution.pools import run_one
-from opdiff_snap.execution.prepare import restore_outputs
 from opdiff_snap.execution.user_call import NotShippable, UserCallJob, ship
 from opdiff_snap.suite.model import Call, Invocation, TestCase
 

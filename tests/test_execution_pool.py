@@ -7,8 +7,8 @@ import torch
 from helpers_execution.cases import job, module_case, op_case, x
 
 from opdiff_snap.core.verdicts import Verdict
+from opdiff_snap.execution.outputs import restore_outputs
 from opdiff_snap.execution.pool import WorkerPool, death_description
-from opdiff_snap.execution.prepare import restore_outputs
 
 
 def relu_jobs(n, prefix="relu", preset="torch_cpu_fp32"):

@@ -5,7 +5,8 @@ import torch
 from helpers_execution.cases import const, module_case, op_case, states_for, x
 
 from opdiff_snap.core.errors import OpdiffError
-from opdiff_snap.execution.prepare import flat_module, restore_outputs
+from opdiff_snap.execution.outputs import restore_outputs
+from opdiff_snap.execution.prepare import flat_module
 from opdiff_snap.suite.model import Call, Invocation
 
 
@@ -160,7 +161,7 @@ def test_outputs_that_do_not_fit_the_structure_are_refused_not_coerced():
     import pytest as _pytest
     import torch as _torch
 
-    from opdiff_snap.execution.prepare import restore_outputs
+    from opdiff_snap.execution.outputs import restore_outputs
 
     structure = {"tuple": [{"scalar": 0, "type": "int"}, {"complex": 1}]}
     ok = restore_outputs(structure, [_torch.tensor(3), _torch.zeros(2, 2)])

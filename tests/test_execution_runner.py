@@ -10,7 +10,7 @@ from helpers_execution.cases import job, module_case, op_case, x
 from opdiff_snap.backends.base import Preset
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.cache import cache_key
-from opdiff_snap.execution.prepare import restore_outputs
+from opdiff_snap.execution.outputs import restore_outputs
 from opdiff_snap.execution.runner import run_job
 
 

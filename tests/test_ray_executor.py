@@ -24,7 +24,7 @@ from opdiff_snap.backends.registry import all_presets, get_preset, requirements
 from opdiff_snap.core.config import parse_executor
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.execution.prepare import restore_outputs
+from opdiff_snap.execution.outputs import restore_outputs
 from opdiff_snap.history.runs import read_run
 
 HERE = Path(__file__).resolve().parent

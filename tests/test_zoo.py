@@ -21,7 +21,8 @@ from opdiff_snap.core import trees
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError, SuiteError
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.execution.prepare import prepare_call, restore_outputs
+from opdiff_snap.execution.outputs import restore_outputs
+from opdiff_snap.execution.prepare import prepare_call
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.locate import Kind, NotFound, locate_dotted
 from opdiff_snap.suite.materialize import materialize

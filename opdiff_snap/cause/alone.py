@@ -6,7 +6,7 @@ ordinary job (execution.run_job: export -> load -> run, outputs cast back, a flo
 reference of the piece beside it) and is compared with what the baseline computed for it
 under the test's tolerance, the reference's rounding allowance included (compare).
 
-The tasks that cut pieces (cause/calls.py, cause/atengraph.py) run in worker processes, so
+The tasks that cut pieces (cause/calls.py, `FragmentTask` below) run in worker processes, so
 a piece that crashes the backend costs only its worker: the pool turns that into a CRASH
 result of that piece (`failed`).
 """
@@ -20,6 +20,7 @@ import torch
 
 from ..backends.base import Backend, Preset
 from ..core.verdicts import Verdict
+from ..execution.atengraph import Fragment
 from ..execution.job import WorkerContext
 from ..suite.model import TestCase, Tolerance
 
@@ -103,7 +104,7 @@ def judge(key: str, preset: Preset, piece: Piece, prepared: Any, outputs: list[t
     as check does)."""
     from ..compare.numerics import compare
     from ..compare.rules import Rounding
-    from ..execution.prepare import nest_residuals
+    from ..execution.outputs import nest_residuals
     from ..execution.references import (
         REDUCED,
         elementwise_reference,
@@ -163,3 +164,17 @@ class PieceTask:
 
     def failed(self, status: Verdict, error_class: str | None, message: str) -> PieceResult:
         return PieceResult(self.key, status, error_message=message)
+
+
+@dataclass
+class FragmentTask(PieceTask):
+    """A fragment of a scope's ATen graph run alone on the target (see PieceTask)."""
+
+    fragment: Fragment | None = None
+    scope: str = ""
+
+    def cut(self) -> Piece:
+        assert self.fragment is not None
+        fn, args, kwargs = self.fragment.call()
+        where = f"test '{self.case.id}' scope '{self.scope or '<root>'}' {self.fragment.label}"
+        return Piece(fn, args, kwargs, list(self.fragment.expected), where)

@@ -2,7 +2,8 @@
 
 Both run in a worker (the suite's module is user code). The call tree that travels back to
 the parent is names and classes only; a submodule call is run alone by a task that rebuilds
-the module in its own worker, captures that call's inputs and output there and runs it.
+the module in its own worker, captures that call's inputs and output there and runs it;
+one scope is recorded as an ATen graph (execution/atengraph.py) by `ScopeGraphTask`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..core.errors import OpdiffError
-from ..execution.prepare import flat_values
+from ..execution.atengraph import NodeGraph, export_scope
+from ..execution.outputs import flat_values
 from ..execution.target import build_target
 from ..suite.model import Invocation, TestCase
 from .alone import Piece, PieceTask
@@ -228,3 +230,31 @@ class SubmoduleTask(PieceTask):
         except Exception as exc:
             return [exc for _ in tasks]
         return [f if isinstance(f, Exception) else t._piece(*f) for t, f in zip(subs, found)]
+
+
+@dataclass
+class ScopeGraphTask:
+    """Export one scope of a module test to ATen and record its nodes, in a worker."""
+
+    case: TestCase
+    invocation: Invocation
+    scope: str = ""
+    strict: bool = False
+    key: str = "graph"
+    core: bool = True          # False: the ATen ops undecomposed (execution/op_survey.py)
+
+    def run(self, context=None) -> NodeGraph:
+        try:
+            sub, call = capture_call(self.case, self.invocation, self.scope)
+            where = f"test '{self.case.id}' scope '{call.info.label}'"
+            return export_scope(copy.deepcopy(sub).eval(), list(call.args), dict(call.kwargs), where,
+                                self.scope, self.strict, self.core)
+        except OpdiffError as exc:
+            return self.failed(None, type(exc).__name__, str(exc))
+        except Exception as exc:
+            from ..core.errors import error_text
+            return self.failed(None, type(exc).__name__, f"recording the ATen graph failed: {error_text(exc)}")
+
+    def failed(self, status, error_class, message) -> NodeGraph:
+        head = f"exporting the scope to ATen failed ({status.value}): " if status is not None else ""
+        return NodeGraph(self.scope, error=head + message)

@@ -24,7 +24,7 @@ from ..core.config import Settings
 from ..core.errors import OpdiffError, error_text
 from ..core.verdicts import LOWERED, Verdict
 from ..execution.job import WorkerContext
-from ..run.session import make_pool
+from ..execution.pools import make_pool
 from ..storage.local import write_json_whole
 from ..suite import select
 from ..suite.given import given_cases

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..core.config import Settings
 from ..core.errors import OpdiffError
 from ..execution.gradients import GradcheckReport, GradcheckTask
-from ..run.session import make_pool
+from ..execution.pools import make_pool
 from ..suite import select
 from ..suite.given import given_cases
 

@@ -13,7 +13,7 @@ The parent sees names, op names and tensors, never the suite's code.
    else the lowest enclosing call (the module itself included) whose output diverges
    while the calls directly inside it do not.
 3. ATen nodes. Export that scope to core ATen the way the backends do, record every
-   node's inputs and outputs on the baseline (cause.atengraph), and run each node alone
+   node's inputs and outputs on the baseline (execution.atengraph), and run each node alone
    on the target as a one-op module, in execution order. The first node that is not PASS
    is the answer (a node that crashes the backend is a CRASH there); how far its inputs
    had drifted when the graph up to it ran on the target is measured with one more job.
@@ -38,14 +38,14 @@ from ..compare.tolerance import tolerance_for
 from ..core.config import Settings
 from ..core.errors import OpdiffError
 from ..core.verdicts import LOWERING_FAILURES, NOT_DIVERGED, NOT_DIVERGED_CONVERTING, RAN, Verdict
-from ..execution.pools import Pool, open_pool
-from ..run.session import make_pool
+from ..execution.atengraph import Fragment, NodeGraph, signature
+from ..execution.op_support import Survey
+from ..execution.op_survey import survey_graph
+from ..execution.pools import Pool, make_pool, open_pool
 from ..suite.model import Invocation, TestCase, Tolerance
-from .alone import PieceResult, PieceTask
-from .atengraph import Fragment, FragmentTask, NodeGraph, ScopeGraphTask, signature
-from .calls import CallInfo, CallTree, CallTreeTask, SubmoduleTask
+from .alone import FragmentTask, PieceResult, PieceTask
+from .calls import CallInfo, CallTree, CallTreeTask, ScopeGraphTask, SubmoduleTask
 from .localize_report import CONSTANT_NODE, LocalizeReport, NodeRow, OpFinding, OpsReport, SubmoduleRow, metrics_text
-from .lowering import Survey, survey_graph
 from .quantized_graph import Point, PointTask, QuantizedGraph, QuantizedGraphTask, QuantizedSearch
 from .stored import golden_case
 from .together import run_pieces

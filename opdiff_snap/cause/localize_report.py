@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.verdicts import NOT_DIVERGED, NOT_DIVERGED_CONVERTING, RAN, Verdict
+from ..execution.atengraph import GraphNode
+from ..execution.op_support import Survey
 from ..suite.model import Tolerance
-from .atengraph import GraphNode
-from .lowering import Survey
 from .quantized_graph import QuantizedSearch
 
 CONSTANT_NODE = "computed from weights and constants only (backends fold it at export); not run alone"

@@ -30,10 +30,10 @@ import torch
 from ..backends.base import Backend, Preset, QuantizeFailed
 from ..core.sources import source_line
 from ..core.verdicts import Verdict
+from ..execution.atengraph import module_label
 from ..execution.job import WorkerContext
 from ..suite.model import Invocation, TestCase, Tolerance
 from .alone import PieceResult
-from .atengraph import module_label
 
 _QUANTIZE_OPS = ("quantize_per_tensor", "quantize_per_channel", "quantize_affine", "choose_qparams")
 

@@ -232,12 +232,12 @@ def write_repro(case: TestCase, golden: Golden | tuple[Invocation, Any], preset:
 
 def write_node_repro(case: TestCase, graph: Any, start: int, stop: int, preset: Preset, out_path: Path,
                      tolerance: Tolerance, seed: int = 0) -> Path:
-    """A script for ATen nodes start..stop of a scope's graph (cause.atengraph.NodeGraph): a
+    """A script for ATen nodes start..stop of a scope's graph (execution.atengraph.NodeGraph): a
     module whose forward is the one op call (or the range's code, as FX writes it), with
     what they read from weights and constants as buffers, as in the model. It runs on the
     intermediate values the baseline computed for their inputs and compares with what the
     baseline computed for their outputs."""
-    from .atengraph import Ref
+    from ..execution.atengraph import Ref
 
     _runner(preset)
     _check_tolerance(tolerance)

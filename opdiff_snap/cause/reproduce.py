@@ -9,15 +9,15 @@ from pathlib import Path
 
 from ..backends.base import Preset
 from ..backends.registry import get_preset
+from ..compare.rounding import rounding_for
 from ..compare.rules import Rounding
 from ..compare.tolerance import tolerance_for
 from ..core.errors import OpdiffError
 from ..execution.pools import run_one
 from ..execution.references import REDUCED, ReferencesTask
 from ..goldens.model import Golden
-from ..run.judge import rounding_for
 from ..suite.model import TestCase
-from .atengraph import ScopeGraphTask
+from .calls import ScopeGraphTask
 from .repro import write_node_repro, write_repro
 from .stored import golden_case
 

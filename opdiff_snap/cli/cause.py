@@ -156,7 +156,7 @@ def ops(ctx, suites, backends, test_ids, tags, seed, per_test, changes, coverage
     from .. import api
     from ..analytics import Table
     from ..backends.registry import all_presets, availability
-    from ..cause.lowering import support_changes
+    from ..cause.ops import support_changes
     from ..execution.op_support import OpSupportCache
 
     if coverage:

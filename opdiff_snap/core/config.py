@@ -11,10 +11,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..storage import parse_location
 from . import limits
 from .errors import OpdiffError, suggest
 from .limits import setting
+from .locations import parse_location
 
 LOCATIONS = ("goldens", "store", "cache")   # may be s3:// URLs
 # the numeric settings and their ranges (the same as their flags')

@@ -57,7 +57,8 @@ class CompileBatch:
     def run(self, context: WorkerContext = WorkerContext()) -> Compiled:
         from ..backends.registry import backend_for
         from .cache import ArtifactCache, cache_key
-        from .prepare import count_outputs, flat_module
+        from .outputs import count_outputs
+        from .prepare import flat_module
 
         cache_dir = context.cache_dir if context.cache_dir is not None else self.cache_dir
         out = Compiled(self.key)

@@ -95,7 +95,7 @@ class UnsupportedOp:
 
 @dataclass
 class Survey:
-    """What lowering a graph's ops alone found on one preset (cause.lowering makes it)."""
+    """What lowering a graph's ops alone found on one preset (op_survey.py makes it)."""
 
     preset: str
     ops: list[UnsupportedOp] = field(default_factory=list)

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, Sequence
@@ -136,6 +136,17 @@ class _Worker:
     served: int = 0
     log: Path | None = None
     hello: dict | None = None     # what it said when it became ready
+
+
+@dataclass
+class _Feed:
+    """The jobs of one isolated run: the source, those pulled and not yet sent, and how many
+    workers in a row failed to start."""
+
+    source: Iterator[Task]
+    queue: deque[Task] = field(default_factory=deque)
+    exhausted: bool = False
+    start_failures: int = 0
 
 
 def log_tail(path: Path | None, lines: int = 15, chars: int = 1500) -> str:
@@ -336,90 +347,23 @@ class WorkerPool:
             yield stamp(job.run(context))
 
     def _run_isolated(self, jobs: Iterable[Task]) -> Iterator:
-        source = iter(jobs)
-        queue: deque[Task] = deque()
-        exhausted = False
-        start_failures = 0
+        feed = _Feed(iter(jobs))
         try:
             while True:
-                # Pull jobs lazily: only as many as there are workers to take them.
-                busy = sum(1 for w in self._workers if w.job is not None)
-                while not exhausted and len(queue) + busy < self.n:
-                    try:
-                        queue.append(next(source))
-                    except StopIteration:
-                        exhausted = True
-                idle = [w for w in self._workers if w.job is None]
-                for _ in range(min(len(queue) - len(idle), self.n - len(self._workers))):
-                    idle.append(self._spawn())
-                for w in idle:
-                    if w.ready and queue:
-                        job = queue.popleft()
-                        try:
-                            sent = self._send(w, job)
-                        except UnsendableJob as exc:
-                            yield job.failed(Verdict.EXPORT_FAIL, type(exc.cause).__name__,
-                                             f"the job could not be sent to a worker: {exc.cause}")
-                            continue
-                        if not sent:
-                            queue.appendleft(job)  # it never reached the worker: not its fault
+                yield from self._dispatch(feed)
                 any_busy = any(w.job is not None for w in self._workers)
-                if not queue and exhausted and not any_busy:
+                if not feed.queue and feed.exhausted and not any_busy:
                     return
-                if start_failures >= MAX_START_FAILURES and not any_busy:
-                    yield from self._give_up(queue, source)
+                if feed.start_failures >= MAX_START_FAILURES and not any_busy:
+                    yield from self._give_up(feed.queue, feed.source)
                     return
-
                 now = time.monotonic()
                 deadlines = [w.deadline for w in self._workers if w.job is not None]
                 deadlines += [w.started + STARTUP_TIMEOUT_S for w in self._workers if not w.ready]
                 if any_busy and MEMORY_CHECKS:   # look at the busy workers' memory this often
                     deadlines.append(now + MEMORY_POLL_S)
-                timeout = max(0.0, min(deadlines) - now) if deadlines else None
-                for conn in wait([w.conn for w in self._workers], timeout):
-                    w = next(x for x in self._workers if x.conn is conn)
-                    try:
-                        msg = w.conn.recv_bytes()
-                    except (EOFError, OSError):
-                        if not w.ready:
-                            start_failures += 1
-                        outcome = self._died(w)
-                        if outcome is not None:
-                            yield outcome
-                        continue
-                    if not w.ready:
-                        self._greet(w, msg)
-                        if w.ready:
-                            start_failures = 0
-                        else:
-                            start_failures += 1
-                            self._discard(w, kill=True)
-                        continue
-                    outcome = msg if self.raw else _unpickled(msg, w)
-                    w.job, w.served = None, w.served + 1
-                    yield outcome
-                now = time.monotonic()
-                for w in list(self._workers):
-                    if w.job is not None and now >= w.deadline and not w.conn.poll():
-                        # (a result already waiting in the pipe is read on the next turn: the
-                        # consumer, not the worker, took the time)
-                        job = w.job
-                        self._discard(w, kill=True)
-                        yield stamp(job.failed(Verdict.TIMEOUT, "Timeout",
-                                               f"no result after {self.timeout_s:g} s; the worker "
-                                               f"(pid {w.proc.pid}) was killed and replaced"), w.proc.pid)
-                    elif not w.ready and now >= w.started + STARTUP_TIMEOUT_S:
-                        start_failures += 1
-                        self._discard(w, kill=True)
-                    elif w.job is not None and not w.conn.poll() and \
-                            resident_bytes(w.proc.pid) > self.memory_limit:
-                        job, held = w.job, resident_bytes(w.proc.pid)
-                        self._discard(w, kill=True)
-                        yield stamp(job.failed(Verdict.CRASH, "MemoryLimit",
-                                               f"the worker (pid {w.proc.pid}) held {held / 2**20:.0f} MiB, more "
-                                               f"than its limit of {memory_text(self.memory_limit)} "
-                                               "(worker-memory-limit in [tool.opdiff]); it was killed and "
-                                               "replaced"), w.proc.pid)
+                yield from self._receive(feed, max(0.0, min(deadlines) - now) if deadlines else None)
+                yield from self._sweep(feed)
         except GeneratorExit:
             # The consumer stopped early: jobs in flight are abandoned with their workers.
             for w in [w for w in self._workers if w.job is not None]:
@@ -428,6 +372,81 @@ class WorkerPool:
         except BaseException:
             self.close()
             raise
+
+    def _dispatch(self, feed: _Feed) -> Iterator:
+        """Pull jobs lazily, only as many as there are workers to take them; start the workers
+        they need and hand each ready one a job (one that cannot be sent fails here)."""
+        busy = sum(1 for w in self._workers if w.job is not None)
+        while not feed.exhausted and len(feed.queue) + busy < self.n:
+            try:
+                feed.queue.append(next(feed.source))
+            except StopIteration:
+                feed.exhausted = True
+        idle = [w for w in self._workers if w.job is None]
+        for _ in range(min(len(feed.queue) - len(idle), self.n - len(self._workers))):
+            idle.append(self._spawn())
+        for w in idle:
+            if w.ready and feed.queue:
+                job = feed.queue.popleft()
+                try:
+                    sent = self._send(w, job)
+                except UnsendableJob as exc:
+                    yield job.failed(Verdict.EXPORT_FAIL, type(exc.cause).__name__,
+                                     f"the job could not be sent to a worker: {exc.cause}")
+                    continue
+                if not sent:
+                    feed.queue.appendleft(job)  # it never reached the worker: not its fault
+
+    def _receive(self, feed: _Feed, timeout: float | None) -> Iterator:
+        """What the workers send within `timeout`: results, hellos, and deaths (EOF)."""
+        for conn in wait([w.conn for w in self._workers], timeout):
+            w = next(x for x in self._workers if x.conn is conn)
+            try:
+                msg = w.conn.recv_bytes()
+            except (EOFError, OSError):
+                if not w.ready:
+                    feed.start_failures += 1
+                outcome = self._died(w)
+                if outcome is not None:
+                    yield outcome
+                continue
+            if not w.ready:
+                self._greet(w, msg)
+                if w.ready:
+                    feed.start_failures = 0
+                else:
+                    feed.start_failures += 1
+                    self._discard(w, kill=True)
+                continue
+            outcome = msg if self.raw else _unpickled(msg, w)
+            w.job, w.served = None, w.served + 1
+            yield outcome
+
+    def _sweep(self, feed: _Feed) -> Iterator:
+        """Workers past their job's deadline or their start-up time, or over the memory
+        limit: killed and replaced, their jobs failed."""
+        now = time.monotonic()
+        for w in list(self._workers):
+            if w.job is not None and now >= w.deadline and not w.conn.poll():
+                # (a result already waiting in the pipe is read on the next turn: the
+                # consumer, not the worker, took the time)
+                job = w.job
+                self._discard(w, kill=True)
+                yield stamp(job.failed(Verdict.TIMEOUT, "Timeout",
+                                       f"no result after {self.timeout_s:g} s; the worker "
+                                       f"(pid {w.proc.pid}) was killed and replaced"), w.proc.pid)
+            elif not w.ready and now >= w.started + STARTUP_TIMEOUT_S:
+                feed.start_failures += 1
+                self._discard(w, kill=True)
+            elif w.job is not None and not w.conn.poll() and \
+                    resident_bytes(w.proc.pid) > self.memory_limit:
+                job, held = w.job, resident_bytes(w.proc.pid)
+                self._discard(w, kill=True)
+                yield stamp(job.failed(Verdict.CRASH, "MemoryLimit",
+                                       f"the worker (pid {w.proc.pid}) held {held / 2**20:.0f} MiB, more "
+                                       f"than its limit of {memory_text(self.memory_limit)} "
+                                       "(worker-memory-limit in [tool.opdiff]); it was killed and "
+                                       "replaced"), w.proc.pid)
 
     def _send(self, w: _Worker, job: Task) -> bool:
         """Hand `job` to a ready worker; False (worker discarded) if its pipe is broken."""

@@ -1,8 +1,8 @@
 """Where a command's jobs run: the one place that makes a pool. Every command that runs
 jobs (record, check, validate, localize, gradcheck, goldens reference, repro's node graph,
-the pytest plugin) takes its pool from `open_pool`, so `--executor`, `--python` and
-`--in-process` mean the same everywhere, and a combination that cannot work is refused
-the same way before anything runs.
+the pytest plugin) takes its pool from `open_pool` (`make_pool`: with a listener), so
+`--executor`, `--python` and `--in-process` mean the same everywhere, and a combination
+that cannot work is refused the same way before anything runs.
 
 - executor "local": worker processes on this machine (pool.py), under this interpreter or
   `python`; or this process itself with `in_process`.
@@ -87,6 +87,15 @@ def open_pool(settings: Settings, *, in_process: bool = False, python: Path | No
     from .ray_pool import RayPool
 
     return RayPool(address, jobs=settings.jobs, timeout_s=settings.timeout_s, notify=notify, threads=settings.threads)
+
+
+def make_pool(settings: Settings, in_process: bool = False, listener: object = None,
+              python: Path | None = None) -> Pool:
+    """`open_pool` for a command that has a listener: what happens on the way that is no
+    result (a cluster's node lost) goes to the listener's `notice`, where it has one
+    (run/session.py's `RunListener`, or a plain listener that defines it)."""
+    notice = getattr(listener, "notice", None)
+    return open_pool(settings, in_process=in_process, python=python, notify=notice if callable(notice) else None)
 
 
 def run_one(task: Task, timeout_s: float = 300.0, in_process: bool = False):

@@ -8,16 +8,9 @@ Non-tensor arguments (ints, lists of ints, dtypes, None, constructed objects) ar
 baked in as constants. Complex tensors never cross the boundary: complex inputs
 arrive as real `[..., 2]` tensors and are rebuilt with `view_as_complex` inside the
 graph (this is also how `cast_input0_to_complex` works: materialize already stores
-input 0 as real pairs); complex outputs leave as `view_as_real`. Python scalar outputs
-leave as 0-d tensors. `out_structure` records how to rebuild the nested output value
-(see `restore_outputs`): it is a core/trees.py structure with two extra leaf kinds,
-
-    {"complex": i}               flat output i is a real [..., 2] view of a complex tensor
-    {"scalar": i, "type": "int"} flat output i is a 0-d tensor standing for a Python
-                                 int / float / bool
-
-A pair test runs side a and side b on the same inputs; its structure is
-`{"dict": [["a", ...], ["b", ...]]}`, side b's leaf indices following side a's.
+input 0 as real pairs); complex outputs leave as `view_as_real`, Python scalar outputs
+as 0-d tensors. `out_structure` records how to rebuild the nested output value
+(outputs.py).
 """
 
 from __future__ import annotations
@@ -29,14 +22,12 @@ from typing import Any, Callable
 import torch
 
 from ..backends.base import Dynamic, DynamicDim
-from ..core import trees
 from ..core.errors import OpdiffError
 from ..suite import dynamic
 from ..suite.construct import bind, call_inputs
 from ..suite.model import Invocation, TestCase
 from ..suite.torch_call import TorchCall
-
-_SCALAR_TYPES = {"bool": bool, "int": int, "float": float}
+from .outputs import collect_outputs, output_structure
 
 
 @dataclass
@@ -91,155 +82,8 @@ class FlatModule(torch.nn.Module):
         args, kwargs = self.call_args(tensors)
         flat: list[torch.Tensor] = []
         for side in self.side_names:
-            _collect(self._fn(side)(*args, **kwargs), flat)
+            collect_outputs(self._fn(side)(*args, **kwargs), flat)
         return tuple(flat)
-
-
-def _collect(out: Any, flat: list[torch.Tensor]) -> None:
-    """Append the output leaves of `out` to `flat`, in the order `_structure` numbers them."""
-    if isinstance(out, torch.Tensor):
-        # a conjugate or negative view (fft's inverse transforms return them) has no real view
-        flat.append(torch.view_as_real(out.resolve_conj().resolve_neg()) if out.is_complex() else out)
-    elif isinstance(out, (tuple, list)):
-        for v in out:
-            _collect(v, flat)
-    elif isinstance(out, dict):
-        for v in out.values():
-            _collect(v, flat)
-    elif isinstance(out, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
-        flat.append(torch.tensor(out))
-    elif out is not None and not isinstance(out, (str, torch.dtype)):
-        container = trees.as_container(out)
-        if container is not None:
-            _collect(container, flat)
-
-
-def _structure(out: Any, counter: list[int], where: str, depth: int = 0, at: str = "") -> Any:
-    """The out_structure of one eager output value; `counter[0]` numbers the leaves, `at`
-    is the position in the output. Refuses (OpdiffError) what a golden could not hold: a
-    value nested deeper than trees.MAX_DEPTH, dict keys that would be stored as one, a
-    type that is neither plain nor registered with torch.utils._pytree."""
-
-    def leaf(kind: str, **extra: Any) -> dict[str, Any]:
-        node = {kind: counter[0], **extra}
-        counter[0] += 1
-        return node
-
-    if depth > trees.MAX_DEPTH:
-        raise OpdiffError(str(trees.TooDeep(f"the output of {where}")))
-    if isinstance(out, torch.Tensor):
-        return leaf("complex") if out.is_complex() else leaf("tensor")
-    if isinstance(out, tuple):
-        return {"tuple": [_structure(v, counter, where, depth + 1, f"{at}[{i}]") for i, v in enumerate(out)]}
-    if isinstance(out, list):
-        return {"list": [_structure(v, counter, where, depth + 1, f"{at}[{i}]") for i, v in enumerate(out)]}
-    if isinstance(out, dict):
-        try:
-            keys = trees.dict_keys(out, f"the output of {where}")
-        except ValueError as exc:
-            raise OpdiffError(str(exc)) from None
-        return {"dict": [[k, _structure(v, counter, where, depth + 1, f"{at}[{k!r}]")]
-                         for k, v in zip(keys, out.values())]}
-    if isinstance(out, bool):
-        return leaf("scalar", type="bool")
-    if isinstance(out, int):
-        return leaf("scalar", type="int")
-    if isinstance(out, float):
-        return leaf("scalar", type="float")
-    if out is None or isinstance(out, str):
-        return {"value": out}
-    if isinstance(out, torch.dtype):
-        return {"dtype": str(out).removeprefix("torch.")}
-    container = trees.as_container(out)
-    if container is not None:
-        return _structure(container, counter, where, depth, at)
-    raise OpdiffError(unstorable(out, where, f"output{at}" if at else "its output"))
-
-
-def unstorable(value: Any, where: str, at: str) -> str:
-    """Why an output of this type cannot be compared, and what to do."""
-    kind = type(value)
-    name = f"{kind.__module__}.{kind.__qualname__}"
-    if kind.__module__.startswith("transformers.") and kind.__name__.endswith("Cache"):
-        return (f"{where} returns a {kind.__name__} as {at}: the key/value cache a transformers model returns "
-                "while use_cache is on. Set use_cache: false in the test's config. (The cache cannot be "
-                f"compared: torch.utils._pytree has no registration for {name} to take its tensors out; "
-                "registering one with torch.utils._pytree.register_pytree_node where the module is built "
-                "would compare them.)")
-    return (f"{where} returns a {kind.__name__} as {at}, and torch.utils._pytree has no registration for {name} "
-            "to take its tensors out, so it cannot be compared (a golden holds tensors, numbers, strings, None, "
-            "and tuples, lists, dicts or pytree-registered types of them). Return tensors instead, or register "
-            "the type with torch.utils._pytree.register_pytree_node where the module is defined.")
-
-
-def restore_outputs(structure: Any, outputs: list[torch.Tensor]) -> Any:
-    """The nested output value from flat outputs: complex tensors rebuilt from real pairs,
-    Python scalars from 0-d tensors, constants (None, strings) from the structure."""
-
-    def complex_leaf(s: dict) -> Any:
-        t = outputs[s["complex"]]
-        if t.shape[-1:] != (2,) or not t.is_floating_point():
-            raise ValueError(f"output {s['complex']} should be a complex tensor as real [..., 2] pairs, got a "
-                             f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
-        if t.dtype in (torch.float16, torch.bfloat16):
-            t = t.float()  # there is no complex bfloat16, and complex32 is barely usable
-        return torch.view_as_complex(t.contiguous())
-
-    def scalar_leaf(s: dict) -> Any:
-        t = outputs[s["scalar"]]
-        if t.numel() != 1 or (s["type"] != "float" and (t.is_floating_point() or t.is_complex())):
-            raise ValueError(f"output {s['scalar']} should be a Python {s['type']} (one element), got a "
-                             f"{str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)}")
-        return _SCALAR_TYPES[s["type"]](t.item())
-
-    return trees.unflatten(structure, list(outputs), {"complex": complex_leaf, "scalar": scalar_leaf})
-
-
-def nest_residuals(structure: Any, reference: list[torch.Tensor | None], expected: Any) -> Any:
-    """float64 reference minus expected value per floating tensor leaf, nested like
-    `expected` (the restored outputs a golden holds): float32, complex64 for complex
-    leaves; None for every other leaf and where the shapes differ. `reference` is flat,
-    as `float64_reference` returns it for `structure`."""
-
-    def build(s: Any, value: Any) -> Any:
-        kind = next(k for k in s if k != "type")
-        v = s[kind]
-        if kind in ("tensor", "complex"):
-            ref = reference[v] if v < len(reference) else None
-            if ref is None or not isinstance(value, torch.Tensor):
-                return None
-            if kind == "complex":
-                if ref.shape[-1:] != (2,):
-                    return None
-                ref = torch.view_as_complex(ref.contiguous())
-            if tuple(ref.shape) != tuple(value.shape):
-                return None
-            wide = torch.complex128 if kind == "complex" else torch.float64
-            narrow = torch.complex64 if kind == "complex" else torch.float32
-            return (ref.to(wide) - value.detach().to(wide)).to(narrow)
-        if kind in ("tuple", "list"):
-            if not isinstance(value, (tuple, list)) or len(value) != len(v):
-                return None
-            items = [build(e, x) for e, x in zip(v, value)]
-            return tuple(items) if kind == "tuple" else items
-        if kind == "dict":
-            if not isinstance(value, dict):
-                return None
-            return {k: build(e, value.get(k)) for k, e in v}
-        return None
-
-    return build(structure, expected)
-
-
-def count_outputs(structure: Any) -> int:
-    """How many flat outputs a structure refers to."""
-    if isinstance(structure, dict):
-        if any(k in structure for k in ("tensor", "complex", "scalar")):
-            return 1
-        return sum(count_outputs(v) for v in structure.values())
-    if isinstance(structure, list):
-        return sum(count_outputs(v) for v in structure)
-    return 0
 
 
 def flat_module(case: TestCase, invocation: Invocation) -> Prepared:
@@ -290,9 +134,9 @@ def prepare_call(sides: dict[str, Callable[..., Any]], args: list[Any], kwargs: 
         args_p, kwargs_p = probe.call_args([t.clone() for t in inputs])
         for side in probe.side_names:
             out = probe._fn(side)(*args_p, **kwargs_p)
-            parts.append((side, _structure(out, counter, where + (f" side {side}" if keyed else ""),
+            parts.append((side, output_structure(out, counter, where + (f" side {side}" if keyed else ""),
                                            depth=1 if keyed else 0)))   # keyed: under {side: ...}
-            _collect(out, flat)
+            collect_outputs(out, flat)
     structure = {"dict": [[s, st] for s, st in parts]} if keyed else parts[0][1]
     return Prepared(module, inputs, structure, [t.dtype for t in flat])
 
@@ -308,13 +152,6 @@ def tensor_inputs(args: list[Any], kwargs: dict[str, Any]) -> tuple[torch.Tensor
     real pairs."""
     return tuple(torch.view_as_real(t).clone() if t.is_complex() else t.contiguous()
                  for t in _tensor_leaves(args, kwargs))
-
-
-def flat_values(value: Any) -> list[torch.Tensor]:
-    """A nested output value's leaves in the order flat modules return them."""
-    flat: list[torch.Tensor] = []
-    _collect(value, flat)
-    return flat
 
 
 def _split(x: Any, leaves: list[Any]) -> Any:

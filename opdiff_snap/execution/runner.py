@@ -33,7 +33,8 @@ from .cache import ArtifactCache, FailureRecord, cache_key, deterministic
 from .export_load import Export, export_and_load
 from .job import Outcome, WorkerContext
 from .op_support import Survey
-from .prepare import Prepared, count_outputs, flat_module, restore_outputs
+from .outputs import count_outputs, restore_outputs
+from .prepare import Prepared, flat_module
 from .quantized import calibration_inputs
 from .references import elementwise_reference, float64_reference, precision_control
 

@@ -174,6 +174,24 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
         return ["its attributes are not a JSON object"]
     if attrs.get(MARK) != FORMAT:
         return [f"attribute {MARK!r} is {attrs.get(MARK)!r}, expected {FORMAT}"]
+    out = _type_problems(attrs)
+    if out:
+        return out
+    tensors: dict = attrs["tensors"]
+    out = _field_problems(attrs) + _tensor_problems(tensors, data_nbytes)
+    sections, found = _sections(attrs)
+    out += found
+    used: set[str] = set()
+    out += _section_problems(attrs, sections, tensors, used)
+    out += _state_problems(attrs["states"], tensors, used)
+    stray = sorted(set(tensors) - used)
+    if stray:
+        out.append(f"tensors {', '.join(repr(s) for s in stray[:5])} are not referred to by any structure")
+    return out
+
+
+def _type_problems(attrs: dict) -> list[str]:
+    """Each required attribute missing, and each attribute of the wrong type."""
     out = []
     for key, t in {**REQUIRED, **OPTIONAL}.items():
         if key not in attrs:
@@ -181,8 +199,12 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
                 out.append(f"attribute '{key}' is missing")
         elif not _is(attrs[key], t):
             out.append(f"attribute '{key}' is {type(attrs[key]).__name__}, not {_type_name(t)}")
-    if out:
-        return out
+    return out
+
+
+def _field_problems(attrs: dict) -> list[str]:
+    """The test type, seed, test id and baseline, each checked for what it may hold."""
+    out = []
     if attrs["test_type"] not in TEST_TYPES:
         out.append(f"test_type {attrs['test_type']!r} is not one of {', '.join(TEST_TYPES)}")
     if not 0 <= attrs["seed"] <= MAX_SEED:
@@ -193,18 +215,26 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
                    "character, which no suite can give a test id")
     if not isinstance(attrs["baseline"].get("name"), str) or not attrs["baseline"]["name"]:
         out.append("baseline has no preset name")
+    return out
 
-    tensors: dict = attrs["tensors"]
-    bad_records = [m for name, rec in tensors.items() for m in record_problems(name, rec, data_nbytes)]
-    out.extend(bad_records)
-    if not bad_records and data_nbytes is not None:
+
+def _tensor_problems(tensors: dict, data_nbytes: int | None) -> list[str]:
+    """Each tensor record's problems, and a packed data length other than their sum."""
+    out = [m for name, rec in tensors.items() for m in record_problems(name, rec, data_nbytes)]
+    if not out and data_nbytes is not None:
         # the tensors lie back to back: the data is exactly as long as they are together, so a
         # declared length can never make a reader allocate more than the tensors take
         total = sum(rec["nbytes"] for rec in tensors.values())
         if total != data_nbytes:
             out.append(f"its shape declares {data_nbytes} bytes of packed data, but its tensors take "
                        f"{total} bytes together")
-    used: set[str] = set()
+    return out
+
+
+def _sections(attrs: dict) -> tuple[dict[str, Any], list[str]]:
+    """The structures that refer to tensors, by section name, and what is wrong with the
+    reference's kind."""
+    out = []
     sections = {"args": attrs["args"], "kwargs": attrs["kwargs"], "outputs": attrs["outputs"]}
     if attrs.get("grads") is not None:
         sections["grads"] = attrs["grads"]
@@ -218,6 +248,13 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
                 out.append("reference of kind 'none' has no reason")
         else:
             out.append(f"reference kind {kind!r} is neither 'float64' nor 'none'")
+    return sections, out
+
+
+def _section_problems(attrs: dict, sections: dict[str, Any], tensors: dict, used: set[str]) -> list[str]:
+    """Each section's structure checked, its tensor indices 0..n-1 and held (added to
+    `used`); args a list and kwargs a dict at the top, a pair's outputs its two sides."""
+    out = []
     sound = set()
     for section, structure in sections.items():
         found, indices = structure_problems(structure, section)
@@ -240,7 +277,13 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
     if attrs["test_type"] == "pair" and "outputs" in sound and (_dict_keys(attrs["outputs"]) or []) not in (
             ["a", "b"], ["b", "a"]):
         out.append("outputs of a pair test must be a dict of the sides 'a' and 'b'")
-    for side, entries in attrs["states"].items():
+    return out
+
+
+def _state_problems(states: dict, tensors: dict, used: set[str]) -> list[str]:
+    """Each module's state entries [parameter name, tensor name], the tensors held (added to `used`)."""
+    out = []
+    for side, entries in states.items():
         if not isinstance(entries, list) or not all(
                 isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries):
             out.append(f"states['{side}'] must be a list of [parameter name, tensor name] pairs")
@@ -250,9 +293,6 @@ def problems(attrs: Any, data_nbytes: int | None = None) -> list[str]:
             if name not in tensors:
                 out.append(f"states['{side}'] parameter '{param}' refers to tensor '{name}', which the "
                            "golden does not hold")
-    stray = sorted(set(tensors) - used)
-    if stray:
-        out.append(f"tensors {', '.join(repr(s) for s in stray[:5])} are not referred to by any structure")
     return out
 
 

@@ -40,6 +40,7 @@ from ..core.safetext import printable
 from ..execution.batch import compile_ahead, rerun_alone
 from ..execution.dispatch import Dispatcher, Ready
 from ..execution.job import Task
+from ..execution.pools import make_pool
 from ..execution.runner import Job
 from ..execution.warmup import warm_ups
 from ..expectations.standing import Expecter
@@ -50,7 +51,7 @@ from ..run.check import cache_usable
 from ..run.check_job import item_work
 from ..run.judge import Pending, judge
 from ..run.pipeline import Sinks
-from ..run.session import make_pool, settings_json
+from ..run.session import settings_json
 from .options import Options
 
 if TYPE_CHECKING:

@@ -24,6 +24,7 @@ from ..core.errors import OpdiffError
 from ..execution.batch import compile_ahead, rerun_alone
 from ..execution.cache import cache_unusable
 from ..execution.job import Outcome
+from ..execution.pools import make_pool
 from ..execution.runner import Job
 from ..execution.warmup import warm_ups
 from ..expectations.standing import Expecter
@@ -42,7 +43,7 @@ from .judge import Pending, judge
 from .pipeline import Pipeline, Sinks
 from .plan_identity import all_present, plan_identity, same_plan, shard_keys
 from .requests import CheckRequest
-from .session import make_pool, notice, set_total, settings_json, warn
+from .session import notice, set_total, settings_json, warn
 
 
 def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (),

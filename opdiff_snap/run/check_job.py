@@ -31,7 +31,7 @@ from .judge import Pending
 class CheckJob(Job):
     """A check job. When the target cannot lower the test, the same worker goes on to
     lower each op of the test's graph alone, so the result lists every op the target
-    cannot take, not only the first (cause.lowering)."""
+    cannot take, not only the first (execution.op_survey)."""
 
     survey_ops: bool = True
 
@@ -43,7 +43,7 @@ class CheckJob(Job):
                 and self.preset.scheme is None):
             outcome.survey = None
             return outcome
-        from ..cause.lowering import survey_test
+        from ..execution.op_survey import survey_test
 
         if outcome.survey is not None:   # remembered with a cached failure
             return outcome

@@ -29,11 +29,12 @@ from ..compare.metrics import Control, Judged, Metrics
 from ..compare.numerics import Comparison, compare
 from ..compare.quantized import judge_int8, sqnr_db
 from ..compare.results import Result
+from ..compare.rounding import rounding_for
 from ..compare.rules import Rounding
 from ..compare.vacuous import op_of, vacuous_reason
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
-from ..execution.prepare import flat_values, nest_residuals, restore_outputs
+from ..execution.outputs import flat_values, restore_outputs
 from ..execution.references import REDUCED, needs_control
 from ..goldens import Golden
 from ..suite.model import RecordedGrads, TestCase, Tolerance
@@ -134,17 +135,6 @@ def _quantization_only(result: Result, golden: Golden, outcome: Outcome, tol: To
         result.message = (f"quantization error: the quantized model (before lowering) is {sqnr:.3g} dB SQNR from "
                           f"the fp32 golden, below the {tol.min_sqnr:g} dB asked (the backend converted it; it "
                           "cannot run here).")
-
-
-def rounding_for(golden: Golden, preset: Preset, structure: Any = None,
-                 elementwise: list | None = None, control: list | None = None) -> Rounding:
-    """What a target's outputs are judged with against `golden` (compare.numerics.Rounding):
-    the golden's float64 reference, the precisions, and the elementwise reference and the
-    precision control (flat, as a job computes them for `structure`) when there are."""
-    nested = None if elementwise is None else nest_residuals(structure, elementwise, golden.outputs)
-    own = None if control is None else restore_outputs(structure, control)
-    return Rounding(golden.reference, str(golden.baseline.get("precision") or "fp32"), preset.precision, nested,
-                    own)
 
 
 def judged_there(golden: Golden, preset: Preset, tol: Tolerance, outcome: Outcome) -> str:

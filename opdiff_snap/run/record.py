@@ -48,7 +48,8 @@ from ..core.environment import environment
 from ..core.errors import OpdiffError
 from ..core.verdicts import Verdict
 from ..execution.job import Outcome
-from ..execution.prepare import nest_residuals, restore_outputs
+from ..execution.outputs import nest_residuals, restore_outputs
+from ..execution.pools import make_pool
 from ..execution.runner import Job
 from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
@@ -62,7 +63,7 @@ from ..suite.reader import SuiteReader
 from ..suite.selection import check_seeds, seeds_for, skip_reason
 from .pipeline import Pipeline, Sinks
 from .requests import RecordRequest
-from .session import make_pool, set_total, settings_json, warn
+from .session import set_total, settings_json, warn
 
 
 @dataclass

@@ -1,24 +1,15 @@
-"""What every command that runs jobs shares around its own logic: the worker pool it runs
-jobs in, the settings its history records, and telling the caller's listener things
-(`RunListener`: what a listener may hear, with the defaults)."""
+"""What every command that runs jobs shares around its own logic: the settings its history
+records, and telling the caller's listener things (`RunListener`: what a listener may
+hear, with the defaults). The pool the jobs run in is execution/pools.py's `make_pool`."""
 
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 from ..compare.results import Listener, Result
 from ..core.config import Settings
-from ..execution.pools import Pool, open_pool
-
-
-def make_pool(settings: Settings, in_process: bool = False, listener: Listener | None = None,
-              python: Path | None = None) -> Pool:
-    """The pool a command's jobs go to (execution/pools.py: worker processes here, under
-    this interpreter or `python`, this process, or a Ray cluster), telling the listener of
-    what happens on the way that is no result (a cluster's node lost)."""
-    return open_pool(settings, in_process=in_process, python=python, notify=lambda text: notice(listener, text))
+from ..execution.pools import Pool
 
 
 def settings_json(settings: Settings, in_process: bool, cache: bool, pool: Pool) -> dict[str, Any]:

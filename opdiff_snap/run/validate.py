@@ -8,11 +8,11 @@ from pathlib import Path
 
 from ..core.config import Settings
 from ..core.errors import Problem, SuiteError
+from ..execution.pools import make_pool
 from ..execution.probe import ImportProbe
 from ..suite import TestCase
 from ..suite.given import given_cases
 from ..suite.unsettled import unsettled_paths
-from .session import make_pool
 
 
 def validate(suites=None, *, imports: bool = False, settings: Settings | None = None, in_process: bool = False,

@@ -21,18 +21,12 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..core.errors import OpdiffError
-
-SCHEMES = ("s3://",)
+from ..core.locations import is_url
 
 
 class StorageError(OpdiffError):
     """A store behind a URL could not be reached, refused the credentials, or has no such
     bucket. The message names the URL and what to do, never a credential."""
-
-
-def is_url(location: object) -> bool:
-    """Whether a store location is a URL (s3://bucket/prefix) rather than a local path."""
-    return isinstance(location, str) and location.startswith(SCHEMES)
 
 
 def occupied_by_file(location: Path | str) -> bool:

@@ -5,24 +5,11 @@ location is looked at: the stores are written against what these return."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..core.errors import OpdiffError
 from .base import Place, is_url
 from .runs import LocalRuns, Runs
 from .shared import Tiers
-
-
-def parse_location(value: Any) -> Path | str:
-    """A store location as given (a flag, a setting): an s3:// URL stays a string, anything
-    else is a path."""
-    text = str(value)
-    if is_url(text):
-        return text.rstrip("/")
-    if "://" in text:
-        raise OpdiffError(f"'{text}': only local paths and s3://bucket/prefix URLs are supported as "
-                          "store locations.")
-    return Path(value)
 
 
 def open_place(location: str | Path) -> Place:

@@ -8,12 +8,11 @@ plain data: op names, argument templates whose tensors refer to other nodes (Ref
 recorded tensors, and for each node the line of the user's `forward` it came from. It
 travels to the parent; a Fragment (one node, or a contiguous range of nodes, with the
 recorded values it reads and those it should produce) travels back to a worker and runs
-there alone on the target (FragmentTask).
+there alone on the target (cause/alone.py's FragmentTask).
 """
 
 from __future__ import annotations
 
-import copy
 import operator
 import re
 from dataclasses import dataclass, field
@@ -23,10 +22,8 @@ import torch
 
 from ..core.errors import OpdiffError
 from ..core.sources import source_line
-from ..execution.prepare import flat_values
 from ..suite.construct import resolve_op
-from ..suite.model import Invocation, TestCase
-from .alone import Piece, PieceTask
+from .outputs import flat_values
 
 
 @dataclass(frozen=True)
@@ -101,7 +98,7 @@ class NodeGraph:
         or the graph's output uses. Nodes computed from weights and constants only are not
         run but read, like weights: backends fold them at export, in the precision they
         compute in (a node that fixes its dtype, as decompositions do, stays consistent).
-        `folded=False` keeps them: a backend must still convert them (cause.lowering)."""
+        `folded=False` keeps them: a backend must still convert them (op_survey.py)."""
         nodes = [n for n in self.nodes[start:stop + 1] if not (folded and n.constant)]
         if not nodes:
             raise ValueError(f"nodes {start}-{stop} are computed from weights and constants only")
@@ -213,7 +210,7 @@ def export_scope(module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any
     decomposition, the ops as the model's code calls them) and record every node on these
     inputs."""
     from ..backends.common import export_program
-    from ..execution.prepare import prepare_call
+    from .prepare import prepare_call
 
     prepared = prepare_call({"a": module}, list(args), dict(kwargs), where)
     try:
@@ -368,47 +365,3 @@ class Fragment:
                                                 name=node.name)
         g.output(tuple(lookup(r) for r in self.outputs))
         return torch.fx.GraphModule(root, g)
-
-
-@dataclass
-class FragmentTask(PieceTask):
-    """A fragment of a scope's ATen graph run alone on the target (see cause.alone)."""
-
-    fragment: Fragment | None = None
-    scope: str = ""
-
-    def cut(self) -> Piece:
-        assert self.fragment is not None
-        fn, args, kwargs = self.fragment.call()
-        where = f"test '{self.case.id}' scope '{self.scope or '<root>'}' {self.fragment.label}"
-        return Piece(fn, args, kwargs, list(self.fragment.expected), where)
-
-
-@dataclass
-class ScopeGraphTask:
-    """Export one scope of a module test to ATen and record its nodes, in a worker."""
-
-    case: TestCase
-    invocation: Invocation
-    scope: str = ""
-    strict: bool = False
-    key: str = "graph"
-    core: bool = True          # False: the ATen ops undecomposed (cause.lowering)
-
-    def run(self, context=None) -> NodeGraph:
-        from .calls import capture_call
-
-        try:
-            sub, call = capture_call(self.case, self.invocation, self.scope)
-            where = f"test '{self.case.id}' scope '{call.info.label}'"
-            return export_scope(copy.deepcopy(sub).eval(), list(call.args), dict(call.kwargs), where,
-                                self.scope, self.strict, self.core)
-        except OpdiffError as exc:
-            return self.failed(None, type(exc).__name__, str(exc))
-        except Exception as exc:
-            from ..core.errors import error_text
-            return self.failed(None, type(exc).__name__, f"recording the ATen graph failed: {error_text(exc)}")
-
-    def failed(self, status, error_class, message) -> NodeGraph:
-        head = f"exporting the scope to ATen failed ({status.value}): " if status is not None else ""
-        return NodeGraph(self.scope, error=head + message)

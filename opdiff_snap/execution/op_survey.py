@@ -3,20 +3,19 @@
 Converters stop at the first op they cannot take. Here the test's module is exported once
 with torch.export to ATen without decompositions (the ops as the model's code calls them;
 this succeeds for models a backend rejects), its graph runs on the test's inputs to record
-every value (cause.atengraph), and each distinct (op, input signature) is lowered alone
-on the target (execution.op_support: the backend's own export, and load where the preset
-runs here). The ops that fail alone are the list, each with how many nodes make it, the
-source lines of the model's code they come from and the module they run in.
+every value (atengraph.py), and each distinct (op, input signature) is lowered alone on
+the target (op_support.py: the backend's own export, and load where the preset runs
+here). The ops that fail alone are the list (op_support.Survey), each with how many nodes
+make it, the source lines of the model's code they come from and the module they run in.
 
-Answers are cached (execution.op_support.OpSupportCache). The same survey serves check
-(in the worker whose job failed to lower), localize (its probes spread over the pool) and
+Answers are cached (op_support.OpSupportCache). The same survey serves check (in the
+worker whose job failed to lower), localize (its probes spread over the pool) and
 `opdiff ops` (every test of the suites, where a graph that lowers whole answers for all
 its ops at once).
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -26,13 +25,13 @@ import torch
 from ..backends.base import Backend, Preset
 from ..core.errors import OpdiffError, error_text
 from ..core.verdicts import Verdict
-from ..execution.job import WorkerContext
-from ..execution.op_support import OpSupportCache, OpVerdict, Survey, UnsupportedOp, answer, lower_alone, lowers
 from ..suite.model import Invocation, TestCase
 from .atengraph import Fragment, GraphNode, NodeGraph, Ref, describe, export_scope
+from .job import WorkerContext
+from .op_support import OpSupportCache, OpVerdict, Survey, UnsupportedOp, answer, lower_alone, lowers
 
 if TYPE_CHECKING:
-    from ..execution.prepare import Prepared
+    from .prepare import Prepared
 
 # How many distinct signatures, sources and modules one unsupported op lists.
 SHOWN = 5
@@ -192,7 +191,7 @@ class TestGraph:
     @classmethod
     def of(cls, case: TestCase, invocation: Invocation, cache_dir: Any, threads: int = 0) -> TestGraph:
         """Raises what preparing the test or recording its graph raised."""
-        from ..execution.prepare import flat_module
+        from .prepare import flat_module
 
         prepared = flat_module(case, invocation)
         graph = module_graph(prepared.module, prepared.fresh_inputs(), f"test '{case.id}'")
@@ -223,141 +222,3 @@ def survey_test(case: TestCase, invocation: Invocation, preset: Preset, cache_di
     found = survey_graph(test.graph, preset, test.ask, test.cache, backend)
     found.seconds = time.perf_counter() - t0
     return found
-
-
-# ---------------------------------------------------------------- the op table of suites
-
-@dataclass
-class OpUse:
-    """One distinct op call of a test and what each preset answered for it."""
-
-    op: str
-    signature: str
-    count: int
-    source: str
-    lowers: dict[str, bool | None] = field(default_factory=dict)   # preset -> answer (None: not asked)
-    stage: dict[str, str] = field(default_factory=dict)             # preset -> stage, where it does not
-
-
-@dataclass
-class TestOps:
-    test_id: str
-    uses: list[OpUse] = field(default_factory=list)
-    asked: int = 0           # op calls lowered now (the rest: the cache, or the whole graph lowering)
-    error: str | None = None
-
-
-@dataclass
-class OpsTask:
-    """The ops of one test (its first seed's inputs) and which presets lower each, in a
-    worker: from the op-support cache; for the rest, one lowering of the whole graph
-    answers for all its ops when it succeeds, else each is lowered alone."""
-
-    key: str
-    case: TestCase
-    presets: list[Preset]
-    cache_dir: Any = None
-    seed: int = 0
-
-    def run(self, context: WorkerContext = WorkerContext()) -> TestOps:
-        from ..backends.registry import backend_for
-        from ..suite.materialize import materialize
-
-        out = TestOps(self.case.id)
-        try:
-            test = TestGraph.of(self.case, materialize(self.case, self.seed), self.cache_dir, context.threads)
-        except Exception as exc:
-            out.error = str(exc) if isinstance(exc, OpdiffError) else error_text(exc)
-            return out
-        calls = test.calls
-        out.uses = [OpUse(c.op, c.signature, len(c.nodes), c.nodes[0].source) for c in calls]
-        for preset in self.presets:
-            backend = backend_for(preset)
-            avail = backend.availability(preset)
-            if not avail.can_export:
-                continue
-            # one lowering of the whole graph answers for all its ops when it works
-            whole = functools.partial(test.lowers_whole, backend, preset, avail.can_run)
-            known, asked = answers_for(calls, preset, test.ask, test.cache, backend, whole)
-            out.asked += asked
-            for use, c in zip(out.uses, calls):
-                v = known.get((c.op, c.signature))
-                use.lowers[preset.name] = None if v is None else v.lowers
-                if v is not None and not v.lowers:
-                    use.stage[preset.name] = v.stage or ""
-        return out
-
-    def failed(self, status: Verdict, error_class: str | None, message: str) -> TestOps:
-        return TestOps(self.case.id, error=f"{status.value}: {message}")
-
-
-@dataclass
-class OpRow:
-    """One op across the surveyed tests: where it occurs and which presets lower it."""
-
-    op: str
-    tests: list[str] = field(default_factory=list)
-    nodes: int = 0
-    signatures: int = 0
-    # preset -> "yes" (every call lowers), "no" (none does), "k/n" (k of n distinct calls)
-    support: dict[str, str] = field(default_factory=dict)
-    source: str = ""
-
-
-def op_table(results: Sequence[TestOps], presets: Sequence[str]) -> list[OpRow]:
-    """One row per op, those some preset cannot lower first, then by op name."""
-    rows: dict[str, OpRow] = {}
-    tally: dict[tuple[str, str], list[int]] = {}   # (op, preset) -> [lowering calls, answered calls]
-    for t in results:
-        for u in t.uses:
-            row = rows.setdefault(u.op, OpRow(u.op, source=u.source))
-            if t.test_id not in row.tests:
-                row.tests.append(t.test_id)
-            row.nodes += u.count
-            row.signatures += 1
-            for p in presets:
-                answer = u.lowers.get(p)
-                if answer is not None:
-                    k = tally.setdefault((u.op, p), [0, 0])
-                    k[0] += bool(answer)
-                    k[1] += 1
-    for row in rows.values():
-        for p in presets:
-            good, n = tally.get((row.op, p), [0, 0])
-            row.support[p] = "-" if n == 0 else "yes" if good == n else "no" if good == 0 else f"{good}/{n}"
-    return sorted(rows.values(), key=lambda r: (all(v in ("yes", "-") for v in r.support.values()), r.op))
-
-
-@dataclass
-class SupportChange:
-    """An op call whose answer on a preset differs between two sets of versions in the cache."""
-
-    preset: str
-    op: str
-    signature: str
-    before: dict[str, str]
-    after: dict[str, str]
-    lowered_before: bool
-    lowers_now: bool
-
-
-def support_changes(cache: OpSupportCache, presets: Sequence[str] = ()) -> list[SupportChange]:
-    """Op calls that became supported or unsupported between versions kept in the cache:
-    for each (preset, op, signature), the newest answer against the one before it (by
-    when it was asked)."""
-    seen: dict[tuple[str, str, str], list[OpVerdict]] = {}
-    for v in cache.entries():
-        if not presets or v.preset in presets:
-            seen.setdefault((v.preset, v.op, v.signature), []).append(v)
-    out = []
-    for (preset, op, sig), answers in sorted(seen.items()):
-        by_versions: dict[str, OpVerdict] = {}
-        for a in sorted(answers, key=lambda a: a.asked):
-            by_versions[str(sorted(a.versions.items()))] = a
-        ordered = sorted(by_versions.values(), key=lambda a: a.asked)
-        if len(ordered) >= 2 and ordered[-2].lowers != ordered[-1].lowers:
-            b, a = ordered[-2], ordered[-1]
-            changed = {k: v for k, v in a.versions.items() if b.versions.get(k) != v}
-            out.append(SupportChange(preset, op, sig, {k: b.versions.get(k, "absent") for k in changed}, changed,
-                                     b.lowers, a.lowers))
-    return out
