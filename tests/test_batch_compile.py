@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 from opdiff_snap import api
 from opdiff_snap.backends.base import Piece as BackendPiece
 from opdiff_snap.backends.base import PiecesFailed
-from opdiff_snap.backends.onnx import piece_model
+from opdiff_snap.backends.onnx_pieces import piece_model
 from opdiff_snap.backends.registry import backend_for, get_preset
 from opdiff_snap.cli import main
 from opdiff_snap.core.config import Settings

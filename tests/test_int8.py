@@ -22,10 +22,10 @@ from helpers_numerics.planted_int8 import ENTRY_POINTS, PRESET
 from opdiff_snap import api
 from opdiff_snap.analytics.reports import diff_runs
 from opdiff_snap.backends.common import IS_MACOS
-from opdiff_snap.compare.quantized import BIAS_STEPS, judge_int8, sqnr_db
+from opdiff_snap.compare.int8_errors import BIAS_STEPS, judge_int8, sqnr_db
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.verdicts import Verdict
-from opdiff_snap.execution.quantized import calibration_inputs, digest
+from opdiff_snap.execution.int8_reference import calibration_inputs, digest
 from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.model import Tolerance
@@ -99,7 +99,7 @@ def test_integer_outputs_must_equal_the_quantized_reference():
 CALIBRATION = """
 import sys
 from pathlib import Path
-from opdiff_snap.execution.quantized import calibration_inputs, digest
+from opdiff_snap.execution.int8_reference import calibration_inputs, digest
 from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.suite import load_suites
 root = Path(sys.argv[1])
@@ -225,7 +225,7 @@ def test_a_quantizer_change_under_the_same_preset_is_a_quantization_error_change
 def test_the_quantized_graph_is_read_as_points_static_and_dynamic():
     from helpers_numerics.mods import QuantConv, QuantMLP
 
-    from opdiff_snap.backends.common import pt2e_quantize, xnnpack_quantizer
+    from opdiff_snap.backends.int8_quantizers import pt2e_quantize, xnnpack_quantizer
     from opdiff_snap.cause.quantized_graph import cut_at, points_of
 
     torch.manual_seed(0)
@@ -390,7 +390,8 @@ def test_the_quantizer_without_its_training_only_patterns_quantizes_the_same(mak
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from opdiff_snap.backends.common import export_program, xnnpack_quantizer
+    from opdiff_snap.backends.common import export_program
+    from opdiff_snap.backends.int8_quantizers import xnnpack_quantizer
 
     torch.manual_seed(0)
     module = make().eval()

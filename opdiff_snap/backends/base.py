@@ -239,13 +239,14 @@ def _count(value: Any, name: str) -> int:
     return value
 
 
-_REQUIRED_METHODS: list[str] = []
+REQUIRED_METHODS: list[str] = []
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def _required(method: _Method) -> _Method:
-    """Marks a method of Backend that every backend defines itself (the base's only raises)."""
-    _REQUIRED_METHODS.append(method.__name__)
+    """Marks a method of Backend that every backend defines itself (the base's only raises,
+    or stands on another member: surface.STANDS_IN)."""
+    REQUIRED_METHODS.append(method.__name__)
     return method
 
 
@@ -256,8 +257,8 @@ class Backend:
     the methods marked required. Optional: every other public member, with the default
     it has here. A third-party backend subclasses this class, or defines the same members
     on an object of its own: the registry checks either against this declaration when
-    its entry point loads (`surface_problem`), and sees a plain object through
-    `PluginBackend`, so that callers use every member without asking whether it is there.
+    its entry point loads (`surface.surface_problem`), and sees a plain object through
+    `surface.PluginBackend`, so that callers use every member without asking whether it is there.
     """
 
     family: str
@@ -299,8 +300,11 @@ class Backend:
     def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                preset: Preset, workdir: Path) -> Artifact:
         """`module` and `inputs` are in the golden's dtypes (fp32 usually); a reduced-precision
-        preset casts them itself."""
-        raise NotImplementedError
+        preset casts them itself. Required, unless the backend defines `export_dynamic`:
+        then the default is that with no axis dynamic."""
+        if not self._has("export_dynamic"):
+            raise NotImplementedError
+        return self.export_dynamic(module, inputs, (), preset, workdir)
 
     @_required
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
@@ -356,9 +360,7 @@ class Backend:
         judged against the quantized reference. Default: where its precision is an int8
         one (`Preset.scheme`) and the backend defines `export_quantized`, or `quantize`
         and `lower_quantized`."""
-        cls = type(self)
-        return preset.scheme is not None and (cls.export_quantized is not Backend.export_quantized
-                                              or self._halves())
+        return preset.scheme is not None and (self._has("export_quantized") or self._halves())
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
@@ -378,7 +380,8 @@ class Backend:
         """With `lower_quantized`, the two halves of `export_quantized` for a backend whose
         quantized model is a torch module (PT2E's converted graph): that module and its
         Quantized on `inputs`; raises QuantizeFailed. localize steps through the module's
-        graph, lowering parts of it."""
+        graph, lowering parts of it. int8_quantizers.PT2EBackend defines both halves from a
+        PT2E quantizer."""
         raise NotImplementedError(f"the {self.family} backend has no quantized torch model")
 
     def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
@@ -393,8 +396,11 @@ class Backend:
         return self.quantizes(preset) and self._halves()
 
     def _halves(self) -> bool:
-        cls = type(self)
-        return cls.quantize is not Backend.quantize and cls.lower_quantized is not Backend.lower_quantized
+        return self._has("quantize") and self._has("lower_quantized")
+
+    def _has(self, name: str) -> bool:
+        """Whether this backend defines the member `name` itself (not Backend's default)."""
+        return getattr(type(self), name) is not vars(Backend)[name]
 
     def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
                        preset: Preset, workdir: Path) -> Artifact:
@@ -407,14 +413,11 @@ class Backend:
         """Why `preset` cannot export dynamic shapes (the verdict of a dynamic test says
         it), or None when `export_dynamic` serves it. Default: None where the backend
         defines `export_dynamic` and the preset does not quantize."""
-        if not self._exports_dynamic():
+        if not self._has("export_dynamic"):
             return f"the {self.family} backend exports static shapes only"
         if self.quantizes(preset):
             return "an int8 preset is quantized and exported for static shapes only"
         return None
-
-    def _exports_dynamic(self) -> bool:
-        return type(self).export_dynamic is not Backend.export_dynamic
 
     def delegates(self, preset: Preset) -> bool:
         """Whether the preset hands programs to a delegate, so that `--require-delegated`
@@ -427,165 +430,3 @@ class Backend:
         nothing. Raises when the evidence is there but unreadable (the runner rebuilds a
         cached artifact once, then says so)."""
         return None
-
-
-REQUIRED: tuple[str, ...] = (*(name for name in Backend.__annotations__ if name not in vars(Backend)),
-                             *_REQUIRED_METHODS)
-"""The members every backend defines itself, in the order of the declaration."""
-
-
-@dataclass(frozen=True)
-class _Kind:
-    """What an optional member must be, told by its default in Backend."""
-
-    name: str
-    accepts: Callable[[Any], bool]
-
-
-def _kind_of(default: Any) -> _Kind:
-    if callable(default):
-        return _Kind("a method", callable)
-    if isinstance(default, Mapping):
-        return _Kind("a mapping", lambda value: isinstance(value, Mapping))
-    return _Kind("a string", lambda value: isinstance(value, str))
-
-
-OPTIONAL: dict[str, _Kind] = {name: _kind_of(default) for name, default in vars(Backend).items()
-                              if not name.startswith("_") and name not in REQUIRED}
-"""The members a backend may leave out (Backend's value is the default), and what each must be."""
-
-
-def _defines(obj: Any, name: str) -> bool:
-    """Whether `obj` has the member `name` of its own (not the raising one of Backend)."""
-    if not hasattr(obj, name):
-        return False
-    return name not in _REQUIRED_METHODS or getattr(type(obj), name, None) is not vars(Backend)[name]
-
-
-def surface_problem(obj: Any) -> str:
-    """What `obj` lacks of the declared surface, or has of the wrong kind ("": nothing).
-    On an object that does not subclass Backend, an optional member set to None counts as
-    left out (PluginBackend gives it the default)."""
-    missing = [name for name in REQUIRED if not _defines(obj, name)]
-    if missing:
-        return f"it loaded a {type(obj).__name__}, which lacks {', '.join(missing)} of the Backend protocol"
-    for name in _REQUIRED_METHODS:
-        if not callable(getattr(obj, name)):
-            return f"its '{name}' must be a method, not {type(getattr(obj, name)).__name__}"
-    for name, kind in OPTIONAL.items():
-        value = getattr(obj, name, None)
-        if value is None and not isinstance(obj, Backend):
-            continue
-        if not kind.accepts(value):
-            return f"its '{name}' must be {kind.name} (see backends/base.py), not {type(value).__name__}"
-    return ""
-
-
-class PluginBackend(Backend):
-    """A plugin's backend object that does not subclass Backend, seen as one: its own
-    members where it defines them, Backend's defaults where it does not (or sets None).
-    Made by the registry once `surface_problem` found nothing wrong with it."""
-
-    def __init__(self, plugin: Any):
-        self.plugin = plugin
-        self.family, self.devices, self.precisions = plugin.family, plugin.devices, plugin.precisions
-        self.default_options = plugin.default_options
-        self.serializes, self.can_differentiate = plugin.serializes, plugin.can_differentiate
-        self.defined = frozenset(name for name in OPTIONAL if getattr(plugin, name, None) is not None)
-        if "option_aliases" in self.defined:
-            self.option_aliases = plugin.option_aliases
-        if "option_ranges" in self.defined:
-            self.option_ranges = plugin.option_ranges
-        if "repro_source" in self.defined:
-            self.repro_source = plugin.repro_source
-        if "repro_needs" in self.defined:
-            self.repro_needs = plugin.repro_needs
-
-    def availability(self, preset: Preset) -> Availability:
-        return self.plugin.availability(preset)
-
-    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-               preset: Preset, workdir: Path) -> Artifact:
-        return self.plugin.export(module, inputs, preset, workdir)
-
-    def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
-        return self.plugin.load(artifact, preset, threads=threads)
-
-    def preset_options(self, device: str, precision: str) -> Mapping[str, Any]:
-        if "preset_options" in self.defined:
-            return self.plugin.preset_options(device, precision)
-        return super().preset_options(device, precision)
-
-    def requires(self, preset: Preset) -> frozenset[str]:
-        if "requires" in self.defined:
-            return self.plugin.requires(preset)
-        return super().requires(preset)
-
-    def prepare_runtime(self, preset: Preset) -> None:
-        if "prepare_runtime" in self.defined:
-            self.plugin.prepare_runtime(preset)
-
-    def batches(self, preset: Preset) -> bool:
-        if "batches" in self.defined and "export_batch" in self.defined:
-            return bool(self.plugin.batches(preset))
-        return super().batches(preset)
-
-    def export_batch(self, pieces: Sequence[Piece], preset: Preset, workdir: Path) -> list[Artifact | None]:
-        return self.plugin.export_batch(pieces, preset, workdir)
-
-    def batch_timed_alone(self, preset: Preset) -> bool:
-        if "batch_timed_alone" in self.defined:
-            return bool(self.plugin.batch_timed_alone(preset))
-        return super().batch_timed_alone(preset)
-
-    def offers(self, device: str, precision: str) -> bool:
-        if "offers" in self.defined:
-            return bool(self.plugin.offers(device, precision))
-        return super().offers(device, precision)
-
-    def quantizes(self, preset: Preset) -> bool:
-        if "export_quantized" not in self.defined and not self._halves():
-            return False
-        if "quantizes" in self.defined:
-            return bool(self.plugin.quantizes(preset))
-        return preset.scheme is not None
-
-    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
-                         workdir: Path) -> tuple[Artifact, Quantized]:
-        if "export_quantized" in self.defined:
-            return self.plugin.export_quantized(module, inputs, calibration, preset, workdir)
-        return super().export_quantized(module, inputs, calibration, preset, workdir)
-
-    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
-        return self.plugin.quantize(module, inputs, calibration, preset)
-
-    def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
-                        workdir: Path) -> Artifact:
-        return self.plugin.lower_quantized(module, inputs, preset, workdir)
-
-    def _halves(self) -> bool:
-        return {"quantize", "lower_quantized"} <= self.defined
-
-    def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
-                       preset: Preset, workdir: Path) -> Artifact:
-        return self.plugin.export_dynamic(module, inputs, dims, preset, workdir)
-
-    def dynamic_refusal(self, preset: Preset) -> str | None:
-        if "dynamic_refusal" in self.defined:
-            return self.plugin.dynamic_refusal(preset)
-        return super().dynamic_refusal(preset)
-
-    def _exports_dynamic(self) -> bool:
-        return "export_dynamic" in self.defined
-
-    def delegates(self, preset: Preset) -> bool:
-        if "delegates" in self.defined:
-            return bool(self.plugin.delegates(preset))
-        return super().delegates(preset)
-
-    def delegation(self, artifact: Artifact, preset: Preset) -> Delegation | None:
-        if "delegation" in self.defined:
-            return self.plugin.delegation(artifact, preset)
-        return super().delegation(artifact, preset)

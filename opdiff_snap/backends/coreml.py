@@ -19,22 +19,13 @@ CoreML computes in FLOAT16, as it ships.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 
-from .base import APPLE_SILICON, MACOS, QUANTIZED, Artifact, Availability, Backend, Dynamic, Preset, Quantized, Runnable
-from .common import (
-    INT8_OPTIONS,
-    INT8_RANGES,
-    IS_MACOS,
-    cast_inputs,
-    contiguous_cpu,
-    export_program,
-    has_module,
-    pt2e_quantize,
-    xnnpack_quantizer,
-)
+from .base import APPLE_SILICON, MACOS, QUANTIZED, Artifact, Availability, Dynamic, Preset, Runnable, Scheme
+from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module
+from .int8_quantizers import INT8_OPTIONS, INT8_RANGES, PT2EBackend, xnnpack_quantizer
 
 COMPUTE_UNITS = {"cpu": "CPU_ONLY", "gpu": "CPU_AND_GPU", "ane": "CPU_AND_NE", "any": "ALL"}
 PACKAGE_NAME = "model.mlpackage"
@@ -44,7 +35,7 @@ _PRECISION_NAMES = {"fp32": "FLOAT32", "float32": "FLOAT32", "FLOAT32": "FLOAT32
                     "fp16": "FLOAT16", "float16": "FLOAT16", "FLOAT16": "FLOAT16"}
 
 
-class CoreMLBackend(Backend):
+class CoreMLBackend(PT2EBackend):
     """`coreml_<cpu|gpu|ane|any>_<fp32|fp16|int8|int8pt>`."""
 
     family = "coreml"
@@ -85,10 +76,6 @@ class CoreMLBackend(Backend):
             return Availability(True, False, NOT_MACOS)
         return Availability(True, True)
 
-    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-               preset: Preset, workdir: Path) -> Artifact:
-        return self.export_dynamic(module, inputs, (), preset, workdir)
-
     def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
                        preset: Preset, workdir: Path) -> Artifact:
         """coremltools reads the dynamic dims from the exported program (ranged inputs)."""
@@ -115,16 +102,8 @@ class CoreMLBackend(Backend):
         mlmodel.save(str(workdir / PACKAGE_NAME))
         return Artifact(path=workdir)
 
-    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
-        scheme = preset.scheme
-        assert scheme is not None
-        return pt2e_quantize(module, inputs, calibration, xnnpack_quantizer(scheme.per_channel, dynamic=False),
-                             preset.options)
-
-    def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
-                        workdir: Path) -> Artifact:
-        return self.export(module, inputs, preset, workdir)
+    def pt2e_quantizer(self, scheme: Scheme) -> Any:
+        return xnnpack_quantizer(scheme.per_channel, dynamic=False)
 
     def prepare_runtime(self, preset: Preset) -> None:
         import coremltools  # noqa: F401

@@ -15,22 +15,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 
-from .base import CUDA, Artifact, Availability, Backend, Dynamic, Preset, Quantized, Runnable
-from .common import (
-    INT8_OPTIONS,
-    INT8_RANGES,
-    cast_inputs,
-    cast_module,
-    has_module,
-    int8_on_cpu,
-    pt2e_quantize,
-    reduced_dtype,
-    script_source,
-)
+from .base import CUDA, Artifact, Availability, Dynamic, Preset, Runnable, Scheme
+from .common import cast_inputs, cast_module, has_module, reduced_dtype, script_source
+from .int8_quantizers import INT8_OPTIONS, INT8_RANGES, PT2EBackend, int8_on_cpu, x86_quantizer
 from .torch_eager import device_availability, device_runner, grad_context
 
 INT8 = ("int8", "int8dyn")   # what the x86 quantizer offers: weights per channel only
@@ -64,17 +55,7 @@ def compile_options(opts: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def x86_quantizer(dynamic: bool) -> Any:
-    """torch's X86InductorQuantizer with its default configuration (weights per channel)."""
-    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
-        X86InductorQuantizer,
-        get_default_x86_inductor_quantization_config,
-    )
-
-    return X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config(is_dynamic=dynamic))
-
-
-class InductorBackend(Backend):
+class InductorBackend(PT2EBackend):
     """`inductor_<cpu|cuda>_<fp32|fp16|bf16>`, and `inductor_cpu_<int8|int8dyn>`."""
 
     family = "inductor"
@@ -100,11 +81,8 @@ class InductorBackend(Backend):
     def offers(self, device: str, precision: str) -> bool:
         return int8_on_cpu(device, precision)
 
-    def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
-        scheme = preset.scheme
-        assert scheme is not None
-        return pt2e_quantize(module, inputs, calibration, x86_quantizer(scheme.dynamic), preset.options)
+    def pt2e_quantizer(self, scheme: Scheme) -> Any:
+        return x86_quantizer(scheme.dynamic)
 
     def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
                         workdir: Path) -> Artifact:
@@ -125,10 +103,6 @@ class InductorBackend(Backend):
         if preset.device == "cuda" and not has_module("triton"):
             return Availability(False, False, "Inductor on CUDA needs the 'triton' package")
         return dev
-
-    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-               preset: Preset, workdir: Path) -> Artifact:
-        return self.export_dynamic(module, inputs, (), preset, workdir)
 
     def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
                        preset: Preset, workdir: Path) -> Artifact:

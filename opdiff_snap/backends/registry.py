@@ -30,11 +30,12 @@ from typing import Any, Mapping
 from ..core.environment import PLUGIN_GROUP
 from ..core.errors import OpdiffError, suggest
 from ..core.limits import OPTION_INT, Range
-from .base import Availability, Backend, PluginBackend, Preset, surface_problem
+from .base import Availability, Backend, Preset
 from .coreml import CoreMLBackend
 from .executorch import ExecuTorchBackend
 from .inductor import InductorBackend
 from .onnx import OnnxBackend
+from .surface import PluginBackend, surface_problem
 from .torch_eager import TorchEagerBackend
 
 ENTRY_POINT_GROUP = PLUGIN_GROUP   # core.environment reports the versions of its distributions

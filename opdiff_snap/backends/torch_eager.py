@@ -84,16 +84,10 @@ class TorchEagerBackend(Backend):
     def availability(self, preset: Preset) -> Availability:
         return device_availability(preset.device)
 
-    def export(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-               preset: Preset, workdir: Path) -> Artifact:
-        dtype = reduced_dtype(preset)
-        moved = cast_module(module, dtype).to(preset.device)
-        return Artifact(obj=moved)
-
     def export_dynamic(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dims: Dynamic,
                        preset: Preset, workdir: Path) -> Artifact:
-        """Eager torch runs any shape: its artifact is the module, as for static shapes."""
-        return self.export(module, inputs, preset, workdir)
+        """Eager torch runs any shape: its artifact is the module (cast, moved), whatever `dims`."""
+        return Artifact(obj=cast_module(module, reduced_dtype(preset)).to(preset.device))
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         return device_runner(artifact.obj, preset, bool(preset.options.get("synchronize", True)))

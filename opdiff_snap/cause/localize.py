@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 from ..backends.base import Backend, Preset
 from ..backends.registry import availability, backend_for, get_preset
-from ..compare.quantized import STEPS
+from ..compare.int8_errors import STEPS
 from ..compare.tolerance import tolerance_for
 from ..core.config import Settings
 from ..core.errors import OpdiffError

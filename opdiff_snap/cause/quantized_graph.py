@@ -7,7 +7,7 @@ activation is quantized, and with what step. Each such point (a dequantize of a 
 value; with dynamic activations, the op that takes one) is a probe: the graph up to it,
 lowered exactly as the whole model is (Backend.lower_quantized), run on the golden's
 inputs, and judged against the graph's own value there in steps of that point's scale
-(compare.quantized.judge_int8). The first point, in execution order, that is beyond the
+(compare.int8_errors.judge_int8). The first point, in execution order, that is beyond the
 test's steps is where the lowering error starts; the ops between it and the points
 before it are what the backend computes differently.
 
@@ -195,8 +195,8 @@ def _quantized(case: TestCase, invocation: Invocation, seed: int, preset: Preset
     """The test's quantized graph and its inputs, made once per worker (the last one kept)."""
     import json
 
+    from ..execution.int8_reference import calibration_inputs
     from ..execution.prepare import flat_module
-    from ..execution.quantized import calibration_inputs
 
     key = (case.id, seed, preset.name, json.dumps(preset.options, sort_keys=True, default=str), type(backend))
     if key not in _MADE:
@@ -262,7 +262,7 @@ class PointTask:
     point: Point
 
     def run(self, context: WorkerContext = WorkerContext()) -> PieceResult:
-        from ..compare.quantized import judge_int8
+        from ..compare.int8_errors import judge_int8
         from ..core.errors import error_text
 
         backend = _backend(self.preset, self.backend)

@@ -85,7 +85,7 @@ class Metrics:
     sums zero), `mean_dev` the mean signed deviation (actual - expected), `rel_l2` the
     relative L2 error ||actual - expected|| / ||expected||.
 
-    On an int8 preset (compare/quantized.py): `quant_sqnr` is the quantized reference's
+    On an int8 preset (compare/int8_errors.py): `quant_sqnr` is the quantized reference's
     SQNR (dB) against the golden, the quantization error; `lowering_sqnr` the backend's
     against the quantized reference; `lowering_steps` its largest error there, and
     `lowering_bias` its largest mean signed error on an output, in quantization steps;

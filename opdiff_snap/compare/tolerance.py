@@ -42,7 +42,7 @@ def tolerance_for(case_tolerance: Any, preset: Preset, cli: Tolerance | None = N
     when nothing sets it (compare.rules.PRECISION_FACTOR then decides, per precision).
 
     `steps` and `min_sqnr` (int8 presets only) follow it too; the preset's options hold
-    their defaults (compare.quantized.STEPS where a backend's do not).
+    their defaults (compare.int8_errors.STEPS where a backend's do not).
 
     `case_tolerance` is the `TestCase.tolerance` mapping (a TestCase is accepted too).
     """

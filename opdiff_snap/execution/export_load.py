@@ -62,7 +62,7 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
     back with it."""
     import torch
 
-    from . import quantized as q
+    from . import int8_reference as q
 
     quantizing = backend.quantizes(preset)
     made: list[Quantized] = []    # what this export quantized (none: the artifact came from the store)

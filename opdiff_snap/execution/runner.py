@@ -31,11 +31,11 @@ from ..suite.materialize import materialize
 from ..suite.model import Invocation, RecordedGrads, TestCase
 from .cache import ArtifactCache, FailureRecord, cache_key, deterministic
 from .export_load import Export, export_and_load
+from .int8_reference import calibration_inputs
 from .job import Outcome, WorkerContext
 from .op_support import Survey
 from .outputs import count_outputs, restore_outputs
 from .prepare import Prepared, flat_module
-from .quantized import calibration_inputs
 from .references import elementwise_reference, float64_reference, precision_control
 
 _REDUCED = (torch.float16, torch.bfloat16)

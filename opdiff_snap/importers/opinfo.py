@@ -17,56 +17,27 @@ twice writes identical files.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import multiprocessing
 import os
-import random
-import re
 import sys
 import tempfile
 import warnings
-import zlib
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 
 from ..core.errors import OpdiffError
-from ..core.trees import flatten
-from ..suite.fields import DTYPES as GOLDEN_DTYPES
 from ..suite.profiles import EDGE, NORMAL, expand
-from ..suite.torch_call import Unencodable, decode, encode, resolve_fn
+from .opinfo_samples import DTYPES, VACUOUS, OpRow, ProvesNothing, Sample, collect, output_tensors, same_values
 from .yamlwrite import dump_suite
 
-TORCH_CALL = "opdiff_snap.suite.torch_call.TorchCall"
-# why a golden of these outputs would prove nothing (all zero, all NaN, one value), or None;
-# the caller's rule (compare/vacuous.py through the API), so this module stays a suite writer
-ProvesNothing = Callable[[Any], "str | None"]
-VACUOUS = "its golden would prove nothing (outputs all near zero, all NaN/Inf, or one repeated value)"
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-# outputs that are whatever memory held: the same bits twice proves nothing
-UNINITIALISED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
 DEFAULTS = {"seeds": 1, "tolerance": {"fp16": {"atol": 1.0e-3}, "bf16": {"atol": 1.0e-2}}}
-
-
-@dataclass
-class OpRow:
-    """What became of one op: samples kept per dtype, and why others were not."""
-
-    name: str                                             # with its variant: index_reduce.amax
-    op: str = ""                                          # without: index_reduce
-    fn: str = ""
-    kept: Counter = field(default_factory=Counter)        # dtype -> samples
-    skipped: Counter = field(default_factory=Counter)     # reason -> samples
-    dropped_profiles: Counter = field(default_factory=Counter)  # profile -> samples left without it
-    reason: str = ""                                      # why the op gave nothing at all
 
 
 @dataclass
@@ -94,87 +65,6 @@ class ImportReport:
         return out
 
 
-@dataclass
-class _Sample:
-    test: dict
-    tensors: list[torch.Tensor]
-    output: list[torch.Tensor]
-    row: OpRow
-
-
-def full_name(op) -> str:
-    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
-
-
-def op_database() -> list:
-    try:
-        from torch.testing._internal.common_methods_invocations import op_db
-    except Exception as exc:  # torch built without its testing package, or it failed to import
-        raise OpdiffError(f"torch's OpInfo database cannot be imported here ({type(exc).__name__}: {exc}); "
-                          "it ships with torch's own wheels (torch.testing._internal): use one.") from exc
-    return list(op_db)
-
-
-def callable_path(op) -> str | None:
-    """How a suite names what OpInfo calls: `torch.<name>` when that is the very function,
-    else the Tensor method OpInfo also knows; None for a wrapper of torch's test code."""
-    path = op.name if op.name.startswith("torch.") else "torch." + op.name   # torch.ops.aten.x.default
-    obj: Any = torch
-    for part in path.split(".")[1:]:
-        obj = getattr(obj, part, None)
-        if obj is None:
-            break
-    if obj is not None and obj is op.op:
-        return path
-    if getattr(torch.Tensor, op.name, None) is op.op:
-        return "Tensor." + op.name
-    method = op.method_variant
-    name = getattr(method, "__name__", None)
-    if method is not None and name and getattr(torch.Tensor, name, None) is method:
-        return "Tensor." + name
-    return None
-
-
-def _seed(name: str, dtype: str) -> None:
-    s = zlib.crc32(f"{name}/{dtype}".encode())
-    torch.manual_seed(s)
-    random.seed(s)
-    np.random.seed(s % 2**32)
-
-
-def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(
-        x.dtype == y.dtype and x.shape == y.shape and torch.equal(torch.nan_to_num(x), torch.nan_to_num(y))
-        and torch.equal(x.isnan(), y.isnan()) for x, y in zip(a, b))
-
-
-def _outputs(value: Any) -> list[torch.Tensor]:
-    _, leaves = flatten(value, "the output")
-    return [t.detach().clone() for t in leaves]
-
-
-def _input_node(t: torch.Tensor) -> dict:
-    dtype = str(t.dtype).removeprefix("torch.")
-    values = t.detach().to(torch.float32 if t.dtype == torch.bfloat16 else t.dtype).numpy()
-    if t.dim() == 0:
-        return {"type": "scalar_tensor", "dtype": dtype, "value": values.item() if dtype == "bool" else values[()]}
-    return {"type": "const_tensor", "shape": list(t.shape), "dtype": dtype,
-            "value": values if t.numel() else []}
-
-
-def _call(fn: Callable, form_args: list, form_kwargs: dict, tensors: list[torch.Tensor]) -> Any:
-    inputs = tuple(t.clone() for t in tensors)
-    return fn(*decode(form_args, inputs, "sample"), **{k: decode(v, inputs, "sample") for k, v in form_kwargs.items()})
-
-
-def pointwise(op) -> bool:
-    """Whether an OpInfo entry is an elementwise op (a unary or binary ufunc): the ops
-    whose samples an input profile's values exercise element by element."""
-    from torch.testing._internal.opinfo.core import BinaryUfuncInfo, UnaryUfuncInfo
-
-    return isinstance(op, (UnaryUfuncInfo, BinaryUfuncInfo))
-
-
 def profile_names(profiles: Sequence[str]) -> list[str]:
     """The input profiles asked for (`edge` for every one), beyond normal; OpdiffError names
     one that is not a profile."""
@@ -183,50 +73,6 @@ def profile_names(profiles: Sequence[str]) -> list[str]:
     except ValueError as exc:
         raise OpdiffError(f"--profiles: '{exc}' is not an input profile; give edge, or some of "
                           f"{', '.join(EDGE)}, comma-separated (docs/suite-format.md, input profiles).") from None
-
-
-def _sample_test(row: OpRow, fn: Callable, fn_path: str, sample, test_id: str, dtype: str,
-                 max_elements: int, profiles: Sequence[str] = (),
-                 proves_nothing: ProvesNothing | None = None) -> _Sample | str:
-    """The test of one sample, or why it cannot be one."""
-    tensors: list[torch.Tensor] = []
-    try:
-        args = [encode(sample.input, tensors)] + [encode(a, tensors) for a in sample.args]
-        kwargs = {k: encode(v, tensors) for k, v in sample.kwargs.items()}
-    except Unencodable as exc:
-        return f"{exc} (the suite format holds tensors, numbers, strings, dtypes and lists)"
-    if not tensors:
-        return "no tensor argument"
-    if any(t.is_complex() for t in tensors):
-        return "complex tensor argument"
-    if any(t.layout != torch.strided or t.is_quantized for t in tensors):
-        return "sparse or quantized tensor argument"
-    if sum(t.numel() for t in tensors) > max_elements:
-        return f"more than {max_elements} input elements"
-    tensors = [t.detach().contiguous() for t in tensors]
-    try:
-        first = _outputs(_call(fn, args, kwargs, tensors))
-        again = _outputs(_call(fn, args, kwargs, tensors))
-    except Exception as exc:
-        return f"calling it raised {type(exc).__name__}"
-    if not first:
-        return "output holds no tensor"
-    if any(t.layout != torch.strided for t in first):
-        return "sparse output"
-    odd = sorted({str(t.dtype).removeprefix("torch.") for t in first} - set(GOLDEN_DTYPES))
-    if odd:
-        return f"output dtype {odd[0]}, which a golden does not hold"
-    if not _same(first, again):
-        return "output differs between two calls (random)"
-    if proves_nothing is not None and proves_nothing([t.resolve_conj() for t in first]):
-        return VACUOUS
-    test = {"id": test_id,
-            "op": {"type": "module", "path": TORCH_CALL,
-                   "kwargs": {"fn": fn_path, "args": args, **({"kwargs": kwargs} if kwargs else {})}},
-            "in": [_input_node(t) for t in tensors],
-            **({"profiles": [NORMAL, *profiles]} if profiles else {}),
-            "tags": ["opinfo", dtype]}
-    return _Sample(test, tensors, first, row)
 
 
 def _file_of(name: str) -> str:
@@ -240,72 +86,6 @@ def _file_of(name: str) -> str:
     return f"torch.{first}.yaml"
 
 
-def _sanitize(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
-
-
-def collect(ops: Sequence[str] = (), dtypes: Sequence[str] = ("float32",), max_samples: int = 2,
-            max_elements: int = 256, progress: Callable[[str], None] | None = None,
-            profiles: Sequence[str] = (), profile_dtypes: Sequence[str] | None = None,
-            proves_nothing: ProvesNothing | None = None) -> list[_Sample | OpRow]:
-    """Samples to write and a row per op (in op_db order); the samples of elementwise ops
-    carry `profiles` (input profiles beyond normal) too, in `profile_dtypes` (None: all).
-    A sample whose output `proves_nothing` is skipped, and the next one taken."""
-    for d in dtypes:
-        if d not in DTYPES:
-            raise OpdiffError(f"--dtypes: {d!r} is not one of {', '.join(DTYPES)}.")
-    db = op_database()
-    chosen = [op for op in db if not ops or any(fnmatch.fnmatchcase(full_name(op), g) for g in ops)]
-    if ops and not chosen:
-        raise OpdiffError(f"--ops {';'.join(ops)}: no OpInfo entry matches; names look like add, "
-                          "nn.functional.conv2d or linalg.norm (globs allowed).")
-    out: list[_Sample | OpRow] = []
-    used: set[str] = set()
-    for op in chosen:
-        name = full_name(op)
-        row = OpRow(name, op.name)
-        out.append(row)
-        fn_path = callable_path(op)
-        if op.name in UNINITIALISED:
-            row.reason = "its output is uninitialised memory"
-            continue
-        if fn_path is None:
-            row.reason = "it calls a wrapper in torch's test code, not an importable torch function"
-            continue
-        row.fn = fn_path
-        fn = resolve_fn(fn_path)
-        elementwise = pointwise(op)
-        supported = op.supported_dtypes("cpu")
-        for dtype in dtypes:
-            if DTYPES[dtype] not in supported:
-                continue
-            if progress:
-                progress(f"{name} {dtype}")
-            _seed(name, dtype)
-            kept = 0
-            try:
-                samples: Iterable = op.sample_inputs("cpu", DTYPES[dtype], requires_grad=False)
-                for k, sample in enumerate(samples):
-                    if kept >= max_samples or k >= 8 * max_samples:
-                        break
-                    test_id = _sanitize(f"opinfo.{name}.{SHORT[dtype]}.{k}")
-                    if test_id in used:
-                        row.skipped["duplicate id"] += 1
-                        continue
-                    own = profiles if elementwise and (profile_dtypes is None or dtype in profile_dtypes) else ()
-                    made = _sample_test(row, fn, fn_path, sample, test_id, dtype, max_elements, own,
-                                        proves_nothing)
-                    if isinstance(made, str):
-                        row.skipped[made] += 1
-                        continue
-                    used.add(test_id)
-                    out.append(made)
-                    kept += 1
-            except Exception as exc:  # OpInfo's own sample generator failed here
-                row.skipped[f"OpInfo's sample generator raised {type(exc).__name__}"] += 1
-    return out
-
-
 def _run_case(case) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """A loaded test's inputs and outputs, materialized and called as record calls it."""
     from ..suite.construct import build_modules
@@ -313,21 +93,21 @@ def _run_case(case) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 
     inv = materialize(case, case.seeds[0])
     module = build_modules(case)["a"]
-    return list(inv.args), _outputs(module(*[t.clone() for t in inv.args]))
+    return list(inv.args), output_tensors(module(*[t.clone() for t in inv.args]))
 
 
-def _reproduces(sample: _Sample, case) -> str | None:
+def _reproduces(sample: Sample, case) -> str | None:
     """None when the loaded test rebuilds the sample's inputs and output bit for bit."""
     try:
         args, got = _run_case(case)
     except Exception as exc:
         return f"the written test raised {type(exc).__name__}"
-    if not _same(args, sample.tensors):
+    if not same_values(args, sample.tensors):
         return "its values do not survive the suite format"
-    return None if _same(got, sample.output) else "the written test gives other output bits"
+    return None if same_values(got, sample.output) else "the written test gives other output bits"
 
 
-def _drop_profiles_that_prove_nothing(sample: _Sample, cases: dict, proves_nothing: ProvesNothing) -> None:
+def _drop_profiles_that_prove_nothing(sample: Sample, cases: dict, proves_nothing: ProvesNothing) -> None:
     """Keep only the input profiles whose golden would say something: an edge profile of a
     one-element sample often gives all NaN, or a relu of only negative values all zeros."""
     profiles = sample.test.get("profiles")
@@ -385,7 +165,7 @@ def import_opinfo(out_dir: Path, ops: Sequence[str] = (), dtypes: Sequence[str] 
         warnings.simplefilter("ignore")
         items = collect(ops, dtypes, max_samples, max_elements, progress, extra, on, proves_nothing)
     rows = [i for i in items if isinstance(i, OpRow)]
-    samples = [i for i in items if isinstance(i, _Sample)]
+    samples = [i for i in items if isinstance(i, Sample)]
     header = (f"Generated by `opdiff import opinfo` from torch {torch.__version__.split('+')[0]}'s OpInfo "
               f"database (dtypes {', '.join(dtypes)}; at most {max_samples} samples per op and dtype, "
               f"{max_elements} input elements per sample"
@@ -499,7 +279,7 @@ def _generated_files(out_dir: Path) -> list[Path]:
     return found
 
 
-def _write(folder: Path, samples: list[_Sample], header: str) -> list[Path]:
+def _write(folder: Path, samples: list[Sample], header: str) -> list[Path]:
     by_file: dict[str, list[dict]] = {}
     for s in samples:
         by_file.setdefault(_file_of(s.row.op), []).append(s.test)
@@ -509,4 +289,3 @@ def _write(folder: Path, samples: list[_Sample], header: str) -> list[Path]:
         path.write_text(dump_suite(header, DEFAULTS, by_file[fname]), encoding="utf-8")
         paths.append(path)
     return paths
-

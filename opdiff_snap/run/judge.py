@@ -25,9 +25,9 @@ from typing import Any
 
 from ..backends.base import Delegation, Preset
 from ..compare.gradients import compare_grads
+from ..compare.int8_errors import judge_int8, sqnr_db
 from ..compare.metrics import Control, Judged, Metrics
 from ..compare.numerics import Comparison, compare
-from ..compare.quantized import judge_int8, sqnr_db
 from ..compare.results import Result
 from ..compare.rounding import rounding_for
 from ..compare.rules import Rounding
@@ -97,7 +97,7 @@ def judge(pending: Pending, outcome: Outcome) -> Result:
 def _judge_int8(result: Result, golden: Golden, outcome: Outcome, tol: Tolerance, preset: Preset) -> None:
     """An int8 result: its lowering error against the quantized reference decides MISMATCH,
     its quantization error against the golden SQNR_LOW where a minimum is set
-    (compare/quantized.py); the comparison with the golden stays in the metrics."""
+    (compare/int8_errors.py); the comparison with the golden stays in the metrics."""
     q = outcome.quantized
     assert q is not None and outcome.outputs is not None
     judged = judge_int8(flat_values(golden.outputs), outcome.outputs, q.reference, q.scales, tol, preset.precision)

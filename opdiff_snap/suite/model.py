@@ -19,7 +19,7 @@ class Tolerance:
     `baseline_factor`: how many times the baseline's own measured rounding error a
     target may differ by (0 turns that allowance off). `precision_factor`: how many times
     torch eager's own error at the target's precision a composite output on fp16/bf16 may
-    reach (0 turns that allowance off). `steps` and `min_sqnr`: see compare/quantized.py."""
+    reach (0 turns that allowance off). `steps` and `min_sqnr`: see compare/int8_errors.py."""
 
     atol: float | None = None
     rtol: float | None = None

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from opdiff_snap.backends.common import pt2e_quantize, xnnpack_quantizer
 from opdiff_snap.backends.executorch import ExecuTorchBackend
+from opdiff_snap.backends.int8_quantizers import pt2e_quantize, xnnpack_quantizer
 
 PLANTS = ("bias", "coarse_weights", "none")
 
