@@ -14,8 +14,9 @@ import json
 import random
 import shutil
 import tempfile
-import time
 from pathlib import Path
+
+from benchlib import timed
 
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.ingest import LIBS
@@ -63,12 +64,6 @@ def generate(store: Path, runs: int, results: int, seed: int = 0) -> None:
         lines.append(json.dumps({"type": "end", "run_id": run, "finished": ts, "wall_s": 1.0,
                                  "counts": {}}) + "\n")
         (store / "runs" / f"{run}.jsonl").write_text("".join(lines))
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ filled, and, with --upgrade, a cold check again with only the cache's hints of w
 failed kept (every artifact and failure record removed), as after a library upgrade,
 which changes every cache key, all with the real CLI on the shipped goldens. Reports each check's wall (the whole
 command), its verdict counts, the compile notice, and against the first size: whether
-every item is the same apart from timings and ids (tools/same_items.py), and the median
+every item is the same apart from timings and ids (history/item_diff.py, as
+tools/same_items.py compares), and the median
 ratio of `infer_ms` over the tests whose artifact a batch compiled. Prints JSON with the
 1-minute load average before each check.
 """
@@ -20,43 +21,36 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import ROOT, load, run_timed
+
+from opdiff_snap.history.item_diff import item_diff
+from opdiff_snap.history.runs import read_run
 
 
 def run_check(work: Path, preset: str, batch: int, jobs: int, suites: list[str], options: str = "") -> dict:
-    load = os.getloadavg()[0]
+    before = load()
     cmd = [sys.executable, "-m", "opdiff_snap.cli", "--cache", str(work / "cache"), "--store", str(work / "store"),
            "check", "-b", preset, "-j", str(jobs), "--batch", str(batch), *suites]
     if options:
         cmd += ["--preset-options", f"{preset}={options}"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, proc = run_timed(cmd, cwd=ROOT)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     summary = next((line for line in proc.stdout.splitlines() if line.startswith("check ")), "")
     notice = next((line for line in proc.stdout.splitlines() if line.startswith("note: compiled")), "")
     runs = sorted((work / "store" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    return {"wall_s": round(wall, 1), "load_1min": round(load, 2), "summary": summary, "compiled": notice,
+    return {"wall_s": round(wall, 1), "load_1min": round(before, 2), "summary": summary, "compiled": notice,
             "run": str(runs[-1])}
 
 
 def items(path: str) -> dict:
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        d = json.loads(line)
-        if d.get("type") == "item":
-            out[(d["id"], d["seed"])] = d
-    return out
+    return {(d["id"], d["seed"]): d for d in read_run(Path(path)).items}
 
 
 def infer_ratio(batched: str, alone: str) -> dict:
@@ -71,9 +65,7 @@ def infer_ratio(batched: str, alone: str) -> dict:
 
 
 def same_items(a: str, b: str) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "same_items.py"), a, b], capture_output=True,
-                          text=True)
-    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-500:]
+    return item_diff(Path(a), Path(b)).lines(most=0)[-1]
 
 
 def main() -> None:

@@ -10,24 +10,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from benchlib import load, walls
 
 OPDIFF = str(Path(sys.executable).with_name("opdiff"))
 
 
 def wall(argv: list[str], cwd: str, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(walls(lambda: subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL,
+                                                          stderr=subprocess.DEVNULL), repeats))
 
 
 def main() -> None:
@@ -35,12 +31,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        load = os.getloadavg()[0]
+        before = load()
         out = {
             "opdiff --help": wall([OPDIFF, "--help"], tmp, args.repeats),
             "opdiff runs (empty store)": wall([OPDIFF, "runs"], tmp, args.repeats),
             "python -c 'import torch'": wall([sys.executable, "-c", "import torch"], tmp, args.repeats),
-            "load_1min": load,
+            "load_1min": before,
         }
     print(json.dumps({k: round(v, 3) for k, v in out.items()}, indent=1))
 

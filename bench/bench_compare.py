@@ -5,21 +5,11 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
+from benchlib import walls
 
 from opdiff_snap.compare.numerics import compare
 from opdiff_snap.suite.model import Tolerance
-
-
-def best_of(fn, n: int = 7) -> float:
-    best = float("inf")
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:
@@ -30,7 +20,7 @@ def main() -> None:
         cases = {"float32": (e, e + 1e-7), "bfloat16": (e.bfloat16(), e.bfloat16()),
                  "int64": ((e * 100).long(), (e * 100).long())}
         for name, (a, b) in cases.items():
-            ms = best_of(lambda a=a, b=b: compare(a, b, tol)) * 1e3
+            ms = min(walls(lambda a=a, b=b: compare(a, b, tol), 7)) * 1e3
             print(f"{name:9} {numel:>9,} elements: {ms:8.3f} ms")
 
 

@@ -18,7 +18,6 @@ import argparse
 import hashlib
 import json
 import multiprocessing
-import os
 import random
 import shutil
 import signal
@@ -28,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, str(REPO / "cli.py")]
+from benchlib import ROOT, load
+
+CLI = [sys.executable, str(ROOT / "cli.py")]
 RUNAWAY = "SELECT count(*) FROM range(10000000) a, range(100000) b, range(1000) c"
 PROMISE = "opdiff: interrupted; the query was stopped"
 
@@ -48,8 +48,8 @@ def digest(folder: Path) -> str:
 
 
 def make_history(project: Path, copies: int) -> None:
-    shutil.copytree(REPO / "suites", project / "suites")
-    shutil.copytree(REPO / "goldens", project / "goldens")
+    shutil.copytree(ROOT / "suites", project / "suites")
+    shutil.copytree(ROOT / "goldens", project / "goldens")
     subprocess.run([*CLI, "check", "--backend", "torch_cpu_fp32", "--test-ids", "abs;add*;mul*"],
                    cwd=project, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runs = sorted((project / "store" / "runs").glob("*.jsonl"))
@@ -106,7 +106,7 @@ def main() -> None:
         for s in spinners:
             s.terminate()
     print(json.dumps({"tries": args.tries, "outcomes": tally, "busy_processes": args.load,
-                      "load_1min": round(os.getloadavg()[0], 2)}, indent=1))
+                      "load_1min": round(load(), 2)}, indent=1))
 
 
 if __name__ == "__main__":

@@ -21,15 +21,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchlib import ROOT, timed
 
-from opdiff_snap import api  # noqa: E402
-from opdiff_snap.core.config import Settings  # noqa: E402
-from opdiff_snap.suite import load_suites, suite_paths  # noqa: E402
+from opdiff_snap import api
+from opdiff_snap.core.config import Settings
+from opdiff_snap.suite import load_suites, suite_paths
 
 PEER_JOB = r"""
 import sys, pickle, time
@@ -67,6 +65,20 @@ def backend_ms(report) -> float:
     return total
 
 
+def peer(suite: Path, jobs: list[tuple[str, int, str]], goldens: Path, workers: int) -> None:
+    """The peer pattern: one fresh process per job, at most `workers` at once (as ours)."""
+    procs: list[subprocess.Popen] = []
+    pending = list(jobs)
+    while pending or procs:
+        while pending and len(procs) < workers:
+            test_id, seed, preset = pending.pop(0)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", PEER_JOB, str(suite), test_id, str(seed), preset, str(goldens)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs[0].wait()
+        procs = [p for p in procs if p.poll() is None]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=40, help="tests from the shipped core_aten suite")
@@ -91,37 +103,21 @@ def main() -> None:
                             cache=work / "cache", jobs=args.jobs, repeats=5, warmup=1)
         os.chdir(work)
 
-        t = time.perf_counter()
-        rec = api.record(api.RecordRequest(selection=api.Selection(suites=None, test_ids=ids),
-                                           baseline="torch_cpu_fp32"), settings=settings)
-        record_wall = time.perf_counter() - t
+        sel = api.Selection(suites=None, test_ids=ids)
+        rec, record_wall = timed(lambda: api.record(api.RecordRequest(selection=sel, baseline="torch_cpu_fp32"),
+                                                    settings=settings))
         n_tests = sum(1 for r in rec.results)
 
-        t = time.perf_counter()
-        cold = api.check(api.CheckRequest(backends=backends, selection=api.Selection(suites=None, test_ids=ids)),
-                                          settings=settings)
-        cold_wall = time.perf_counter() - t
-        t = time.perf_counter()
-        warm = api.check(api.CheckRequest(backends=backends, selection=api.Selection(suites=None, test_ids=ids)),
-                                          settings=settings)
-        warm_wall = time.perf_counter() - t
+        cold, cold_wall = timed(lambda: api.check(api.CheckRequest(backends=backends, selection=sel),
+                                                  settings=settings))
+        warm, warm_wall = timed(lambda: api.check(api.CheckRequest(backends=backends, selection=sel),
+                                                  settings=settings))
 
         peer_wall = None
         if not args.shipped and not args.skip_peer:
             suite = work / "suites" / "core_aten.yaml"
             jobs = [(r.test_id, r.seed, r.preset) for r in cold.results if r.case is not None]
-            t = time.perf_counter()
-            procs: list[subprocess.Popen] = []
-            pending = list(jobs)
-            while pending or procs:  # same parallelism as ours: at most -j processes at once
-                while pending and len(procs) < args.jobs:
-                    test_id, seed, preset = pending.pop(0)
-                    procs.append(subprocess.Popen(
-                        [sys.executable, "-c", PEER_JOB, str(suite), test_id, str(seed), preset,
-                         str(settings.goldens)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-                procs[0].wait()
-                procs = [p for p in procs if p.poll() is None]
-            peer_wall = time.perf_counter() - t
+            _, peer_wall = timed(lambda: peer(suite, jobs, settings.goldens, args.jobs))
 
         own = backend_ms(cold) / 1000
         overhead = 1 - own / (cold_wall * args.jobs)

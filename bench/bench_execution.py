@@ -17,9 +17,10 @@ import pickle
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
+
+from benchlib import timed
 
 # torch.onnx's exporter warns about a pytree deprecation on every export; keep the output
 # readable (inherited by the worker and fresh processes through the environment)
@@ -64,10 +65,12 @@ def make_jobs(n: int, preset_name: str, cache_dir: Path | None, tag: str) -> lis
 
 
 def run_pool(jobs: list[Job], n_workers: int, in_process: bool = False) -> tuple[float, list]:
-    t0 = time.perf_counter()
-    with WorkerPool(jobs=n_workers, timeout_s=300, in_process=in_process) as pool:
-        outcomes = list(pool.run(jobs))
-    return time.perf_counter() - t0, outcomes
+    def run() -> list:
+        with WorkerPool(jobs=n_workers, timeout_s=300, in_process=in_process) as pool:
+            return list(pool.run(jobs))
+
+    outcomes, wall = timed(run)
+    return wall, outcomes
 
 
 FRESH_SNIPPET = """
@@ -81,14 +84,14 @@ pickle.dump(out, open(sys.argv[2], "wb"))
 
 def run_fresh(jobs: list[Job], tmp: Path) -> tuple[float, list]:
     """One new interpreter per job, one at a time (the peer's --timeout-s isolation)."""
-    outcomes = []
-    t0 = time.perf_counter()
-    for i, job in enumerate(jobs):
+    def one(i: int, job: Job):
         src, dst = tmp / f"job{i}.pkl", tmp / f"out{i}.pkl"
         src.write_bytes(pickle.dumps(job))
         subprocess.run([sys.executable, "-c", FRESH_SNIPPET, str(src), str(dst)], check=True)
-        outcomes.append(pickle.loads(dst.read_bytes()))
-    return time.perf_counter() - t0, outcomes
+        return pickle.loads(dst.read_bytes())
+
+    outcomes, wall = timed(lambda: [one(i, job) for i, job in enumerate(jobs)])
+    return wall, outcomes
 
 
 def summarize(name: str, wall: float, outcomes: list) -> None:

@@ -18,15 +18,14 @@ against the goal of at most 10 % on the export-heavy preset.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import ROOT, load, run_timed
+
+from opdiff_snap.history.runs import read_run
 
 
 def selection(n: int) -> list[str]:
@@ -41,14 +40,11 @@ def run(executor: str, preset: str, ids: list[str], jobs: int, store: Path) -> t
     before = set(store.glob("runs/*.jsonl"))
     cmd = [sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "check", "-b", preset,
            "--no-cache", "-j", str(jobs), "--executor", executor, "--test-ids", ";".join(ids)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, proc = run_timed(cmd, cwd=ROOT)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     (path,) = set(store.glob("runs/*.jsonl")) - before
-    items = [json.loads(line) for line in path.read_text().splitlines()]
-    results = [i for i in items if i.get("type") == "item"]
+    results = read_run(path).items
     backend_ms = sum((i.get("export_ms") or 0) + (i.get("load_ms") or 0) + sum(i.get("infer_ms_all") or [])
                      for i in results)
     counts: dict[str, int] = {}
@@ -65,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     ids = selection(args.n)
-    print(f"{len(ids)} tests, -j {args.jobs}, load average {os.getloadavg()[0]:.2f}")
+    print(f"{len(ids)} tests, -j {args.jobs}, load average {load():.2f}")
     with tempfile.TemporaryDirectory(prefix="opdiff-bench-") as tmp:
         store = Path(tmp) / "store"
         for preset in args.presets.split(","):
@@ -84,7 +80,7 @@ def main() -> None:
                   f"{ray1:.1f} s, then {1e3 * per_ray:.0f} ms per job")
             print(f"  Ray - local: fixed {ray1 - local1:+.1f} s, per job {1e3 * (per_ray - per_local):+.0f} ms "
                   f"({100 * (per_ray - per_local) / per_local:+.1f} %); whole run {ray_wall - local_wall:+.1f} s "
-                  f"({100 * (ray_wall - local_wall) / local_wall:+.1f} %) (load average now {os.getloadavg()[0]:.2f})")
+                  f"({100 * (ray_wall - local_wall) / local_wall:+.1f} %) (load average now {load():.2f})")
 
 
 if __name__ == "__main__":

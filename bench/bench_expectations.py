@@ -12,16 +12,14 @@ before), and after each change (before that).
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
+
+from benchlib import ROOT, timed
 
 from opdiff_snap import api
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.verdicts import FAILING, Verdict
 from opdiff_snap.expectations.entries import Expectation, Expectations
 from opdiff_snap.expectations.update import update
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -36,16 +34,10 @@ def main() -> None:
     presets = sorted({e.preset for e in expectations.entries})
     lookups = [(p, i) for p in presets for i in ids]
 
-    t0 = time.perf_counter()
-    found = sum(expectations.match(p, i, 0) is not None for p, i in lookups)
-    indexed = time.perf_counter() - t0
+    found, indexed = timed(lambda: sum(expectations.match(p, i, 0) is not None for p, i in lookups))
 
     sample = lookups[:: max(1, len(lookups) // args.scan_sample)]
-    t0 = time.perf_counter()
-    for p, i in sample:
-        named = [e for e in expectations.entries if e.names(p, i, 0)]
-        max(named, key=lambda e: e.specificity(p, i)) if named else None
-    scanned = time.perf_counter() - t0
+    _, scanned = timed(lambda: [scan(expectations, p, i) for p, i in sample])
 
     per_indexed = indexed / len(lookups) * 1e6
     per_scanned = scanned / len(sample) * 1e6
@@ -56,6 +48,12 @@ def main() -> None:
           f"{per_scanned / per_indexed:.0f}x; for one preset's {len(ids)} results "
           f"{per_scanned * len(ids) / 1e6:.1f} s each time a run judges them")
     bench_update(expectations, ids, args.new, args.fixed)
+
+
+def scan(expectations: Expectations, preset: str, test: str) -> Expectation | None:
+    """The most specific entry naming a result, found by scanning every entry."""
+    named = [e for e in expectations.entries if e.names(preset, test, 0)]
+    return max(named, key=lambda e: e.specificity(preset, test)) if named else None
 
 
 def bench_update(expectations: Expectations, ids: list[str], new: int, fixed: int) -> None:
@@ -85,9 +83,8 @@ def bench_update(expectations: Expectations, ids: list[str], new: int, fixed: in
         kept = Expectations.append, Expectations.forget
         Expectations.append, Expectations.forget = append, forget   # type: ignore[method-assign]
         try:
-            t0 = time.perf_counter()
-            after, changes = update(Expectations(list(expectations.entries)), results, FAILING)
-            timings[name] = time.perf_counter() - t0
+            (after, changes), timings[name] = timed(lambda: update(Expectations(list(expectations.entries)),
+                                                                   results, FAILING))
         finally:
             Expectations.append, Expectations.forget = kept   # type: ignore[method-assign]
         print(f"update, {name}: {timings[name]:.2f} s ({len(results)} results of {preset}: "

@@ -28,41 +28,27 @@ import argparse
 import glob
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import ROOT, check_once, query
+
 PRESETS = ("executorch_cpu_int8,executorch_cpu_int8pt,executorch_cpu_int8dyn,onnx_cpu_int8,onnx_cpu_int8pt,"
            "onnx_cpu_int8dyn,inductor_cpu_int8,inductor_cpu_int8dyn,coreml_any_int8,coreml_any_int8pt")
 OFF = 1e9          # the `steps` that no lowering error reaches
 
 
 def check(store: Path, cache: Path, suites: list[str], preset: str, jobs: int, timeout_s: int) -> dict:
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "--cache", str(cache),
-                           "check", *suites, "-b", preset, "-j", str(jobs), "--repeats", "1",
-                           "--timeout-s", str(timeout_s), "--preset-options", f'{preset}={{"steps": {OFF}}}'],
-                          cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"check {preset} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    runs = sorted((store / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    return {"run": runs[-1].name.removesuffix(".jsonl"), "wall_s": round(time.perf_counter() - t0, 1),
-            "load_1min": round(load, 2), "exit": proc.returncode}
+    return check_once(store, cache, suites, preset, jobs, "--timeout-s", str(timeout_s),
+                      "--preset-options", f'{preset}={{"steps": {OFF}}}')
 
 
-def query(store: Path, run: str) -> list[dict]:
-    sql = ("SELECT test_id, status, quant_sqnr, lowering_sqnr, lowering_steps, lowering_bias, quant_step, "
-           f"error_message FROM results WHERE run_id = '{run}' ORDER BY test_id")
-    out = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "query", sql,
-                          "--format", "json"], cwd=ROOT, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+def rows_of(store: Path, run: str) -> list[dict]:
+    return query(store, "SELECT test_id, status, quant_sqnr, lowering_sqnr, lowering_steps, lowering_bias, "
+                        f"quant_step, error_message FROM results WHERE run_id = '{run}' ORDER BY test_id")
 
 
 def _number(v) -> float | None:
@@ -130,9 +116,7 @@ def markdown(rows_by_preset: dict[str, list[dict]]) -> str:
 def latest_run(store: Path, preset: str) -> str | None:
     sql = (f"SELECT run_id FROM results WHERE preset = '{preset}' GROUP BY run_id ORDER BY max(ts) DESC "
            "LIMIT 1")
-    out = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "query", sql,
-                          "--format", "json"], cwd=ROOT, check=True, capture_output=True, text=True)
-    found = json.loads(out.stdout)
+    found = query(store, sql)
     return found[0]["run_id"] if found else None
 
 
@@ -154,7 +138,7 @@ def main() -> None:
             for base in args.store or []:     # the latest run of each store: suites checked apart
                 run = latest_run(base / "store", preset)
                 if run is not None:
-                    rows_by_preset.setdefault(preset, []).extend(query(base / "store", run))
+                    rows_by_preset.setdefault(preset, []).extend(rows_of(base / "store", run))
         if args.markdown:
             args.markdown.write_text(markdown(rows_by_preset))
         print(json.dumps({p: dict(Counter(r["status"] for r in rows)) for p, rows in rows_by_preset.items()}))
@@ -169,7 +153,7 @@ def main() -> None:
         run = check(store, cache, suites, preset, args.jobs, args.timeout_s)
         from opdiff_snap.backends.registry import get_preset
 
-        rows_by_preset[preset] = rows = query(store, run["run"])
+        rows_by_preset[preset] = rows = rows_of(store, run["run"])
         entry = {**run, **summary(rows, float(get_preset(preset).options["steps"]))}
         out["presets"][preset] = entry
         print(json.dumps({preset: entry}), file=sys.stderr, flush=True)

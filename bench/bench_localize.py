@@ -11,10 +11,10 @@ the submodule calls and ATen nodes run alone, and what was found.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from pathlib import Path
+
+from benchlib import load, timed
 
 from opdiff_snap import api
 from opdiff_snap.cause.localize_report import format_report
@@ -30,10 +30,8 @@ CASES = ("tiny_attention_decoder__n_layers=1:executorch_cpu_fp16:bf0",
 def run(case: str, jobs: int, show: bool = False) -> str:
     test_id, preset, *flags = case.split(":")
     tol = Tolerance(baseline_factor=0.0) if "bf0" in flags else None
-    t0 = time.perf_counter()
-    report = api.localize(test_id, preset, ops="ops" in flags, tolerance=tol, goldens=Path("goldens"),
-                          settings=Settings(jobs=jobs, timeout_s=600))
-    wall = time.perf_counter() - t0
+    report, wall = timed(lambda: api.localize(test_id, preset, ops="ops" in flags, tolerance=tol,
+                                              goldens=Path("goldens"), settings=Settings(jobs=jobs, timeout_s=600)))
     if show:
         print(format_report(report), file=sys.stderr, flush=True)
     subs = len(report.rows) + len(report.enclosing)
@@ -55,12 +53,12 @@ def main() -> None:
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--report", action="store_true", help="also print each full report (stderr)")
     args = parser.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    print(f"load average before: {load():.2f}")
     print("| test | preset | flags | wall | submodule calls run | ATen nodes run | found |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for case in args.case or CASES:
         print(run(case, args.jobs, args.report), flush=True)
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"load average after: {load():.2f}")
 
 
 if __name__ == "__main__":

@@ -13,11 +13,12 @@ then again from the cache. Prints one markdown row per (model, preset).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
-import time
 
 import torch
+from benchlib import timed
 
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.execution.op_support import OpSupportCache
@@ -51,6 +52,11 @@ def build(name: str) -> torch.nn.Module:
     raise SystemExit(f"unknown model {name!r}: gpt2, llama or t5")
 
 
+def aten_graph(module: torch.nn.Module, ids: torch.Tensor, name: str):
+    prepared = prepare_call({"a": module}, [ids], {}, name)
+    return module_graph(prepared.module, prepared.fresh_inputs(), name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["gpt2", "llama", "t5"])
@@ -70,10 +76,7 @@ def main() -> None:
         for name in args.models:
             module = build(name).eval()
             ids = torch.randint(0, 100, (1, 8))
-            t0 = time.perf_counter()
-            prepared = prepare_call({"a": module}, [ids], {}, name)
-            graph = module_graph(prepared.module, prepared.fresh_inputs(), name)
-            graph_s = time.perf_counter() - t0
+            graph, graph_s = timed(functools.partial(aten_graph, module, ids, name))
             for preset_name in args.presets:
                 preset = get_preset(preset_name)
                 cold = survey_graph(graph, preset, pool.run, cache)

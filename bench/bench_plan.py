@@ -20,25 +20,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import ROOT, load, package_env, run_timed
 
 
 def one_check(tree: Path, work: Path, preset: str, test_id: str) -> dict:
-    load = os.getloadavg()[0]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+    before = load()
+    env = package_env(tree)
     # -P: the package comes from `tree` (PYTHONPATH), not from the folder the check runs in
     cmd = [sys.executable, "-P", "-m", "opdiff_snap.cli", "--cache", str(work / "cache"), "--store",
            str(work / "store"), "check", "-b", preset, "--test-ids", test_id, "-j", "1"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, proc = run_timed(cmd, cwd=ROOT, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
     verdicts = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("[1/1]")]
-    return {"wall_s": round(wall, 2), "load_1min": round(load, 2), "verdicts": verdicts}
+    return {"wall_s": round(wall, 2), "load_1min": round(before, 2), "verdicts": verdicts}
 
 
 def measure(tree: Path, preset: str, runs: int, test_id: str) -> dict:

@@ -21,7 +21,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import ROOT
+
 TESTS = "tanh;sigmoid;exp;relu;neg;abs;sin;cos"
 
 HOOK = '''

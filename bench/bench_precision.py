@@ -21,38 +21,23 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import ROOT, check_once, query
+
 PRESETS = "torch_cpu_fp16,torch_cpu_bf16,onnx_cpu_fp16,executorch_cpu_fp16"
 
 
 def check(store: Path, cache: Path, suites: list[str], preset: str, factor: str, jobs: int) -> dict:
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "--cache", str(cache),
-                           "check", *suites, "-b", preset, "-j", str(jobs), "--repeats", "1",
-                           *(["--precision-factor", factor] if factor else [])],
-                          cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"check {preset} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    runs = sorted((store / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    return {"run": runs[-1].name.removesuffix(".jsonl"), "wall_s": round(time.perf_counter() - t0, 1),
-            "load_1min": round(load, 2), "exit": proc.returncode}
+    return check_once(store, cache, suites, preset, jobs, *(["--precision-factor", factor] if factor else []))
 
 
-def query(store: Path, run: str) -> list[dict]:
-    sql = ("SELECT test_id, status, torch_multiple, torch_factor, as_torch, precision_limited, max_abs, "
-           f"failed_bound FROM results WHERE run_id = '{run}' ORDER BY test_id")
-    out = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "query", sql,
-                          "--format", "json"], cwd=ROOT, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+def rows_of(store: Path, run: str) -> list[dict]:
+    return query(store, "SELECT test_id, status, torch_multiple, torch_factor, as_torch, precision_limited, "
+                        f"max_abs, failed_bound FROM results WHERE run_id = '{run}' ORDER BY test_id")
 
 
 def main() -> None:
@@ -74,7 +59,7 @@ def main() -> None:
         entry: dict = {}
         for name, factor in (("before", "0"), ("after", args.factor)):
             run = check(store, cache, suites, preset, factor, args.jobs)
-            rows = query(store, run["run"])
+            rows = rows_of(store, run["run"])
             run["counts"] = dict(Counter(r["status"] for r in rows))
             entry[name] = run
             if name == "after":

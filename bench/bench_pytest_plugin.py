@@ -32,14 +32,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
+from benchlib import ROOT, load, run_timed
 
 
 def plugin_env(work: Path) -> dict[str, str]:
@@ -57,11 +52,10 @@ def plugin_env(work: Path) -> dict[str, str]:
     return env
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[float, float, str]:
+def run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[float, float, str]:
+    """The wall of `cmd`, the load before it and its output's last line; its output into `log`."""
     before = load()
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t
+    wall, proc = run_timed(cmd, cwd=cwd, env=env)
     log.write_text(proc.stdout + proc.stderr)
     tail = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()][-1:] or [""]
     return wall, before, tail[0]
@@ -83,8 +77,8 @@ def dormant(work: Path, env: dict[str, str], reps: int) -> None:
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     on, off = [], []
     for _ in range(reps * 3):
-        on.append(timed(base, project, env, work / "dormant-on.log")[0])
-        off.append(timed(base + ["-p", "no:opdiff"], project, env, work / "dormant-off.log")[0])
+        on.append(run_logged(base, project, env, work / "dormant-on.log")[0])
+        off.append(run_logged(base + ["-p", "no:opdiff"], project, env, work / "dormant-off.log")[0])
     print(f"import opdiff_snap.pytest_plugin (pytest already imported): median {statistics.median(imports):.1f} ms "
           f"over {len(imports)}; heavy modules it imports: {heavy}")
     print(f"trivial session, plugin installed, not asked: median {statistics.median(on):.2f} s; "
@@ -152,13 +146,13 @@ def main() -> None:
         if args.only_this_plugin:
             variants["pytest --opdiff, no other plugin"] = (
                 pytest_cmd + ["-p", "opdiff_snap.pytest_plugin"], dict(env, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
-        wall, _, _ = timed(check, project, env, work / "warmup.log")
+        wall, _, _ = run_logged(check, project, env, work / "warmup.log")
         print(f"warm-up check (fills the cache where needed): {wall:.1f} s")
         walls: dict[str, list[tuple[float, float, str]]] = {k: [] for k in variants}
         for rep in range(args.reps):
             for name, (cmd, run_env) in variants.items():
                 slug = re.sub(r"\W+", "_", name)
-                walls[name].append(timed(cmd, project, run_env, work / f"{slug}-{rep}.log"))
+                walls[name].append(run_logged(cmd, project, run_env, work / f"{slug}-{rep}.log"))
         for name, runs in walls.items():
             shown = ", ".join(f"{w:.1f} s (load {ld:.2f})" for w, ld, _ in runs)
             print(f"{name:<22} median {statistics.median(w for w, _, _ in runs):7.1f} s   runs: {shown}")

@@ -18,30 +18,31 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_execution import make_jobs
+from benchlib import load, timed
 
-from bench_execution import make_jobs  # noqa: E402
-
-from opdiff_snap.backends.registry import get_preset  # noqa: E402
-from opdiff_snap.execution.pool import WorkerPool  # noqa: E402
-from opdiff_snap.execution.ray_pool import RayPool  # noqa: E402
+from opdiff_snap.backends.registry import get_preset
+from opdiff_snap.execution.pool import WorkerPool
+from opdiff_snap.execution.ray_pool import RayPool
 
 
 def batch(pool, n: int, preset: str, tag: str, judge_s: float) -> float:
     jobs = make_jobs(n, preset, None, tag)
-    t0 = time.perf_counter()
-    failed = 0
-    for outcome in pool.run(jobs):
-        failed += outcome.status is not None
-        if judge_s:
-            time.sleep(judge_s)
+
+    def run() -> int:
+        failed = 0
+        for outcome in pool.run(jobs):
+            failed += outcome.status is not None
+            if judge_s:
+                time.sleep(judge_s)
+        return failed
+
+    failed, wall = timed(run)
     if failed:
         raise SystemExit(f"{failed} of {n} jobs failed on {type(pool).__name__}")
-    return (time.perf_counter() - t0) / n
+    return wall / n
 
 
 def main() -> None:
@@ -54,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     preset = get_preset(args.preset)
-    print(f"load average before: {os.getloadavg()[0]:.2f}; {args.n} jobs x {args.rounds} rounds on {args.preset}, "
+    print(f"load average before: {load():.2f}; {args.n} jobs x {args.rounds} rounds on {args.preset}, "
           f"-j {args.j}, judging {args.judge_ms:g} ms per result", flush=True)
     per_job: dict[str, list[float]] = {"local": [], "ray": []}
     with WorkerPool(jobs=args.j, timeout_s=300) as local, RayPool(None, jobs=args.j, timeout_s=300) as ray:
@@ -67,11 +68,11 @@ def main() -> None:
             for name, pool in (("local", local), ("ray", ray)):
                 per_job[name].append(batch(pool, args.n, args.preset, f"{name}{r}_", judge_s))
                 print(f"  round {r + 1} {name}: {per_job[name][-1] * 1e3:.0f} ms per job "
-                      f"(load {os.getloadavg()[0]:.2f})", flush=True)
+                      f"(load {load():.2f})", flush=True)
     lo, ry = statistics.median(per_job["local"]), statistics.median(per_job["ray"])
     print(f"median per job: local {lo * 1e3:.0f} ms, Ray {ry * 1e3:.0f} ms; Ray adds {(ry - lo) * 1e3:+.0f} ms "
           f"({(ry / lo - 1) * 100:+.1f} %; goal <= +10 %)")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"load average after: {load():.2f}")
 
 
 if __name__ == "__main__":

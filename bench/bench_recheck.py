@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import ROOT, load, newest_run, run_timed
+
+from opdiff_snap.history.runs import read_run
+
 SUITES = [ROOT / "suites" / name for name in ("core_aten.yaml", "nn_modules.yaml", "models.yaml")]
 
 
@@ -37,23 +38,19 @@ def sample(opdiff: list[str], every: int) -> list[str]:
 
 
 def check(opdiff: list[str], ids: list[str], preset: str, jobs: int, work: Path) -> dict:
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.run([*opdiff, "--goldens", str(ROOT / "goldens"), "--store", str(work / "store"),
-                           "--cache", str(work / "cache"), "check", *map(str, SUITES), "-b", preset,
-                           "-j", str(jobs), "--test-ids", ";".join(ids), "--format", "json"],
-                          cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    before = load()
+    wall, proc = run_timed([*opdiff, "--goldens", str(ROOT / "goldens"), "--store", str(work / "store"),
+                            "--cache", str(work / "cache"), "check", *map(str, SUITES), "-b", preset,
+                            "-j", str(jobs), "--test-ids", ";".join(ids), "--format", "json"], cwd=ROOT)
     if proc.returncode not in (0, 1):
         raise SystemExit(proc.stderr)
-    runs = sorted((work / "store" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    items = [json.loads(line) for line in runs[-1].read_text().splitlines()]
-    items = [d for d in items if d.get("type") == "item"]
+    run = newest_run(work / "store")
+    items = read_run(run).items
     verdicts = Counter(d["status"] for d in items)
     cached_failures = sum(1 for d in items if d["status"] in ("EXPORT_FAIL", "LOAD_FAIL") and d.get("cache_hit"))
     loads = sorted(d["load_ms"] for d in items if d.get("load_ms") is not None)
-    return {"wall_s": round(wall, 1), "load_1min": round(load, 2), "verdicts": dict(verdicts),
-            "cached_failures": cached_failures, "run": str(runs[-1]),
+    return {"wall_s": round(wall, 1), "load_1min": round(before, 2), "verdicts": dict(verdicts),
+            "cached_failures": cached_failures, "run": str(run),
             "load_ms_median": round(loads[len(loads) // 2], 2) if loads else None,
             "load_ms_max": round(loads[-1], 2) if loads else None}
 

@@ -20,15 +20,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchlib import timed
 
-from opdiff_snap import api  # noqa: E402
-from opdiff_snap.core.config import Settings  # noqa: E402
-from opdiff_snap.goldens import GoldenStore  # noqa: E402
+from opdiff_snap import api
+from opdiff_snap.core.config import Settings
+from opdiff_snap.goldens import GoldenStore
 
 UNARY = ["neg", "abs", "relu", "sigmoid", "tanh", "exp", "sin", "cos", "sqrt", "reciprocal"]
 BINARY = ["add.Tensor", "sub.Tensor", "mul.Tensor", "maximum", "minimum", "atan2"]
@@ -76,11 +74,9 @@ def timed_writes() -> list[float]:
         original = getattr(GoldenStore, name)
 
         def wrapper(self, *args, _original=original, _name=name, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return _original(self, *args, **kwargs)
-            finally:
-                spent[_name].append(time.perf_counter() - t0)
+            out, seconds = timed(lambda: _original(self, *args, **kwargs))
+            spent[_name].append(seconds)
+            return out
 
         setattr(GoldenStore, name, functools.wraps(original)(wrapper))
     return spent
@@ -107,9 +103,7 @@ def main() -> None:
         infer = [r.infer_ms for r in report.results if r.infer_ms is not None]
 
         spent["info"].clear()
-        t0 = time.perf_counter()
-        again = api.record(api.RecordRequest(), settings=settings)
-        kept_wall = time.perf_counter() - t0
+        again, kept_wall = timed(lambda: api.record(api.RecordRequest(), settings=settings))
         assert again.counts() == {"KEPT": a.n}, again.counts()
 
         some_id = report.results[len(report.results) // 2].test_id

@@ -2,7 +2,7 @@
 
     python bench/bench_record_remote.py [--rounds 3] [-j 2] [--seeds 1] [--tree PATH ...] [--digest OUT.json]
 
-Starts the same loopback S3 server as bench_remote.py and the tests (moto's server mode,
+Starts the loopback S3 server bench_remote.py starts too (benchlib.py: moto's server mode,
 authentication on), then alternates, round after round: record the shipped suites into a
 fresh local folder (goldens, history and cache local), then into a fresh s3:// prefix
 (all three on s3://), through the real CLI in a subprocess. Each `--tree` is a checkout
@@ -20,28 +20,18 @@ import hashlib
 import json
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from helpers_remote import S3Server  # noqa: E402
+from benchlib import ROOT, S3, cli, load, run_timed
 
 VARYING = ("created", "env")   # a golden's attributes that differ between two records of it
 
 
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0]
-
-
-def digest(server: S3Server, bucket: str, prefix: str) -> dict[str, str]:
+def digest(server: S3, bucket: str, prefix: str) -> dict[str, str]:
     """sha256 of every golden object under `prefix` (zarr.json without VARYING), by key."""
     out = {}
-    for key, data in server.keys(bucket, prefix).items():
+    for key, data in server.objects(bucket, prefix).items():
         rel = key[len(prefix):]
         if rel.endswith("zarr.json") and "/" in rel:
             meta = json.loads(data)
@@ -66,7 +56,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-record-remote-"))
     proj = work / "proj"
     shutil.copytree(ROOT / "suites", proj / "suites")
-    server = S3Server.start(work / "moto.log")
+    server = S3.start(work / "moto.log")
     server.bucket("bench")
     walls: dict[tuple[str, str], list[float]] = {}
     last_prefix: dict[str, str] = {}
@@ -82,12 +72,9 @@ def main() -> None:
                         where = [f"s3://bench/{base}/goldens", f"s3://bench/{base}/store", f"s3://bench/{base}/cache"]
                     else:
                         where = [str(work / base / name) for name in ("goldens", "store", "cache")]
-                    before = load()
-                    t0 = time.perf_counter()
-                    p = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--goldens", where[0], "--store",
-                                        where[1], "--cache", where[2], "record", *fast, "--format", "json"],
-                                       cwd=proj, env=env, capture_output=True, text=True)
-                    wall = time.perf_counter() - t0
+                    before = f"{load():.2f}"
+                    wall, p = run_timed(cli("--goldens", where[0], "--store", where[1], "--cache", where[2], "record",
+                                            *fast, "--format", "json"), cwd=proj, env=env)
                     if p.returncode != 0:
                         raise SystemExit(f"{tree} {mode} failed ({p.returncode}):\n{p.stderr[-3000:]}")
                     counts = json.loads(p.stdout)["counts"]
@@ -104,7 +91,7 @@ def main() -> None:
     for tree in trees:
         local, remote = (statistics.median(walls[(str(tree), m)]) for m in ("local", "s3"))
         print(f"{tree}: local median {local:.1f} s, s3 median {remote:.1f} s, s3 / local {remote / local:.2f}x; "
-              f"load now {Path('/proc/loadavg').read_text().strip()}")
+              f"load now {load():.2f}")
 
 
 if __name__ == "__main__":

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchlib import ROOT, load, timed
 
-from opdiff_snap import api  # noqa: E402
-from opdiff_snap.core.config import Settings  # noqa: E402
+from opdiff_snap import api
+from opdiff_snap.core.config import Settings
 
 
 def store_bytes(root: Path) -> int:
@@ -37,17 +36,17 @@ def main() -> int:
     args = ap.parse_args()
     walls: dict[bool, list[float]] = {True: [], False: []}
     sizes: dict[bool, int] = {}
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"load average before: {load():.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="bench-reference-") as tmp:
         for i in range(args.rounds):
             for reference in (True, False):
                 root = Path(tmp) / f"{reference}-{i}"
                 settings = Settings(suites=ROOT / "suites", goldens=root / "goldens", store=root / "store",
                                     jobs=args.jobs, repeats=1, warmup=0)
-                t0 = time.perf_counter()
                 with contextlib.chdir(ROOT):
-                    report = api.record(api.RecordRequest(reference=reference), settings=settings)
-                walls[reference].append(time.perf_counter() - t0)
+                    report, wall = timed(functools.partial(api.record, api.RecordRequest(reference=reference),
+                                                                       settings=settings))
+                walls[reference].append(wall)
                 sizes[reference] = store_bytes(root / "goldens")
                 print(f"round {i} reference={reference}: {walls[reference][-1]:.1f} s, {report.counts()}, "
                       f"{sizes[reference]:,} bytes", flush=True)
@@ -57,7 +56,7 @@ def main() -> int:
           f"ratio {on / off:.2f} (goal <= 1.5)")
     print(f"store bytes: with reference {sizes[True]:,}, without {sizes[False]:,}, "
           f"ratio {sizes[True] / sizes[False]:.2f} (goal <= 2)")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"load average after: {load():.2f}")
     return 0
 
 

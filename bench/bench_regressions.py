@@ -21,10 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import ROOT, timed
+
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.steps import detect
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers_history.planted import TRUTH, generate, read_truth  # noqa: E402
@@ -57,13 +58,11 @@ def scale(root: Path, runs: int, tests: int, envs: int) -> None:
         planted = read_truth(store)
         print(f"reusing {store}")
     else:
-        t0 = time.perf_counter()
-        h = generate(store, runs=runs, tests=tests, envs=envs, seed=100)
+        h, seconds = timed(lambda: generate(store, runs=runs, tests=tests, envs=envs, seed=100))
         planted = h.planted
-        print(f"generate {runs} runs x {h.results} results: {time.perf_counter() - t0:.1f} s")
-    t0 = time.perf_counter()
-    connect(store, warn=False).close()
-    print(f"cache build or update (first connect): {time.perf_counter() - t0:.1f} s")
+        print(f"generate {runs} runs x {h.results} results: {seconds:.1f} s")
+    _, seconds = timed(lambda: connect(store, warn=False).close())
+    print(f"cache build or update (first connect): {seconds:.1f} s")
     for attempt in range(3):
         t0 = time.perf_counter()
         with connect(store, warn=False) as a:

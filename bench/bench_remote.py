@@ -25,26 +25,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from helpers_remote import S3Server  # noqa: E402
+from benchlib import ROOT, S3, cli, load, package_env, run_timed
 
 QUERY = ("SELECT preset, count(*) AS n, count(*) FILTER (status = 'PASS') AS pass, "
          "median(infer_ms) AS median_infer_ms FROM results GROUP BY preset ORDER BY preset")
-
-
-def load() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def main() -> None:
@@ -63,10 +53,9 @@ def main() -> None:
     if not proj.exists():
         proj.mkdir()
         shutil.copytree(ROOT / "suites", proj / "suites")
-    server = S3Server.start(work / "moto.log")
+    server = S3.start(work / "moto.log")
     server.bucket("bench")
-    env = server.env(work)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = package_env(ROOT, server.env(work))
     home = Path(env["OPDIFF_CACHE_HOME"])
     out: dict = {"backend": args.backend, "jobs": args.jobs, "steps": {}}
     run_ids: dict[str, str] = {}
@@ -75,11 +64,8 @@ def main() -> None:
         where = (["--goldens", "s3://bench/goldens", "--store", "s3://bench/store", "--cache", "s3://bench/cache"]
                  if remote else ["--goldens", str(work / "goldens"), "--store", str(work / "store"),
                                  "--cache", cache or str(work / "cache")])
-        before = load()
-        t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", *where, *argv, "--format", "json"],
-                           cwd=proj, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+        before = round(load(), 2)
+        wall, p = run_timed(cli(*where, *argv, "--format", "json"), cwd=proj, env=env)
         if p.returncode not in (0, 1):
             raise SystemExit(f"{name} failed ({p.returncode}):\n{p.stderr[-3000:]}")
         report = json.loads(p.stdout)
@@ -145,16 +131,15 @@ def query_times(env: dict, work: Path) -> dict:
 import json, shutil, time, os
 from pathlib import Path
 import duckdb
+from benchlib import walls
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics import views
 from opdiff_snap.storage.runs_remote import RemoteRuns
 QUERY = {QUERY!r}
 out = {{}}
-def timed(fn, n=3):
-    best = []
-    for _ in range(n):
-        t0 = time.perf_counter(); fn(); best.append(time.perf_counter() - t0)
-    return round(min(best), 3), round(sorted(best)[len(best) // 2], 3)
+def timed(fn):
+    best = sorted(walls(fn, 3))
+    return round(best[0], 3), round(best[len(best) // 2], 3)
 remote = RemoteRuns("s3://bench/store")
 mirror = remote.mirror_root
 def local_cold():
@@ -189,7 +174,8 @@ out["mirror_warm_s"] = timed(mirror_warm)
 out["duckdb_fsspec_s"] = timed(fsspec_read)
 print(json.dumps(out))
 """
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", code], env=package_env(ROOT / "bench", env), capture_output=True,
+                       text=True)
     if p.returncode:
         raise SystemExit(p.stderr[-3000:])
     return json.loads(p.stdout.strip().splitlines()[-1])

@@ -11,15 +11,16 @@ after its imports. Prints one table.
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from benchlib import timed
 
 from opdiff_snap.goldens import Golden, GoldenStore
 from opdiff_snap.suite.model import Invocation
@@ -53,6 +54,12 @@ def materialise(i: int) -> tuple[str, list[torch.Tensor], object]:
     return name, inputs, fn
 
 
+def made(i: int) -> tuple[str, list[torch.Tensor], torch.Tensor]:
+    """Test `i`'s name, inputs and the output of its op (the baseline's part of a record)."""
+    name, inputs, fn = materialise(i)
+    return name, inputs, fn(*inputs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500)
@@ -69,35 +76,25 @@ def main() -> None:
     per_write = []
     ids = []
     for i in range(opts.n):
-        t0 = time.perf_counter()
-        name, inputs, fn = materialise(i)
-        out = fn(*inputs)
-        t1 = time.perf_counter()
+        (name, inputs, out), made_s = timed(lambda i=i: made(i))
         test_id = f"aten::{name}/case_{i:04d}"
-        store.write(Golden(
+        golden = Golden(
             test_id=test_id, seed=0, spec_hash=f"{i:064x}", suite="suites/bench.yaml",
             definition={"op": name, "inputs": [{"randn": [32, 32]}] * len(inputs)}, test_type="op",
             baseline={"name": "torch_cpu_fp32", "family": "torch", "device": "cpu", "precision": "fp32",
                       "options": {}},
             env={"torch": torch.__version__}, created="2026-01-01T00:00:00Z",
-            invocation=Invocation(args=inputs, kwargs={}), outputs=(out,)))
-        t2 = time.perf_counter()
-        baseline_s += t1 - t0
-        store_s += t2 - t1
-        per_write.append(t2 - t1)
+            invocation=Invocation(args=inputs, kwargs={}), outputs=(out,))
+        _, write_s = timed(functools.partial(store.write, golden))
+        baseline_s += made_s
+        store_s += write_s
+        per_write.append(write_s)
         ids.append(test_id)
 
-    t0 = time.perf_counter()
-    infos = store.index()
-    index_s = time.perf_counter() - t0
+    infos, index_s = timed(store.index)
     assert len(infos) == opts.n
-    t0 = time.perf_counter()
-    for test_id in ids:
-        store.read(test_id, 0)
-    read_all_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    problems = store.verify()
-    verify_s = time.perf_counter() - t0
+    _, read_all_s = timed(lambda: [store.read(test_id, 0) for test_id in ids])
+    problems, verify_s = timed(store.verify)
     assert not problems, problems[:3]
 
     fresh = []

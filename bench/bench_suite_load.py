@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import ROOT, load, package_env
 
 CHILD = """
 import json, sys, time
-sys.path.insert(0, sys.argv[2])   # before the working folder, which -c puts first
 from pathlib import Path
 import torch
 from opdiff_snap.suite import load_suites, suite_paths
@@ -44,8 +42,10 @@ print(json.dumps({"tests": len(cases), "discover_s": t1 - t0, "load_s": t2 - t1,
 
 
 def measure(package_root: Path, cache: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, cache, str(package_root)], cwd=ROOT, capture_output=True,
-                         text=True, check=True)
+    # -P: the package comes from `package_root` (PYTHONPATH), not from the folder the child runs in
+    out = subprocess.run([sys.executable, "-P", "-c", CHILD, cache, str(package_root)], cwd=ROOT,
+                         env=package_env(package_root),
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", help="a git revision to time as well")
     args = parser.parse_args()
-    report = {"load_average": os.getloadavg()[0], "now": series(ROOT, args.runs)}
+    report = {"load_average": load(), "now": series(ROOT, args.runs)}
     if args.before:
         with tempfile.TemporaryDirectory() as tree:
             archive = subprocess.run(["git", "archive", args.before, "opdiff_snap"], cwd=ROOT, capture_output=True,

@@ -15,31 +15,23 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import ROOT, load, package_env, run_timed
 
-
-def load() -> str:
-    return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+from opdiff_snap.history.runs import read_run
 
 
 def runs(store: Path) -> list[dict]:
     out = []
     for path in sorted((store / "runs").glob("*.jsonl")):
-        lines = path.read_text().splitlines()
-        meta, end = json.loads(lines[0]), json.loads(lines[-1])
-        items = [json.loads(x) for x in lines[1:-1]]
-        out.append({"run": meta["run_id"], "onnxruntime": meta["env"].get("onnxruntime"),
-                    "wall_s": end.get("wall_s"), "items": len(items),
-                    "cache_hits": sum(bool(i.get("cache_hit")) for i in items)})
+        run = read_run(path)
+        out.append({"run": run.meta["run_id"], "onnxruntime": run.meta["env"].get("onnxruntime"),
+                    "wall_s": run.end.get("wall_s"), "items": len(run.items),
+                    "cache_hits": sum(bool(i.get("cache_hit")) for i in run.items)})
     return out
 
 
@@ -61,19 +53,16 @@ def main() -> None:
         cmd += ["--test-ids", args.test_ids]
     if args.suites:
         cmd += sorted(glob.glob(args.suites, root_dir=ROOT))
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {**os.environ, "PYTHONPATH": path}
+    env = package_env(ROOT)
     for n in (1, 2):
         before = {r["run"] for r in runs(store)} if store.exists() else set()
-        print(f"upgrade #{n}: load {load()} before", flush=True)
-        started = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - started
+        print(f"upgrade #{n}: load {load():.2f} before", flush=True)
+        wall, proc = run_timed(cmd, cwd=ROOT, env=env)
         (work / f"upgrade{n}.log").write_text(proc.stdout + proc.stderr)
         built = re.search(r"environment \S+ \((reused|built with \w+) in ([\d.]+) s\)", proc.stdout)
         new = [r for r in runs(store) if r["run"] not in before]
         print(f"upgrade #{n}: exit {proc.returncode}, wall {wall:.1f} s, environment "
-              f"{built.group(1) if built else '?'} in {built.group(2) if built else '?'} s, load {load()} after")
+              f"{built.group(1) if built else '?'} in {built.group(2) if built else '?'} s, load {load():.2f} after")
         for r in new:
             print(f"  check {r['run']} onnxruntime {r['onnxruntime']}: {r['items']} results, "
                   f"{r['wall_s']:.1f} s, {r['cache_hits']} cache hits")

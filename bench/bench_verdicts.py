@@ -23,7 +23,6 @@ Results stay in the history store (--store, default a scratch folder) for querie
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -31,7 +30,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchlib import ROOT, cli, query
+
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers_check import make_site  # noqa: E402
@@ -43,17 +43,13 @@ CAP = 2.0 ** -9
 
 
 def opdiff(args: list[str], env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "-m", "opdiff_snap.cli", *args], cwd=ROOT, env=env, check=False,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(cli(*args), cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL)
 
 
 def rows(store: Path, env: dict[str, str]) -> list[dict]:
-    sql = ("SELECT test_id, seed, preset, status, failed_bound, precision_limited, max_abs, max_expected, bias, "
-           "bias_bound, atol, "
-           "drift, drift_bound, elementwise_ulps, numel, error_message FROM results")
-    out = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "query", sql,
-                          "--format", "json"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+    return query(store, "SELECT test_id, seed, preset, status, failed_bound, precision_limited, max_abs, "
+                        "max_expected, bias, bias_bound, atol, drift, drift_bound, elementwise_ulps, numel, "
+                        "error_message FROM results", env)
 
 
 def main() -> None:

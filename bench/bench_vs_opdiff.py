@@ -44,10 +44,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import ROOT, load, run_timed, wait_for_load
+
 FIXTURE = ROOT / "tests" / "compat" / "opdiff_layout"
 
 UNARY = ["relu", "sigmoid", "tanh", "exp", "abs", "neg", "sin", "cos", "gelu", "silu",
@@ -84,25 +84,10 @@ def build_demo_repo(where: Path, opdiff: Path) -> Path:
     return repo
 
 
-def load1() -> float:
-    return os.getloadavg()[0]
-
-
-def wait_for_load(limit: float, step_s: int = 60, max_wait_s: int = 20 * 60) -> None:
-    waited = 0
-    while load1() > limit and waited < max_wait_s:
-        print(f"load average {load1():.2f} > {limit}: waiting {step_s} s", flush=True)
-        time.sleep(step_s)
-        waited += step_s
-    print(f"load average {load1():.2f} (limit {limit}) after waiting {waited} s", flush=True)
-
-
-def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.CompletedProcess]:
+def timed_run(cmd: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.CompletedProcess]:
     shown = ["python", *cmd[1:]] if cmd[0] == sys.executable else cmd
-    print(f"load {load1():.2f}, running: {shlex.join(shown)}", flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    return time.perf_counter() - t0, proc
+    print(f"load {load():.2f}, running: {shlex.join(shown)}", flush=True)
+    return run_timed(cmd, cwd=cwd, env=env)
 
 
 def _worst(statuses: list[str]) -> str:
@@ -198,17 +183,18 @@ def main() -> int:
         notes: dict[str, list[str]] = {}
         if args.max_load is not None:
             wait_for_load(args.max_load)
-        print(f"load average before: {load1():.2f} on {os.cpu_count()} cores", flush=True)
+        print(f"load average before: {load():.2f} on {os.cpu_count()} cores", flush=True)
 
         ours = [sys.executable, str(ROOT / "cli.py"), "--goldens", str(work / "goldens"),
                 "--store", str(work / "store"), "--cache", str(work / "cache")]
         proc = subprocess.run(ours + ["list-tests", suite], cwd=repo, env=env, capture_output=True, text=True)
         n_tests = len(proc.stdout.split())
         print(f"suite: {suite} in an opdiff-layout repository, {n_tests} tests", flush=True)
-        wall, proc = timed(ours + ["record", suite, "--baseline", "torch_cpu_fp32", "-j", str(args.jobs)], repo, env)
+        wall, proc = timed_run(ours + ["record", suite, "--baseline", "torch_cpu_fp32", "-j", str(args.jobs)], repo,
+                               env)
         rows.append(("ours: record (torch_cpu_fp32)", wall, f"exit {proc.returncode} {our_counts(work / 'store')[0]}"))
         for label in ("ours: check onnx_cpu_fp32, cold cache", "ours: re-check, warm cache"):
-            wall, proc = timed(ours + ["check", suite, "-b", "onnx_cpu_fp32", "-j", str(args.jobs)], repo, env)
+            wall, proc = timed_run(ours + ["check", suite, "-b", "onnx_cpu_fp32", "-j", str(args.jobs)], repo, env)
             counts, notes[label] = our_counts(work / "store")
             rows.append((label, wall, f"exit {proc.returncode} onnx: {counts}"))
 
@@ -224,7 +210,7 @@ def main() -> int:
                 cmd = [sys.executable, str(args.opdiff / "cli.py"), "run", suite,
                        "--backends", "torch_cpu_fp32;onnx_cpu_fp32", "--baseline", "torch_cpu_fp32",
                        "--out", str(out), *extra]
-                wall, proc = timed(cmd, repo, peer_env)
+                wall, proc = timed_run(cmd, repo, peer_env)
                 if out.exists():
                     detail, notes[label] = opdiff_counts(out)
                 else:
@@ -246,7 +232,7 @@ def main() -> int:
             print(f"\n{label}: not passing / not OK or max_abs above 1e-5")
             for line in lines:
                 print(f"  {line}")
-        print(f"\nload average after: {load1():.2f}")
+        print(f"\nload average after: {load():.2f}")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -14,28 +14,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_execution import make_jobs
+from benchlib import load, timed
 
-from bench_execution import make_jobs  # noqa: E402
-
-from opdiff_snap.backends.registry import get_preset  # noqa: E402
-from opdiff_snap.execution.pool import WorkerPool  # noqa: E402
+from opdiff_snap.backends.registry import get_preset
+from opdiff_snap.execution.pool import WorkerPool
 
 
 def one_way(n: int, preset: str, workers: int, plan_s: float, warm: bool, tag: str) -> dict:
     jobs = make_jobs(n, preset, None, tag)
-    t0 = time.perf_counter()
-    with WorkerPool(jobs=workers, timeout_s=300) as pool:
-        pool.prestart([get_preset(preset)] if warm else [])
-        time.sleep(plan_s)
-        outcomes = list(pool.run(jobs))
-    wall = time.perf_counter() - t0
+
+    def run() -> list:
+        with WorkerPool(jobs=workers, timeout_s=300) as pool:
+            pool.prestart([get_preset(preset)] if warm else [])
+            time.sleep(plan_s)
+            return list(pool.run(jobs))
+
+    outcomes, wall = timed(run)
     first: dict[int, float] = {}
     rest: list[float] = []
     for o in outcomes:   # completion order: a worker's first result is its first job
@@ -58,10 +56,10 @@ def main() -> None:
     ap.add_argument("-j", type=int, default=2)
     ap.add_argument("--plan-s", type=float, default=3.0)
     args = ap.parse_args()
-    out = {"load_1min_before": os.getloadavg()[0]}
+    out = {"load_1min_before": load()}
     out["cold workers (no warm-up)"] = one_way(args.n, args.preset, args.j, args.plan_s, False, "c")
     out["warm workers"] = one_way(args.n, args.preset, args.j, args.plan_s, True, "w")
-    out["load_1min_after"] = os.getloadavg()[0]
+    out["load_1min_after"] = load()
     print(json.dumps(out, indent=1))
 
 

@@ -1,9 +1,9 @@
-"""tools/results_page.py: the page it regenerates keeps the hand-written blocks, says where a
-result is not what the expectations file expects, and never carries a failure without a reason."""
+"""The results page (analytics/shipped_results.py, tools/results_page.py): the page it
+regenerates keeps the hand-written blocks, says where a result is not what the expectations
+file expects, and never carries a failure without a reason."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,39 +11,34 @@ from pathlib import Path
 
 import yaml
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "results_page.py"
+from opdiff_snap.analytics.coverage_section import coverage_lines
+from opdiff_snap.analytics.shipped_results import Latest, write_page
+from opdiff_snap.expectations.known import Known, page_presets
+from opdiff_snap.expectations.reasons import UNTRIAGED
 
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("results_page", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 
 def test_regenerating_the_page_keeps_marked_blocks(tmp_path):
-    tool = _tool()
     page = tmp_path / "results.md"
     block = "<!-- kept: localize -->\n## Where inside the models\n\nfindings\n<!-- end kept: localize -->"
     page.write_text(f"# old page\n\n## some_preset\n\nold rows\n\n{block}\n")
-    tool.write_page({("t", "p"): tool.Latest("MISMATCH", "m")}, [], ["p"], page)
+    write_page({("t", "p"): Latest("MISMATCH", "m")}, [], ["p"], page)
     text = page.read_text()
     assert "old rows" not in text and "## p" in text    # regenerated...
     assert text.rstrip().endswith(block)                # ...with the block kept, at the end, once
-    tool.write_page({("t", "p"): tool.Latest("PASS")}, [], ["p"], page)
+    write_page({("t", "p"): Latest("PASS")}, [], ["p"], page)
     assert page.read_text().count("<!-- kept: localize -->") == 1
 
 
 def test_results_the_expectations_file_does_not_expect_are_named(tmp_path):
-    tool = _tool()
     page = tmp_path / "results.md"
-    results = {("a", "p"): tool.Latest("EXPORT_FAIL", "x", expected="EXPORT_FAIL"),   # known
-               ("b", "p"): tool.Latest("MISMATCH", "y"),                               # new
-               ("c", "p"): tool.Latest("INFER_FAIL", "z", expected="EXPORT_FAIL"),     # another failure
-               ("d", "p"): tool.Latest("PASS", expected="MISMATCH"),                   # fixed
-               ("e", "q"): tool.Latest("PASS")}
-    unexplained = tool.write_page(results, [], ["p", "q"], page)
+    results = {("a", "p"): Latest("EXPORT_FAIL", "x", expected="EXPORT_FAIL"),   # known
+               ("b", "p"): Latest("MISMATCH", "y"),                               # new
+               ("c", "p"): Latest("INFER_FAIL", "z", expected="EXPORT_FAIL"),     # another failure
+               ("d", "p"): Latest("PASS", expected="MISMATCH"),                   # fixed
+               ("e", "q"): Latest("PASS")}
+    unexplained = write_page(results, [], ["p", "q"], page)
     text = page.read_text()
     assert unexplained == 3
     assert "| 1 different failure, 1 new failure, 1 unexpected pass |" in text
@@ -53,14 +48,13 @@ def test_results_the_expectations_file_does_not_expect_are_named(tmp_path):
 
 
 def test_coverage_counts_known_failures_and_flags_untriaged_ones():
-    tool = _tool()
-    known = [tool.Known("opinfo", "opinfo.exp.f32.0", "p", None, ""),
-             tool.Known("opinfo", "opinfo.exp.f16.0", "p", "MISMATCH", "tolerance choice: half"),
-             tool.Known("opinfo", "opinfo.exp.f32.0@subnormal", "p", "MISMATCH", "backend limit: flushed"),
-             tool.Known("opinfo", "opinfo.log.bf16.0", "p", "EXPORT_FAIL", f"{tool.UNTRIAGED}: boom"),
-             tool.Known("zoo", "zoo_gpt2", "p", "MISMATCH", ""),
-             tool.Known("zoo", "zoo_bert", "p", None, "")]
-    lines, unreasoned = tool.coverage_lines(known, ["p"])
+    known = [Known("opinfo", "opinfo.exp.f32.0", "p", None, ""),
+             Known("opinfo", "opinfo.exp.f16.0", "p", "MISMATCH", "tolerance choice: half"),
+             Known("opinfo", "opinfo.exp.f32.0@subnormal", "p", "MISMATCH", "backend limit: flushed"),
+             Known("opinfo", "opinfo.log.bf16.0", "p", "EXPORT_FAIL", f"{UNTRIAGED}: boom"),
+             Known("zoo", "zoo_gpt2", "p", "MISMATCH", ""),
+             Known("zoo", "zoo_bert", "p", None, "")]
+    lines, unreasoned = coverage_lines(known, ["p"])
     text = "\n".join(lines)
     assert unreasoned == 2          # the untriaged one and the one with no reason at all
     assert "| p | 4 | 2 | 1 | 1 | 2 |" in text                      # tests, ops, no entry, EXPORT_FAIL, MISMATCH
@@ -91,7 +85,7 @@ def test_reasons_are_filled_from_rules_and_refreshed_only_where_a_rule_wrote_the
                     "  - {test: a4, verdict: MISMATCH, reason: 'written by hand: the ONNX notes'}\n"
                     "  - {test: b1, verdict: MISMATCH}\n")
     run = _run_file(tmp_path / "run.jsonl", [("onnx_cpu_fp32", t, "MISMATCH", "m") for t in ("a1", "a2", "a3", "a4", "b1")])
-    tool = TOOL.parent / "expectation_reasons.py"
+    tool = TOOLS / "expectation_reasons.py"
 
     def reasons(*flags: str) -> dict[str, str]:
         subprocess.run([sys.executable, str(tool), "--expectations", str(exps), "--notes", str(notes), *flags,
@@ -105,3 +99,11 @@ def test_reasons_are_filled_from_rules_and_refreshed_only_where_a_rule_wrote_the
     refreshed = reasons("--refresh")
     assert refreshed["a3"] == "bug worth reporting upstream: new cause"   # ...unless --refresh and a rule wrote it
     assert refreshed["a4"] == "written by hand: the ONNX notes"
+
+
+def test_the_page_checks_every_cpu_preset_and_two_coreml_conversions():
+    """The page's presets come from the registry: the 22 of docs/results.md."""
+    presets = page_presets()
+    assert len(presets) == 22 and presets[0] == "torch_cpu_fp32"
+    assert presets[-2:] == ["coreml_any_fp32", "coreml_any_fp16"]
+    assert not [p for p in presets if "cuda" in p or "mps" in p or "coreml" in p.split("_")[1]]

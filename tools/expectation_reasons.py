@@ -15,28 +15,13 @@ such a reason is replaced once a rule explains the entry).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import re
 import sys
 from pathlib import Path
 
+from opdiff_snap.analytics.shipped_results import fill_reasons_from_runs
+from opdiff_snap.core.errors import OpdiffError
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-
-from results_page import KINDS, UNTRIAGED, explained, load_rules  # noqa: E402
-
-from opdiff_snap import api  # noqa: E402
-from opdiff_snap.expectations.file import dump  # noqa: E402
-from opdiff_snap.history.runs import read_run  # noqa: E402
-
-
-def _by_rule(reason: str) -> bool:
-    return any(reason.startswith(f"{kind}: ") for kind in KINDS.values())
-
-
-def clip(text: str, at: int = 200) -> str:
-    """At most `at` characters, cut at a word with "..." where it is longer."""
-    return text if len(text) <= at else text[:text.rfind(" ", 0, at - 3)].rstrip(",;:") + "..."
 
 
 def main() -> None:
@@ -50,33 +35,10 @@ def main() -> None:
     ap.add_argument("--untriaged", action="store_true",
                     help="give an entry no rule explains the reason 'not triaged yet: <its message's first words>'")
     args = ap.parse_args()
-    rules = load_rules(args.notes)
-    found: dict[tuple[str, str], dict] = {}
-    for path in args.runs:   # the latest result of each (preset, test) wins
-        for item in read_run(path).items:
-            found[(item["preset"], item["id"])] = item
-    exps = api.load_expectations(args.expectations)
-    assert exps is not None, f"no expectations file at {args.expectations}"
-    filled, missing = [], []
-    for e in exps.entries:
-        item = found.get((e.preset, e.test))
-        if item is None or (explained(e.reason) and not (args.refresh and _by_rule(e.reason))):
-            filled.append(e)
-            continue
-        rule = next((r for r in rules if r.explains(e.preset, e.test, item["status"], item.get("error_message") or "")),
-                    None)
-        if rule is None:
-            missing.append(f"{e.preset}: {e.test} {item['status']}")
-            head = " ".join((item.get("error_message") or "").split())[:120]
-            filled.append(dataclasses.replace(e, reason=f"{UNTRIAGED}: {head}") if args.untriaged and head else e)
-            continue
-        why = re.split(r"(?<=[.;:])\s", rule.why.strip())[0].rstrip(".;:")   # its first clause
-        filled.append(dataclasses.replace(e, reason=clip(f"{KINDS[rule.kind]}: {why}")))
-    exps.entries = filled
-    args.expectations.write_text(dump(exps))
-    print(f"{sum(1 for e in filled if e.reason)} of {len(filled)} entries have a reason")
-    for line in missing:
-        print(f"no rule explains {line}")
+    try:
+        fill_reasons_from_runs(args.expectations, args.notes, args.runs, args.refresh, args.untriaged)
+    except OpdiffError as exc:
+        sys.exit(str(exc))
 
 
 if __name__ == "__main__":
