@@ -7,11 +7,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
-from helpers_history.synth import Res, Run, write_run
+from helpers.cli import MODULE, run
+from helpers.history.synth import Res, Run, write_run
 from test_analytics_reports import build_history
 
 from opdiff_snap.analytics import connect
@@ -128,9 +128,8 @@ def _upgrade_history(store):
 @pytest.mark.slow
 def test_upgrade_page_is_self_contained_and_renders_in_chromium(tmp_path):
     _upgrade_history(tmp_path / "store")
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(tmp_path / "store"), "report",
-                           "upgrade", "--by", "onnxruntime", "-o", str(tmp_path / "up.html")],
-                          capture_output=True, text=True, timeout=120)
+    proc = run(None, "--store", str(tmp_path / "store"), "report", "upgrade", "--by", "onnxruntime",
+               "-o", str(tmp_path / "up.html"), entry=MODULE, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "up.html"
     text = out.read_text()

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from helpers_check import make_site, new_project, plugin_installed
+from helpers.check import make_site, new_project, plugin_installed
 
 from opdiff_snap import api
 from opdiff_snap.analytics import connect

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers_history.planted import generate
+from helpers.history.planted import generate
 
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.findings import REGRESSION, group_by_change
@@ -92,7 +92,7 @@ def test_a_step_smaller_than_the_noise_is_not_reported(planted):
 
 
 def test_a_series_missing_from_a_run_keeps_one_environment_together(tmp_path):
-    from helpers_history.synth import Res, Run, write_run
+    from helpers.history.synth import Res, Run, write_run
 
     P = "onnx_cpu_fp32"
     for i, (ort, tests) in enumerate([("1.31.1", ["a", "b"]), ("1.32.0", ["b"]), ("1.31.1", ["a", "b"])]):
@@ -109,7 +109,7 @@ def test_absurd_measurements_are_left_out_with_a_warning(tmp_path):
     """Latencies of 1e30 or 1e-320 ms, a negative one, and an infinite max_abs cannot be real:
     each result holding one is named in a warning, its values are left out, and no finding
     is made of them (no "2e+31x slower", no "infx faster", no "error grew 1einfx")."""
-    from helpers_history.synth import Res, Run, write_run
+    from helpers.history.synth import Res, Run, write_run
 
     absurd = {3: dict(infer_ms=1e30, infer_ms_all=[1e30] * 3), 4: dict(infer_ms=1e-320, infer_ms_all=[1e-320] * 3),
               5: dict(infer_ms=-2.0, infer_ms_all=[-2.0] * 3), 8: dict(max_abs=float("inf")),
@@ -137,7 +137,7 @@ def test_absurd_measurements_are_left_out_with_a_warning(tmp_path):
     assert rows == [(pytest.approx(1.02), pytest.approx(1.0), pytest.approx(1e-7), pytest.approx(1.02))]
 
 
-PLUGIN = "[opdiff_snap.backends]\nversioned = helpers_check.opdiff_versioned:VersionedBackend\n"
+PLUGIN = "[opdiff_snap.backends]\nversioned = helpers.check.opdiff_versioned:VersionedBackend\n"
 OPS = """\
 defaults: {seeds: 1}
 presets:
@@ -155,7 +155,7 @@ def test_a_plugin_upgrade_that_slows_one_op_is_found_and_attributed(tmp_path):
     and attributes to the plugin's version."""
     import contextlib
 
-    from helpers_check import make_site, plugin_installed
+    from helpers.check import make_site, plugin_installed
 
     from opdiff_snap import api
     from opdiff_snap.core.config import Settings

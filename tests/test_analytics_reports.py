@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers_history.synth import Res, Run, write_run
+from helpers.history.synth import Res, Run, write_run
 
 from opdiff_snap.analytics import connect, format_table
 from opdiff_snap.analytics.reports import diff_runs, latency_report, latency_trend, support_matrix, version_key

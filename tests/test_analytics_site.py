@@ -4,11 +4,10 @@ in headless Chromium as the HTML report is (tests/test_analytics_html.py)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
-from helpers_history.planted import generate
+from helpers.cli import MODULE, run
+from helpers.history.planted import generate
 from test_analytics_html import dump_dom, painted, require_chromium
 
 from opdiff_snap import api
@@ -24,8 +23,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_site_pages_link_up_and_render_in_chromium(tmp_path):
     store = tmp_path / "store"
     generate(store, runs=18, tests=4, envs=3, plant_frac=0.2, seed=7, presets=("onnx_cpu_fp32", "coreml_any_fp16"))
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(store), "report", "site",
-                           "-o", str(tmp_path / "site")], capture_output=True, text=True, timeout=300)
+    proc = run(None, "--store", str(store), "report", "site", "-o", str(tmp_path / "site"), entry=MODULE,
+               timeout=300)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     index = tmp_path / "site" / "index.html"
     page = index.read_text()

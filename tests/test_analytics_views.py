@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from helpers_history.synth import Res, Run, write_run
+from helpers.history.synth import Res, Run, write_run
 
 from opdiff_snap.analytics import check_read_only, connect
 from opdiff_snap.core.errors import OpdiffError

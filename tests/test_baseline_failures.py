@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers.cli import MODULE
 
 from opdiff_snap import api
 from opdiff_snap.cli import main
@@ -107,10 +108,9 @@ def test_two_concurrent_records_lose_no_baseline_failure(tmp_path):
     failure is remembered (one entry each, no read-modify-write of a shared object), check
     says BASELINE_FAIL for all 16, and the writers leave nothing behind."""
     import subprocess
-    import sys
 
     root = _project(tmp_path, FAILING)
-    cli = [sys.executable, "-m", "opdiff_snap.cli", "record", "-j", "1", "--repeats", "1", "--warmup", "0"]
+    cli = [*MODULE, "record", "-j", "1", "--repeats", "1", "--warmup", "0"]
     procs = [subprocess.Popen([*cli, "--test-ids", ";".join(f"bad{i:02d}" for i in range(k, 16, 2))], cwd=root,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in (0, 1)]
     outs = [p.communicate(timeout=600)[0] for p in procs]

@@ -13,7 +13,7 @@ import onnx
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers_check import assert_same_as_alone, shipped_goldens
+from helpers.check import assert_same_as_alone, shipped_goldens
 from onnx import TensorProto, helper
 
 from opdiff_snap import api

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers_check import assert_same_as_alone, shipped_goldens
+from helpers.check import assert_same_as_alone, shipped_goldens
 
 from opdiff_snap import api
 from opdiff_snap.backends.registry import get_preset

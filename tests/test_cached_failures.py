@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers_check import shipped_goldens
+from helpers.check import shipped_goldens
 
 from opdiff_snap import api
 from opdiff_snap.cli import main

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers_cause import load_case
-from helpers_cause.wrong_backend import PerturbingBackend
+from helpers.cause import load_case
+from helpers.cause.wrong_backend import PerturbingBackend
 
 from opdiff_snap.cause.calls import capture_calls
 from opdiff_snap.cause.localize import localize

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
-from helpers_lowering import MODELS, SUITE, line_of
+from helpers.lowering import MODELS, SUITE, line_of
 
 from opdiff_snap import api
 from opdiff_snap.backends.registry import get_preset

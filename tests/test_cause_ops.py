@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_cause import SUITE, load_case, run_isolated, start_isolated
-from helpers_cause.kernels import ENTRY_POINTS
-from helpers_check import cli_env, make_site, plugin_installed
+from helpers.cause import SUITE, load_case, run_isolated, start_isolated
+from helpers.cause.kernels import ENTRY_POINTS
+from helpers.check import make_site, opdiff, plugin_installed
 
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.cause.calls import ScopeGraphTask
@@ -30,7 +30,7 @@ MODELS = SUITE.parent / "models.py"
 
 
 def line_of(marker: str) -> int:
-    """The line of helpers_cause/models.py that carries `marker`."""
+    """The line of helpers/cause/models.py that carries `marker`."""
     lines = MODELS.read_text().splitlines()
     return next(i for i, text in enumerate(lines, 1) if marker in text)
 
@@ -189,7 +189,7 @@ def test_node_repros_reproduce_standalone_and_pass_on_a_clean_backend(pool, tmp_
 
 @pytest.fixture(scope="module")
 def project(site, tmp_path_factory):
-    """helpers_cause's suite recorded on torch_cpu_fp32 (its functional-op models only)."""
+    """helpers.cause's suite recorded on torch_cpu_fp32 (its functional-op models only)."""
     from opdiff_snap import api
     from opdiff_snap.core.config import Settings
 
@@ -205,23 +205,16 @@ def project(site, tmp_path_factory):
     return root
 
 
-def _opdiff(root: Path, site: Path, *args: str):
-    import subprocess
-    import sys
-    return subprocess.run([sys.executable, "-m", "opdiff_snap.cli", *args], cwd=root, env=cli_env(site),
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.slow
 def test_cli_localize_offers_the_node_repro_which_reproduces(project, site):
-    r = _opdiff(project, site, "localize", "tanh_mlp", "-b", "wrongkernel_cpu_fp32", "-j", "1")
+    r = opdiff(project, site, "localize", "tanh_mlp", "-b", "wrongkernel_cpu_fp32", "-j", "1")
     assert r.returncode == 1, r.stdout + r.stderr
     line = line_of("# <- tanh")
     assert "MISMATCH at node 2: aten::tanh.default(f32[4, 16]) -> f32[4, 16]" in r.stdout
     assert f"models.py:{line} in forward" in r.stdout
     offered = re.search(r"Reproduce it alone: (opdiff repro .*) -o repro_node\.py", r.stdout)
     assert offered and offered[1] == "opdiff repro tanh_mlp -b wrongkernel_cpu_fp32 --node 2", r.stdout
-    r = _opdiff(project, site, *offered[1].split()[1:], "-o", "bug/node.py")
+    r = opdiff(project, site, *offered[1].split()[1:], "-o", "bug/node.py")
     assert r.returncode == 0, r.stderr
     run = run_isolated(project / "bug" / "node.py", cwd=project)
     assert run.returncode == 1 and "MISMATCH" in run.stdout, run.stdout + run.stderr
@@ -229,7 +222,7 @@ def test_cli_localize_offers_the_node_repro_which_reproduces(project, site):
 
 @pytest.mark.slow
 def test_a_node_out_of_range_is_one_clear_error(project, site):
-    r = _opdiff(project, site, "repro", "tanh_mlp", "-b", "wrongkernel_cpu_fp32", "--node", "9", "-o", "x.py")
+    r = opdiff(project, site, "repro", "tanh_mlp", "-b", "wrongkernel_cpu_fp32", "--node", "9", "-o", "x.py")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "--node '9': scope '<root>' of test 'tanh_mlp' has 5 ATen nodes, numbered 0-4" in r.stderr
     assert "Traceback" not in r.stderr and not (project / "x.py").exists()

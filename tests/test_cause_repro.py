@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from helpers_cause import baseline_outputs, load_case, run_isolated
+from helpers.cause import baseline_outputs, load_case, run_isolated
 
 from opdiff_snap.backends.base import Preset
 from opdiff_snap.cause.repro import write_repro

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from helpers_cause import load_case
-from helpers_cause.wrong_backend import PerturbingBackend
+from helpers.cause import load_case
+from helpers.cause.wrong_backend import PerturbingBackend
 
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.cause.calls import CallTreeTask, SubmoduleTask

@@ -11,14 +11,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers_check import opdiff, opdiff_popen, perturbed_ids
+from helpers.check import opdiff, opdiff_popen, perturbed_ids
 
 from opdiff_snap.history.runs import read_run
 
 PERTURB = ["perturb_cpu_fp32", '{"perturb": ["aten::exp", "aten::tanh"]}']
 FAST = ["--repeats", "1", "--warmup", "0"]
 
-pytest_plugins = ["helpers_check.project30"]
+pytest_plugins = ["helpers.check.project30"]
 
 
 def no_traceback(proc) -> None:

@@ -3,7 +3,7 @@ and nothing else is flagged; a correct backend summing in another order, or the
 baseline on another thread count, passes everywhere.
 
 Real runs through the API: goldens recorded on torch_cpu_fp32 (with their float64
-references), checked on the test families of helpers_numerics/backends.py."""
+references), checked on the test families of helpers/numerics/backends.py."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_check import make_site, plugin_installed
-from helpers_numerics import ENTRY_POINTS
-from helpers_numerics.backends import SCALED, SWAPPED
+from helpers.check import make_site, plugin_installed
+from helpers.numerics import ENTRY_POINTS
+from helpers.numerics.backends import SCALED, SWAPPED
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opdiff_snap import api
@@ -28,7 +28,7 @@ from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.model import Tolerance
 
-HERE = Path(__file__).resolve().parent / "helpers_numerics"
+HERE = Path(__file__).resolve().parent / "helpers" / "numerics"
 REACHED = {"exp", "tanh", "sigmoid", "maximum", "minimum", "nn_tanh", "nn_sigmoid", "tanh_mlp",
            "exp_head", "manual_tanh", "gate", "floor_at", "tanh_pair"}
 

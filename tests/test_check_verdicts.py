@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers_check import copy_project, flip_byte, make_site, new_project, plugin_installed
+from helpers.check import copy_project, flip_byte, make_site, new_project, plugin_installed
 
 from opdiff_snap import api
 from opdiff_snap.compare.rules import BASELINE_FACTOR

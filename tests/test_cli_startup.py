@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers_history.synth import Res, Run, write_run
+from helpers.history.synth import Res, Run, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "executorch", "onnxruntime", "onnx", "onnxscript", "coremltools", "ray", "torchao")

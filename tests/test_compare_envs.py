@@ -7,13 +7,13 @@ import contextlib
 import math
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers_history.synth import Res, Run, write_run
+from helpers.cli import MODULE, run
+from helpers.history.synth import Res, Run, write_run
 
 from opdiff_snap import api
 from opdiff_snap.analytics import connect
@@ -39,11 +39,10 @@ def test_a_a_comparison_for_real_reports_no_latency_change(tmp_path):
     (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
     with contextlib.chdir(tmp_path):
         assert api.record(api.RecordRequest(running=api.Running(in_process=True)),
-                                            settings=Settings(repeats=1, warmup=0)).counts() == {"RECORDED": 2}
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "compare-envs", "--python", sys.executable,
-                           "-b", "torch_cpu_fp32", "--rounds", "3", "--repeats", "10", "-j", "1", "--format", "json"],
-                          cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True,
-                          timeout=600)
+                          settings=Settings(repeats=1, warmup=0)).counts() == {"RECORDED": 2}
+    proc = run(tmp_path, "compare-envs", "--python", sys.executable, "-b", "torch_cpu_fp32", "--rounds", "3",
+               "--repeats", "10", "-j", "1", "--format", "json", entry=MODULE, env={**os.environ, "COLUMNS": "200"},
+               timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert "0 latency changes" in proc.stderr and "latency over 3 interleaved rounds" in proc.stderr

@@ -9,6 +9,7 @@ give only PASS, with goldens recorded from one folder and checked from another.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -17,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import run
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 COMPAT = HERE / "compat"
 
 # name -> (suite path inside the repository, ids in opdiff's order)
@@ -54,9 +55,7 @@ def clone(name: str, tmp_path: Path) -> Path:
     return repo
 
 
-def opdiff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+opdiff = functools.partial(run, timeout=600)
 
 
 @pytest.fixture
@@ -70,8 +69,8 @@ def elsewhere(tmp_path: Path) -> Path:
 def test_ids_are_opdiffs_from_the_root_and_from_elsewhere(name, tmp_path, elsewhere):
     suite, expected = REPOS[name]
     repo = clone(name, tmp_path)
-    from_root = opdiff("list-tests", "--long", suite, cwd=repo)
-    from_elsewhere = opdiff("list-tests", "--long", str(repo / suite), cwd=elsewhere)
+    from_root = opdiff(repo, "list-tests", "--long", suite)
+    from_elsewhere = opdiff(elsewhere, "list-tests", "--long", str(repo / suite))
     for result in (from_root, from_elsewhere):
         assert result.returncode == 0, result.stderr
         assert [line.split("\t")[0] for line in result.stdout.splitlines()] == expected
@@ -81,7 +80,7 @@ def test_ids_are_opdiffs_from_the_root_and_from_elsewhere(name, tmp_path, elsewh
 
 def test_a_directory_of_suites_runs_the_orchestrator_once(tmp_path):
     repo = clone("orchestrator", tmp_path)
-    result = opdiff("list-tests", "suites", cwd=repo)
+    result = opdiff(repo, "list-tests", "suites")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == REPOS["orchestrator"][1]
 
@@ -91,11 +90,11 @@ def test_a_directory_of_suites_runs_the_orchestrator_once(tmp_path):
 def test_record_from_the_root_and_check_from_elsewhere_all_pass(name, tmp_path, elsewhere):
     suite, expected = REPOS[name]
     repo = clone(name, tmp_path)
-    rec = opdiff("record", "--baseline", "torch_cpu_fp32", "--format", "json", suite, cwd=repo)
+    rec = opdiff(repo, "record", "--baseline", "torch_cpu_fp32", "--format", "json", suite)
     assert rec.returncode == 0, rec.stderr
     assert sorted(r["id"] for r in json.loads(rec.stdout)["results"]) == sorted(expected)
-    chk = opdiff("--goldens", str(repo / "goldens"), "--store", str(repo / "store"), "check",
-                 str(repo / suite), "-b", "onnx_cpu_fp32", "-j", "2", "--format", "json", cwd=elsewhere)
+    chk = opdiff(elsewhere, "--goldens", str(repo / "goldens"), "--store", str(repo / "store"), "check",
+                 str(repo / suite), "-b", "onnx_cpu_fp32", "-j", "2", "--format", "json")
     results = json.loads(chk.stdout)["results"]
     bad = [(r["id"], r["status"], r["message"]) for r in results if r["status"] != "PASS"]
     assert not bad
@@ -106,16 +105,16 @@ def test_record_from_the_root_and_check_from_elsewhere_all_pass(name, tmp_path, 
 def test_opdiff_command_line_flags_are_understood(tmp_path):
     repo = clone("suite_relative", tmp_path)
     suite = REPOS["suite_relative"][0]
-    rec = opdiff("record", "--backends", "torch_cpu_fp32", "--num-sampled-inputs", "2",
-                 "--skips", "tanh:*", "--format", "json", suite, cwd=repo)
+    rec = opdiff(repo, "record", "--backends", "torch_cpu_fp32", "--num-sampled-inputs", "2",
+                 "--skips", "tanh:*", "--format", "json", suite)
     assert rec.returncode == 0, rec.stderr
     rows = {(r["id"], r["seed"]): r["status"] for r in json.loads(rec.stdout)["results"]}
     assert rows[("gate", 1)] == "RECORDED" and rows[("tanh", 0)] == "SKIPPED"
     overrides = tmp_path / "overrides.json"
     overrides.write_text(json.dumps({"torch_cpu_fp16": {"torch_overrides": {}}}))
-    chk = opdiff("check", suite, "--backends", "torch_cpu_fp32;torch_cpu_bf16", "--num-sampled-inputs", "2",
+    chk = opdiff(repo, "check", suite, "--backends", "torch_cpu_fp32;torch_cpu_bf16", "--num-sampled-inputs", "2",
                  "--skips", "gate_wide*:*bf16;tanh:*", "--backend-overrides-file", str(overrides),
-                 "--in-process", "--format", "json", cwd=repo)
+                 "--in-process", "--format", "json")
     results = json.loads(chk.stdout)["results"]
     by = {(r["id"], r["seed"], r["preset"]): r for r in results}
     assert len(results) == 5 * 2 * 2
@@ -123,9 +122,9 @@ def test_opdiff_command_line_flags_are_understood(tmp_path):
     assert "--skips gate_wide*:*bf16" in by[("gate_wide__hidden=2", 1, "torch_cpu_bf16")]["message"]
     assert by[("gate_wide__hidden=2", 1, "torch_cpu_fp32")]["status"] == "PASS"
     assert by[("tanh", 0, "torch_cpu_fp32")]["status"] == "SKIPPED"
-    bad = opdiff("record", "--backends", "torch_cpu_fp32;onnx_cpu_fp32", suite, cwd=repo)
+    bad = opdiff(repo, "record", "--backends", "torch_cpu_fp32;onnx_cpu_fp32", suite)
     assert bad.returncode == 2 and "--baseline" in bad.stderr and "Traceback" not in bad.stderr
-    bad = opdiff("check", suite, "--skips", "nocolon", "--backends", "torch_cpu_fp32", cwd=repo)
+    bad = opdiff(repo, "check", suite, "--skips", "nocolon", "--backends", "torch_cpu_fp32")
     assert bad.returncode == 2 and "TEST_ID:PRESET" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -142,10 +141,10 @@ def test_a_conflicting_redefinition_names_both_places(tmp_path):
     repo = clone("orchestrator", tmp_path)
     text = repo / "suites" / "text.yaml"
     text.write_text(text.read_text().replace("include: [common.yaml]\n", "include: [common.yaml]\ndims: {D: 16}\n"))
-    _fails(opdiff("validate", "suites/all.yaml", cwd=repo),
+    _fails(opdiff(repo, "validate", "suites/all.yaml"),
            "dim 'D' is defined as 16 here and as 8 at", "suites/common.yaml:7", "suites/text.yaml:2")
     text.write_text(text.read_text().replace("dims: {D: 16}\n", "presets: {image: {type: const, value: 1}}\n"))
-    _fails(opdiff("validate", "suites/all.yaml", cwd=repo),
+    _fails(opdiff(repo, "validate", "suites/all.yaml"),
            "preset 'image' is defined here and differently at", "suites/common.yaml:10", "suites/text.yaml:2")
 
 
@@ -154,7 +153,7 @@ def test_tests_reached_twice_through_a_diamond_are_duplicates_naming_both_paths(
     (repo / "suites" / "common.yaml").write_text(
         (repo / "suites" / "common.yaml").read_text()
         + "tests:\n  - {id: shared, op: aten::relu, in: [{ref: hidden}]}\n")
-    _fails(opdiff("validate", "suites/all.yaml", cwd=repo), "duplicate test id 'shared'",
+    _fails(opdiff(repo, "validate", "suites/all.yaml"), "duplicate test id 'shared'",
            "suites/all.yaml -> suites/vision.yaml -> suites/common.yaml",
            "suites/all.yaml -> suites/text.yaml -> suites/common.yaml")
 
@@ -164,18 +163,18 @@ def test_an_ambiguous_file_path_names_every_file(tmp_path):
     stray = repo / "examples" / "examples"
     stray.mkdir()
     (stray / "heads.py").write_text("class NormHead: pass\n")
-    _fails(opdiff("validate", "examples/suite.yaml", cwd=repo), "file:examples/heads.py is ambiguous",
+    _fails(opdiff(repo, "validate", "examples/suite.yaml"), "file:examples/heads.py is ambiguous",
            "examples/examples/heads.py", "examples/heads.py")
     # the same bytes in two places are one file, not an ambiguity
     shutil.copy(repo / "examples" / "heads.py", stray / "heads.py")
-    assert opdiff("validate", "examples/suite.yaml", cwd=repo).returncode == 0
+    assert opdiff(repo, "validate", "examples/suite.yaml").returncode == 0
 
 
 def test_a_missing_file_path_names_every_place_tried(tmp_path, elsewhere):
     repo = clone("opdiff_layout", tmp_path)
     suite = repo / "examples" / "suite.yaml"
     suite.write_text(suite.read_text().replace("file:examples/heads.py::NormHead", "file:examples/head.py::NormHead"))
-    result = opdiff("validate", str(suite), cwd=elsewhere)
+    result = opdiff(elsewhere, "validate", str(suite))
     places = [repo / "examples" / "examples" / "head.py",   # the suite's folder
               elsewhere / "examples" / "head.py",            # the current directory
               repo / "examples" / "head.py"]                 # the project root

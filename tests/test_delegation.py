@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from helpers_lowering import SUITE, line_of
+from helpers.lowering import SUITE, line_of
 
 from opdiff_snap import api
 from opdiff_snap.analytics.reports import diff_runs

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers_execution.cases import job, op_case, x
+from helpers.execution.cases import job, op_case, x
 
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.execution.dispatch import Dispatcher, Ready

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers_cause import load_case
+from helpers.cause import load_case
 
 from opdiff_snap.compare.gradients import compare_grads
 from opdiff_snap.compare.tolerance import tolerance_for

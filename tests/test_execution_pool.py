@@ -4,7 +4,7 @@ import os
 
 import pytest
 import torch
-from helpers_execution.cases import job, module_case, op_case, x
+from helpers.execution.cases import job, module_case, op_case, x
 
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.execution.outputs import restore_outputs

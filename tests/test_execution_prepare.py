@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers_execution.cases import const, module_case, op_case, states_for, x
+from helpers.execution.cases import const, module_case, op_case, states_for, x
 
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.execution.outputs import restore_outputs

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 import torch
-from helpers_execution.cases import job, module_case, op_case, x
+from helpers.execution.cases import job, module_case, op_case, x
 
 from opdiff_snap.backends.base import Preset
 from opdiff_snap.core.verdicts import Verdict

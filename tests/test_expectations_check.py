@@ -3,20 +3,19 @@ the run, a new one fails it naming the test, an expected failure that passes fai
 unexpected pass, `--update-expectations` rewrites exactly those entries, a malformed file
 stops everything; and the README's main job exits 0 on the shipped suites and the shipped
 expectations. The failures are planted with the perturbing test backend
-(helpers_check/opdiff_perturb.py) on goldens recorded here."""
+(helpers/check/opdiff_perturb.py) on goldens recorded here."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers_check import opdiff, perturbed_ids, plugin_installed
+from helpers.check import opdiff, perturbed_ids, plugin_installed
+from helpers.cli import MODULE, run
 
 from opdiff_snap import api
 from opdiff_snap.history.runs import read_run
@@ -25,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PRESET = "perturb_cpu_fp32"
 FAST = ["--repeats", "1", "--warmup", "0", "--in-process"]
 
-pytest_plugins = ["helpers_check.project30"]
+pytest_plugins = ["helpers.check.project30"]
 
 
 def _perturb(*ops: str) -> list[str]:
@@ -191,28 +190,25 @@ def test_the_readme_main_job_exits_0_on_the_shipped_suites_and_expectations(tmp_
     store and cache of its own."""
     suites = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "suites").glob("*.yaml"))
     env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(tmp_path / "store"),
-                           "--cache", str(tmp_path / "cache"), "check", "--backend", "onnx_cpu_fp32", *suites,
-                           "-j", "2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    proc = run(ROOT, "--store", str(tmp_path / "store"), "--cache", str(tmp_path / "cache"), "check",
+               "--backend", "onnx_cpu_fp32", *suites, "-j", "2", entry=MODULE, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     shipped = _shipped_on_hand_written("onnx_cpu_fp32")
     assert f"{len(shipped)} expected, 0 new, 0 different, 0 unexpected passes" in proc.stdout
     assert all(e.reason for e in shipped)     # each says why
     # a failure planted in a shipped test (its tolerance taken to zero): exit 1, naming it
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(tmp_path / "store"),
-                           "--cache", str(tmp_path / "cache"), "check", "--backend", "onnx_cpu_fp32", *suites,
-                           "--test-ids", "cumsum_large", "--atol", "0", "--rtol", "0", "--baseline-factor", "0"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = run(ROOT, "--store", str(tmp_path / "store"), "--cache", str(tmp_path / "cache"), "check",
+               "--backend", "onnx_cpu_fp32", *suites, "--test-ids", "cumsum_large", "--atol", "0", "--rtol", "0",
+               "--baseline-factor", "0", entry=MODULE, env=env, timeout=600)
     assert proc.returncode == 1 and "new failures (nothing expected them): 1" in proc.stdout
     assert "MISMATCH cumsum_large seed=0 onnx_cpu_fp32" in proc.stdout
     # held to no expectation, every one of them is new, with its cause; an op test's cause
     # names the test's own line in its suite, not opdiff's code
     (tmp_path / "none.yaml").write_text("")
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--store", str(tmp_path / "store"),
-                           "--cache", str(tmp_path / "cache"), "check", "--backend", "onnx_cpu_fp32", *suites,
-                           *[a for e in shipped for a in ("--test-ids", e.test)],
-                           "-j", "2", "--expectations", str(tmp_path / "none.yaml"), "--summary-md",
-                           str(tmp_path / "s.md")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    proc = run(ROOT, "--store", str(tmp_path / "store"), "--cache", str(tmp_path / "cache"), "check",
+               "--backend", "onnx_cpu_fp32", *suites, *[a for e in shipped for a in ("--test-ids", e.test)],
+               "-j", "2", "--expectations", str(tmp_path / "none.yaml"), "--summary-md", str(tmp_path / "s.md"),
+               entry=MODULE, env=env, timeout=1200)
     assert proc.returncode == 1
     rows = {r[0]: r for r in _tables((tmp_path / "s.md").read_text())["test"]}
     assert set(rows) <= {e.test for e in shipped} and len(rows) == min(50, len(shipped))   # the summary shows 50

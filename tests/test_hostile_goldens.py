@@ -15,8 +15,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers_hostile import FAST, MODELS, REPO, assert_clean_failure, cli_inproc, edit_attrs, run_cli, snapshot
-from helpers_pytest import make_site
+from helpers.cli import invoke
+from helpers.hostile import FAST, MODELS, REPO, assert_clean_failure, edit_attrs, run_cli, snapshot
+from helpers.pytest import make_site
 
 from opdiff_snap.goldens import store_key
 from opdiff_snap.suite import load_suites
@@ -108,7 +109,7 @@ def test_a_golden_cannot_name_the_suite_that_vouches_for_it(authored, tmp_path):
     for command in (("repro", "scale", "-b", "torch_cpu_fp32", "-o", "r.py"),
                     ("localize", "scale", "-b", "torch_cpu_fp32", "-j", "1"),
                     ("goldens", "reference", "--force", "-j", "1")):
-        code, out, err = cli_inproc(victim, *command)
+        code, out, err = invoke(victim, *command)
         assert "file:models.py::Scale" in out + err and code != 0, (command, out + err)
         assert "Traceback" not in out + err
     ran_nothing(victim, tmp_path / "evil")

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers_hostile import (
+from helpers.cli import PY, invoke, start
+from helpers.hostile import (
     FAST,
-    PY,
     REPO,
     assert_clean_failure,
     can_drop_dac,
-    cli_inproc,
     copy_project,
     edit_attrs,
     env,
@@ -119,7 +118,7 @@ def _plant(project: Path) -> None:
 def test_query_cannot_leave_the_history(project, sql, fragment):
     _plant(project)
     before = snapshot(project)
-    code, out, err = cli_inproc(project, "query", sql.format(p=project))
+    code, out, err = invoke(project, "query", sql.format(p=project))
     assert_clean_failure(code, out, err, 2, fragment)
     assert "query can only read" in err or "query is read-only" in err
     assert "hunter2" not in out + err and "s3cr3t" not in out + err and "root:" not in out
@@ -168,21 +167,21 @@ def test_the_connection_itself_is_locked(project, cache):
 
 def test_queries_reports_and_the_cache_still_work(project):
     [record_run], [check_run] = run_ids(project, "record"), run_ids(project, "check")
-    code, out, err = cli_inproc(project, "query", "--format", "csv",
+    code, out, err = invoke(project, "query", "--format", "csv",
                                 "SELECT command, count(*) AS n FROM runs GROUP BY ALL ORDER BY ALL")
     assert code == 0, err
     assert out.split() == ["command,n", "check,1", "record,1"]
-    code, out, _ = cli_inproc(project, "query", "--schema")
+    code, out, _ = invoke(project, "query", "--schema")
     assert code == 0 and "infer_ms_all" in out
-    code, out, _ = cli_inproc(project, "query", "PRAGMA table_info('results')")
+    code, out, _ = invoke(project, "query", "PRAGMA table_info('results')")
     assert code == 0 and "test_id" in out
-    code, out, _ = cli_inproc(project, "report", "support", "--format", "csv")
+    code, out, _ = invoke(project, "report", "support", "--format", "csv")
     assert code == 0 and "add,PASS" in out
-    code, out, _ = cli_inproc(project, "report", "latency", "--format", "csv")
+    code, out, _ = invoke(project, "report", "latency", "--format", "csv")
     assert code == 0 and "torch_cpu_fp32" in out
-    code, out, _ = cli_inproc(project, "diff-runs", record_run, check_run)
+    code, out, _ = invoke(project, "diff-runs", record_run, check_run)
     assert code == 0 and "newly failing" in out
-    code, out, err = cli_inproc(project, "report", "html", "-o", "report.html")
+    code, out, err = invoke(project, "report", "html", "-o", "report.html")
     assert code == 0, err
     assert "Support matrix" in (project / "report.html").read_text()
     with connect(project / "store") as a:   # the cache is up to date: nothing re-read
@@ -204,8 +203,7 @@ def test_ctrl_c_stops_a_runaway_query(project):
     cache = project / "store" / "cache.duckdb"
     cache.unlink(missing_ok=True)
     before = snapshot(project)
-    proc = subprocess.Popen([PY, str(REPO / "cli.py"), "query", RUNAWAY], cwd=project, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start(project, "query", RUNAWAY, env=env())
     try:
         # the history is loaded into the cache right before the query starts
         deadline = time.monotonic() + 120
@@ -246,7 +244,7 @@ def test_a_query_past_its_memory_limit_is_stopped(project):
     assert_clean_failure(proc.returncode, proc.stdout, proc.stderr, 2,
                          "needed more memory than its limit of 64MB (--memory-limit")
     (project / "pyproject.toml").write_text('[tool.opdiff]\nquery-memory-limit = "48MiB"\n')
-    code, out, err = cli_inproc(project, "query", HUNGRY)
+    code, out, err = invoke(project, "query", HUNGRY)
     assert_clean_failure(code, out, err, 2, "needed more memory than its limit of 48MiB")
     assert "query-memory-limit in [tool.opdiff]" in err
     assert tree_bytes(project / "store" / "runs") == history
@@ -258,9 +256,9 @@ def test_reports_run_under_the_same_limits(project):
     for args in (("report", "support"), ("report", "latency"), ("report", "html", "-o", "r.html"),
                  ("report", "upgrade", record_run, check_run, "-o", "u.html"),
                  ("diff-runs", record_run, check_run)):
-        code, out, err = cli_inproc(project, *args, "--memory-limit", "1MiB")
+        code, out, err = invoke(project, *args, "--memory-limit", "1MiB")
         assert_clean_failure(code, out, err, 2, "needed more memory than its limit of 1MiB (--memory-limit")
-    code, out, err = cli_inproc(project, "report", "support", "--memory-limit", "64MB", "--timeout-s", "60")
+    code, out, err = invoke(project, "report", "support", "--memory-limit", "64MB", "--timeout-s", "60")
     assert code == 0 and "add" in out, err
 
 
@@ -340,7 +338,7 @@ def test_broken_suite_files_name_the_file(project, name, data, where, fragment):
     (project / "suites" / "models_dir").mkdir()
     (project / "suites" / name).write_bytes(data)
     before = snapshot(project)
-    code, out, err = cli_inproc(project, "validate", f"suites/{name}")
+    code, out, err = invoke(project, "validate", f"suites/{name}")
     assert_clean_failure(code, out, err, 2, fragment)
     assert where in err
     assert snapshot(project) == before
@@ -349,7 +347,7 @@ def test_broken_suite_files_name_the_file(project, name, data, where, fragment):
 def test_a_broken_suite_among_many_fails_record_before_anything_runs(project):
     (project / "suites" / "zz_random.yaml").write_bytes(b"\xfe\xff" * 2048)
     before, goldens = snapshot(project), tree_bytes(project / "goldens")
-    code, out, err = cli_inproc(project, "record", *FAST)
+    code, out, err = invoke(project, "record", *FAST)
     assert_clean_failure(code, out, err, 2, "zz_random.yaml:1:1: not UTF-8 text (byte 0xfe at offset 0)")
     assert snapshot(project) == before and tree_bytes(project / "goldens") == goldens
 
@@ -391,7 +389,7 @@ def test_paths_of_the_wrong_kind(project, args, fragment):
     (project / "adir" / "notes.txt").write_text("no suites here\n")
     (project / "binary.json").write_bytes(b"\xff\xfe{\x00")
     before, goldens = snapshot(project), tree_bytes(project / "goldens")
-    code, out, err = cli_inproc(project, *args)
+    code, out, err = invoke(project, *args)
     assert_clean_failure(code, out, err, 2, fragment)
     assert snapshot(project) == before
     assert tree_bytes(project / "goldens") == goldens
@@ -409,7 +407,7 @@ def test_paths_of_the_wrong_kind(project, args, fragment):
 def test_broken_pyproject_settings(project, table, fragment):
     (project / "pyproject.toml").write_bytes(table)
     before = snapshot(project)
-    code, out, err = cli_inproc(project, "goldens", "ls")
+    code, out, err = invoke(project, "goldens", "ls")
     assert_clean_failure(code, out, err, 2, fragment)
     assert "pyproject.toml" in err
     assert snapshot(project) == before
@@ -454,7 +452,7 @@ def test_read_only_stores(project, args, store, fragment):
     assert snapshot(project) == before
     assert tree_bytes(project / "goldens") == goldens
     assert tree_bytes(project / "store") == runs
-    code, out, _ = cli_inproc(project, "goldens", "verify")
+    code, out, _ = invoke(project, "goldens", "verify")
     assert code == 0 and "4 goldens checked, 0 corrupt" in out
 
 
@@ -503,7 +501,7 @@ def test_full_disk_during_record_keeps_every_complete_golden(project):
     assert tree_bytes(big) == big_before
     for debris in (".staging", ".trash"):
         assert [p.name for p in (project / "goldens" / debris).iterdir()] == ["zarr.json"]
-    code, out, _ = cli_inproc(project, "goldens", "verify")
+    code, out, _ = invoke(project, "goldens", "verify")
     assert code == 0 and "4 goldens checked, 0 corrupt" in out
     assert snapshot(project) == before
 
@@ -590,19 +588,19 @@ TAMPERS = [
 def test_verify_and_check_agree_on_edited_goldens(project, test_id, change, kind, fragment):
     edit_attrs(project, test_id, change)
     before = snapshot(project)
-    code, out, err = cli_inproc(project, "goldens", "verify")
+    code, out, err = invoke(project, "goldens", "verify")
     assert_clean_failure(code, out, err, 1, f"{kind} {test_id} seed=0: ")
     assert fragment in out
     assert sum(line.startswith(("CORRUPT", "STALE")) for line in out.splitlines()) == 1
     # check, with the suites: the golden is never compared
-    code, out, err = cli_inproc(project, "check", "-b", "torch_cpu_fp32", "--test-ids", test_id, "--format",
+    code, out, err = invoke(project, "check", "-b", "torch_cpu_fp32", "--test-ids", test_id, "--format",
                                 "json", *FAST)
     assert_clean_failure(code, out, err, 1, "CORRUPT")
     [result] = json.loads(out)["results"]
     assert result["status"] == "CORRUPT", result
     # check from the goldens alone: the same verdict; a test whose file: module no suite given
     # vouches for (its recorded suite path never does) is refused before anything runs
-    code, out, err = cli_inproc(project, "--suites", "no-suites-here", "check", "-b", "torch_cpu_fp32",
+    code, out, err = invoke(project, "--suites", "no-suites-here", "check", "-b", "torch_cpu_fp32",
                                 "--test-ids", test_id, "--format", "json", *FAST)
     if test_id == "scale":
         assert_clean_failure(code, out, err, 2, "'scale' seed 0: file:models.py::Scale")
@@ -618,7 +616,7 @@ def test_verify_notes_a_spec_hash_it_cannot_check(project, tmp_path):
     does not call the golden corrupt."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code, out, err = cli_inproc(elsewhere, "--goldens", str(project / "goldens"), "goldens", "verify")
+    code, out, err = invoke(elsewhere, "--goldens", str(project / "goldens"), "goldens", "verify")
     assert code == 0, out + err
     assert "UNCHECKED scale seed=0: spec hash not checked: the file: module" in out
     assert "4 goldens checked, 0 corrupt, 1 with a spec hash not checked from here" in out
@@ -647,7 +645,7 @@ def test_a_really_full_disk_during_record(project, tmp_path):
                              "cannot write the golden of test 'big' seed 0 into the golden store")
         assert "No space left on device" in proc.stderr
         assert [p.name for p in (goldens / ".staging").iterdir()] == ["zarr.json"]
-        code, out, _ = cli_inproc(project, "--goldens", str(goldens), "goldens", "verify")
+        code, out, _ = invoke(project, "--goldens", str(goldens), "goldens", "verify")
         assert code == 0 and "3 goldens checked, 0 corrupt" in out
     finally:
         subprocess.run(["umount", str(small)], check=True)
@@ -664,6 +662,6 @@ QUERY_LIMIT_CASES = [
 @pytest.mark.parametrize("args, fragment", QUERY_LIMIT_CASES, ids=[" ".join(a) for a, _ in QUERY_LIMIT_CASES])
 def test_query_limit_flags_are_checked_when_parsed(project, args, fragment):
     before = snapshot(project)
-    code, out, err = cli_inproc(project, *args)
+    code, out, err = invoke(project, *args)
     assert_clean_failure(code, out, err, 2, f"opdiff: error: {fragment}")
     assert snapshot(project) == before

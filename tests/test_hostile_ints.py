@@ -6,7 +6,8 @@ recorded as given."""
 from __future__ import annotations
 
 import pytest
-from helpers_hostile import FAST, assert_clean_failure, cli_inproc, make_project, snapshot, tree_bytes
+from helpers.cli import invoke
+from helpers.hostile import FAST, assert_clean_failure, make_project, snapshot, tree_bytes
 
 from opdiff_snap.goldens import GoldenStore
 
@@ -49,7 +50,7 @@ def test_an_integer_out_of_range_is_named_before_anything_runs(tmp_path, command
     (project / "suites" / "s.yaml").write_text(_suite(inputs, op))
     column = inputs.index(said.split()[0]) + len("    in: ") + 1
     before = snapshot(project)
-    code, out, err = cli_inproc(project, *command)
+    code, out, err = invoke(project, *command)
     assert_clean_failure(code, out, err, 2, f"suites/s.yaml:4:{column}: test 'big_int': tests[0].{field}: {said}")
     assert snapshot(project) == before
     assert not (project / "goldens").exists() and not (project / "store").exists()
@@ -69,13 +70,13 @@ EDGES = [
 def test_integers_at_the_edge_of_their_range_are_recorded_as_given(tmp_path, inputs, op):
     project = make_project(tmp_path / "p")
     (project / "suites" / "s.yaml").write_text(_suite(inputs, op))
-    code, out, err = cli_inproc(project, "record", *FAST)
+    code, out, err = invoke(project, "record", *FAST)
     assert code == 0, out + err
     golden = GoldenStore(project / "goldens").read("big_int", 0)
     if "const_tensor" in inputs:
         expected = [int(v) for v in inputs.split("value: [")[1].split("]")[0].split(",")]
         assert golden.invocation.args[0].tolist() == expected
     goldens = tree_bytes(project / "goldens")
-    code, out, err = cli_inproc(project, "check", "-b", "torch_cpu_fp32", *FAST)
+    code, out, err = invoke(project, "check", "-b", "torch_cpu_fp32", *FAST)
     assert code == 0, out + err
     assert tree_bytes(project / "goldens") == goldens

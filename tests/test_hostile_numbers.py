@@ -12,7 +12,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from helpers_hostile import PY, assert_clean_failure, cli_inproc, env, snapshot
+from helpers.cli import PY, invoke
+from helpers.hostile import assert_clean_failure, env, snapshot
 
 HUGE = "9" * 30
 NOT_FINITE = ["nan", "inf", "-inf", "1e400"]
@@ -77,7 +78,7 @@ def empty(tmp_path):
                          ids=[f"{' '.join(c[:2])} {f}={v}" for c, f, v, _ in CASES])
 def test_numeric_flags_are_checked_when_parsed(empty, command, flag, value, fragment):
     before = snapshot(empty)
-    code, out, err = cli_inproc(empty, *command, value)
+    code, out, err = invoke(empty, *command, value)
     assert_clean_failure(code, out, err, 2, f"opdiff: error: {fragment}")
     assert len(err.strip().splitlines()) == 1, err
     assert snapshot(empty) == before
@@ -92,7 +93,7 @@ def test_numeric_flags_are_checked_when_parsed(empty, command, flag, value, frag
 ])
 @pytest.mark.parametrize("command", [("record",), CHECK], ids=["record", "check"])
 def test_seed_list_values_are_checked(empty, command, seeds, fragment):
-    code, out, err = cli_inproc(empty, *command, "--seed-list", seeds)
+    code, out, err = invoke(empty, *command, "--seed-list", seeds)
     assert_clean_failure(code, out, err, 2, f"--seed-list {seeds!r}: {fragment}")
 
 
@@ -103,7 +104,7 @@ def test_seed_list_values_are_checked(empty, command, seeds, fragment):
     ("0/4", "write K/N with 1 <= K <= N"),
 ])
 def test_shard_counts_are_checked(empty, shard, fragment):
-    code, out, err = cli_inproc(empty, *CHECK, "--run-group", "g", "--shard", shard)
+    code, out, err = invoke(empty, *CHECK, "--run-group", "g", "--shard", shard)
     assert_clean_failure(code, out, err, 2, f"opdiff: error: --shard {shard!r}: {fragment}")
 
 
@@ -128,7 +129,7 @@ SETTINGS = [
 def test_numeric_settings_are_checked(empty, line, fragment, command):
     (empty / "pyproject.toml").write_text(f"[tool.opdiff]\n{line}\n")
     before = snapshot(empty)
-    code, out, err = cli_inproc(empty, *command)
+    code, out, err = invoke(empty, *command)
     assert_clean_failure(code, out, err, 2, f"pyproject.toml: [tool.opdiff] {fragment}.")
     assert snapshot(empty) == before
 
@@ -148,7 +149,7 @@ OPTIONS = [
 
 @pytest.mark.parametrize("options, fragment", OPTIONS, ids=[o for o, _ in OPTIONS])
 def test_numeric_preset_options_are_checked(empty, options, fragment):
-    code, out, err = cli_inproc(empty, "check", "-b", "onnx_cpu_fp32", "--preset-options", f"onnx_cpu_fp32={options}")
+    code, out, err = invoke(empty, "check", "-b", "onnx_cpu_fp32", "--preset-options", f"onnx_cpu_fp32={options}")
     assert_clean_failure(code, out, err, 2, f"preset 'onnx_cpu_fp32': {fragment}")
 
 

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_hostile import CLI, FAST, PY, assert_clean_failure, env, run_cli
-from helpers_hostile.processes import gone_within, kill_leftovers, unique_sleep, with_argument
+from helpers.cli import start
+from helpers.hostile import FAST, assert_clean_failure, env, run_cli
+from helpers.hostile.processes import gone_within, kill_leftovers, unique_sleep, with_argument
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="scans /proc")
 
@@ -98,8 +99,7 @@ def plan(project: Path, mode: str) -> str:
 
 
 def start_check(project: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([PY, str(CLI), "check", "-b", "torch_cpu_fp32", *FAST, *args], cwd=project,
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start(project, "check", "-b", "torch_cpu_fp32", *FAST, *args, env=env())
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_hostile import assert_clean_failure
-from helpers_remote import Relay, S3Server
+from helpers.hostile import assert_clean_failure
+from helpers.remote import Relay, S3Server
 from test_remote_stores import SLOW_PY, SLOW_SUITE, Cli, clean, project, report, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

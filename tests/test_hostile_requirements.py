@@ -9,7 +9,8 @@ No environment is built here (that takes minutes); test_upgrade.py builds one.""
 from __future__ import annotations
 
 import pytest
-from helpers_hostile import assert_clean_failure, cli_inproc, snapshot
+from helpers.cli import invoke
+from helpers.hostile import assert_clean_failure, snapshot
 
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.execution import workerenvs
@@ -44,7 +45,7 @@ def test_with_takes_only_an_exact_pin(tmp_path, value, fragment):
     project = tmp_path / "p"
     project.mkdir()
     before = snapshot(project)
-    code, out, err = cli_inproc(project, "upgrade", "--with", value, "-b", "onnx_cpu_fp32")
+    code, out, err = invoke(project, "upgrade", "--with", value, "-b", "onnx_cpu_fp32")
     assert_clean_failure(code, out, err, 2, f"opdiff: error: --with {value!r}: {fragment}")
     assert len(err.strip().splitlines()) == 1, err
     assert snapshot(project) == before

@@ -15,12 +15,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers_hostile import (
+from helpers.cli import invoke
+from helpers.hostile import (
     FAST,
     MODELS,
     SUITE,
     assert_clean_failure,
-    cli_inproc,
     copy_project,
     edit_attrs,
     golden_meta,
@@ -117,7 +117,7 @@ def _check(project: Path, *args: str, expect: int = 1, front: tuple[str, ...] = 
     """`opdiff check --format json` as {test id: result} (each id once), after asserting a
     clean exit `expect`."""
     trust = TRUSTED if front == NO_SUITES else ()
-    code, out, err = cli_inproc(project, *front, "check", "-b", "torch_cpu_fp32", "--format", "json", *FAST, *trust,
+    code, out, err = invoke(project, *front, "check", "-b", "torch_cpu_fp32", "--format", "json", *FAST, *trust,
                                 *args)
     assert code == expect, out + err
     assert "Traceback" not in out + err and "internal error" not in out + err
@@ -128,7 +128,7 @@ def _check(project: Path, *args: str, expect: int = 1, front: tuple[str, ...] = 
 
 
 def _verify(project: Path, *front: str) -> tuple[int, str]:
-    code, out, err = cli_inproc(project, *front, "goldens", "verify")
+    code, out, err = invoke(project, *front, "goldens", "verify")
     assert "Traceback" not in out + err and "internal error" not in out + err
     return code, out
 
@@ -148,7 +148,7 @@ def test_dict_keys_that_one_stored_key_would_merge_are_refused(project):
     """A tuple key beside its own string: record refuses the test (BASELINE_FAIL naming it
     and both keys) and writes no golden, instead of keeping one of the two outputs."""
     _project(project, MORE_TESTS + REFUSED_TESTS)
-    code, out, err = cli_inproc(project, "record", "--test-ids", "colliding", "--format", "json", *FAST)
+    code, out, err = invoke(project, "record", "--test-ids", "colliding", "--format", "json", *FAST)
     assert_clean_failure(code, out, err, 1, "BASELINE_FAIL")
     [result] = json.loads(out)["results"]
     assert result["status"] == "BASELINE_FAIL"
@@ -172,7 +172,7 @@ def test_record_refuses_what_check_could_not_read_with_the_same_limit(project):
     """100 levels deep is recorded and passes check; 101 levels is refused at record
     (BASELINE_FAIL naming the test and the limit), so no golden is ever CORRUPT for it."""
     _project(project, MORE_TESTS + REFUSED_TESTS)
-    code, out, err = cli_inproc(project, "record", "--test-ids", "nested101", "--format", "json", *FAST)
+    code, out, err = invoke(project, "record", "--test-ids", "nested101", "--format", "json", *FAST)
     assert_clean_failure(code, out, err, 1, "BASELINE_FAIL")
     [result] = json.loads(out)["results"]
     assert result["status"] == "BASELINE_FAIL"
@@ -202,7 +202,7 @@ def test_an_id_holding_terminal_controls_is_corrupt_and_the_run_goes_on(project)
     before, goldens = snapshot(project), tree_bytes(project / "goldens")
     for front, name in (((), "relu"), (NO_SUITES, f"<unknown: {store_key('relu', 0)}>")):
         trust = TRUSTED if front == NO_SUITES else ()
-        code, out, err = cli_inproc(project, *front, "check", "-b", "torch_cpu_fp32", *FAST, *trust)
+        code, out, err = invoke(project, *front, "check", "-b", "torch_cpu_fp32", *FAST, *trust)
         assert_clean_failure(code, out, err, 1, f"its test_id '{SHOWN}' holds control characters")
         assert "\x1b" not in out + err and "\x07" not in out + err
         results = _check(project, front=front)
@@ -283,7 +283,7 @@ def test_every_entry_that_is_no_golden_is_reported_by_verify_and_check(project, 
     results = _check(project, front=NO_SUITES)
     assert sum(r["status"] == "CORRUPT" for r in results.values()) == 4
     # record replaces them; the golden the link pointed to, outside the store, is untouched
-    code, out, err = cli_inproc(project, "record", *FAST)
+    code, out, err = invoke(project, "record", *FAST)
     assert code == 0, out + err
     assert tree_bytes(outside) == kept and not (project / "goldens" / keys["add"]).is_symlink()
     code, out = _verify(project)
@@ -395,8 +395,9 @@ def test_an_object_where_a_golden_belongs_in_a_bucket_is_reported(tmp_path):
     past a chunk's size (refused from its size, never downloaded whole)."""
     import subprocess
 
-    from helpers_hostile import CLI, PY, REPO, env
-    from helpers_remote import S3Server
+    from helpers.cli import run
+    from helpers.hostile import REPO, env
+    from helpers.remote import S3Server
 
     server = S3Server.start(tmp_path / "moto.log")
     try:
@@ -405,8 +406,7 @@ def test_an_object_where_a_golden_belongs_in_a_bucket_is_reported(tmp_path):
         variables = {**env(), **server.env(tmp_path)}
 
         def cli(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([PY, str(CLI), "--goldens", f"s3://{bucket}/goldens", *args], cwd=project,
-                                  capture_output=True, text=True, timeout=300, env=variables)
+            return run(project, "--goldens", f"s3://{bucket}/goldens", *args, timeout=300, env=variables)
 
         project = make_project(tmp_path / "p")
         assert str(REPO) in variables["PYTHONPATH"]

@@ -21,12 +21,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers_hostile import (
-    CLI,
+from helpers.cli import PY, invoke, run
+from helpers.hostile import (
     FAST,
-    PY,
     assert_clean_failure,
-    cli_inproc,
     copy_project,
     env,
     snapshot,
@@ -80,22 +78,21 @@ def recorded(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("text") / "p"
     (root / "suites").mkdir(parents=True)
     (root / "suites" / "s.yaml").write_text(SUITE)
-    proc = subprocess.run([PY, str(CLI), "record", *FAST], cwd=root, capture_output=True, text=True, env=env())
+    proc = run(root, "record", *FAST, env=env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     old, new = root / "goldens" / store_key("relu", 0), root / "goldens" / store_key(EVIL, 0)
     meta = json.loads((old / "zarr.json").read_text())
     meta["attributes"]["test_id"] = EVIL
     (old / "zarr.json").write_text(json.dumps(meta))
     old.rename(new)
-    proc = subprocess.run([PY, str(CLI), "--suites", "none", "check", "-b", "torch_cpu_fp32", *FAST], cwd=root,
-                          capture_output=True, text=True, env=env())
+    proc = run(root, "--suites", "none", "check", "-b", "torch_cpu_fp32", *FAST, env=env())
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
-    (run,) = [p for p in (root / "store" / "runs").glob("*.jsonl") if '"command": "check"' in p.read_text()]
-    lines = [json.loads(line) for line in run.read_text().splitlines()]
+    (run_file,) = [p for p in (root / "store" / "runs").glob("*.jsonl") if '"command": "check"' in p.read_text()]
+    lines = [json.loads(line) for line in run_file.read_text().splitlines()]
     for line in lines:
         if line.get("type") == "item" and line["id"] == UNKNOWN:
             line["id"] = EVIL
-    run.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return root
 
 
@@ -117,7 +114,7 @@ def test_a_suite_id_with_a_control_character_is_refused(tmp_path, escape, code, 
         f'tests:\n  - id: "bad{escape}id"\n    op: aten::relu\n'
         "    in: [{type: tensor, shape: [2], dtype: float32}]\n")
     before = snapshot(project)
-    code_, out, err = cli_inproc(project, *command)
+    code_, out, err = invoke(project, *command)
     assert_clean_failure(code_, out, err, 2, f"holds {code}, a control, bidi or line-separator character")
     assert "suites/ctl.yaml:2:" in err and "tests[0].id" in err
     assert "'bad\\" in err       # the id, shown escaped
@@ -133,7 +130,7 @@ def test_check_from_a_golden_with_a_hostile_id(project):
     is quoted escaped in the progress lines, the summary and JUnit XML, which stays
     well-formed."""
     goldens = tree_bytes(project / "goldens")
-    code, out, err = cli_inproc(project, "--suites", "none", "check", "-b", "torch_cpu_fp32", "--junit", "j.xml",
+    code, out, err = invoke(project, "--suites", "none", "check", "-b", "torch_cpu_fp32", "--junit", "j.xml",
                                 *FAST)
     assert code == 1, out + err
     no_raw(out + err)
@@ -149,7 +146,7 @@ def test_check_from_a_golden_with_a_hostile_id(project):
 
 
 def test_check_json_carries_the_exact_id_in_json_escapes(project):
-    code, out, err = cli_inproc(project, "--suites", "none", "check", "-b", "torch_cpu_fp32", "--format", "json",
+    code, out, err = invoke(project, "--suites", "none", "check", "-b", "torch_cpu_fp32", "--format", "json",
                                 *FAST)
     assert code == 1, out + err
     no_raw(out + err)
@@ -163,7 +160,7 @@ def test_check_on_a_terminal_prints_no_hostile_sequence(project, monkeypatch):
     """With a live progress bar, rich draws escape sequences of its own; the id's colour,
     hyperlink, NUL and BEL are not among them, and its markup is not applied."""
     monkeypatch.setenv("TTY_COMPATIBLE", "1")
-    code, out, err = cli_inproc(project, "--suites", "none", "check", "-b", "torch_cpu_fp32", *FAST)
+    code, out, err = invoke(project, "--suites", "none", "check", "-b", "torch_cpu_fp32", *FAST)
     assert code == 1, out + err
     for raw in ("\x1b[31mRED", "\x1b]8;;", "\x00", "\x07", "\u202e"):
         assert raw not in out + err, repr(raw)
@@ -171,25 +168,25 @@ def test_check_on_a_terminal_prints_no_hostile_sequence(project, monkeypatch):
 
 
 def test_goldens_listing_verify_and_show(project):
-    code, out, err = cli_inproc(project, "goldens", "ls")
+    code, out, err = invoke(project, "goldens", "ls")
     assert code == 0, out + err
     no_raw(out + err)
-    code, out, err = cli_inproc(project, "goldens", "verify")
+    code, out, err = invoke(project, "goldens", "verify")
     assert code == 1, out + err
     no_raw(out + err)
     assert f"CORRUPT {UNKNOWN} seed=0: {CLAIMED}" in out
-    code, out, err = cli_inproc(project, "goldens", "show", EVIL)
+    code, out, err = invoke(project, "goldens", "show", EVIL)
     assert code == 2, out + err
     no_raw(out + err)
     assert "relu\\x1b[31mRED" in err
-    code, out, err = cli_inproc(project, "goldens", "prune")
+    code, out, err = invoke(project, "goldens", "prune")
     assert code == 0, out + err
     no_raw(out + err)
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "markdown"])
 def test_query_shows_history_text_escaped(project, fmt):
-    code, out, err = cli_inproc(project, "query", "--format", fmt,
+    code, out, err = invoke(project, "query", "--format", fmt,
                                 "SELECT test_id, status FROM results WHERE status = 'CORRUPT'")
     assert code == 0, out + err
     no_raw(out + err)
@@ -197,7 +194,7 @@ def test_query_shows_history_text_escaped(project, fmt):
 
 
 def test_query_json_carries_the_exact_id(project):
-    code, out, err = cli_inproc(project, "query", "--format", "json", "SELECT test_id FROM results")
+    code, out, err = invoke(project, "query", "--format", "json", "SELECT test_id FROM results")
     assert code == 0, out + err
     no_raw(out)
     assert EVIL in [r["test_id"] for r in json.loads(out)]
@@ -206,11 +203,11 @@ def test_query_json_carries_the_exact_id(project):
 def test_reports_show_history_text_escaped(project):
     """The support report (text and PNG: matplotlib would read `$...$` as math) and the
     HTML report, whose page holds no control character and no markup from the id."""
-    code, out, err = cli_inproc(project, "report", "support", "--png", "support.png")
+    code, out, err = invoke(project, "report", "support", "--png", "support.png")
     assert code == 0, out + err
     no_raw(out + err)
     assert "relu\\x1b[31mRED" in out and (project / "support.png").stat().st_size > 0
-    code, out, err = cli_inproc(project, "report", "html", "-o", "r.html")
+    code, out, err = invoke(project, "report", "html", "-o", "r.html")
     assert code == 0, out + err
     page = (project / "r.html").read_text(encoding="utf-8")
     assert not ACTING.findall(page.replace("\t", " "))
@@ -226,11 +223,11 @@ def test_runs_lists_history_metadata_escaped(project):
     meta["run_group"] = EVIL
     meta["env"]["torch"] = EVIL
     path.write_text("\n".join([json.dumps(meta)] + lines[1:]) + "\n")
-    code, out, err = cli_inproc(project, "runs")
+    code, out, err = invoke(project, "runs")
     assert code == 0, out + err
     no_raw(out + err)
     assert "relu\\x1b" in out and "[bold]B" in out
-    code, out, err = cli_inproc(project, "query", "SELECT torch FROM runs")
+    code, out, err = invoke(project, "query", "SELECT torch FROM runs")
     assert code == 0, out + err
     no_raw(out + err)
 
@@ -250,9 +247,9 @@ def test_a_repro_script_keeps_the_id_in_its_docstring(tmp_path):
     (project / "suites").mkdir(parents=True)
     (project / "suites" / "s.yaml").write_text(
         f"tests:\n  - id: '{tid}'\n    op: aten::relu\n    in: [{{type: tensor, shape: [2], dtype: float32}}]\n")
-    code, out, err = cli_inproc(project, "record", *FAST)
+    code, out, err = invoke(project, "record", *FAST)
     assert code == 0, out + err
-    code, out, err = cli_inproc(project, "repro", tid, "-b", "torch_cpu_fp32", "-o", "r.py")
+    code, out, err = invoke(project, "repro", tid, "-b", "torch_cpu_fp32", "-o", "r.py")
     assert code == 0, out + err
     source = (project / "r.py").read_text()
     assert ast.get_docstring(ast.parse(source)).startswith(f"Reproducer: test {tid!r} seed 0")

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers_hostile import FAST, REPO, assert_clean_failure, edit_attrs, run_cli
+from helpers.hostile import FAST, REPO, assert_clean_failure, edit_attrs, run_cli
 
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.goldens import store_key

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_check import make_site, plugin_installed
+from helpers.check import make_site, plugin_installed
 
 from opdiff_snap import api
 from opdiff_snap.core.config import Settings

@@ -2,7 +2,7 @@
 quantization error (the reference against the golden) measured apart, with calibration
 drawn from each test's input spec as data. Real ExecuTorch (XNNPACK) and ONNX Runtime on
 goldens recorded here; a planted ExecuTorch backend whose one kernel adds a step
-(helpers_numerics/planted_int8.py)."""
+(helpers/numerics/planted_int8.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_check import make_site, plugin_installed
-from helpers_numerics.planted_int8 import ENTRY_POINTS, PRESET
+from helpers.check import make_site, plugin_installed
+from helpers.numerics.planted_int8 import ENTRY_POINTS, PRESET
 
 from opdiff_snap import api
 from opdiff_snap.analytics.reports import diff_runs
@@ -30,7 +30,7 @@ from opdiff_snap.goldens import GoldenStore
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.model import Tolerance
 
-HERE = Path(__file__).resolve().parent / "helpers_numerics"
+HERE = Path(__file__).resolve().parent / "helpers" / "numerics"
 INT8 = ["executorch_cpu_int8", "onnx_cpu_int8", "inductor_cpu_int8"]
 
 
@@ -223,7 +223,7 @@ def test_a_quantizer_change_under_the_same_preset_is_a_quantization_error_change
 
 
 def test_the_quantized_graph_is_read_as_points_static_and_dynamic():
-    from helpers_numerics.mods import QuantConv, QuantMLP
+    from helpers.numerics.mods import QuantConv, QuantMLP
 
     from opdiff_snap.backends.int8_quantizers import pt2e_quantize, xnnpack_quantizer
     from opdiff_snap.cause.quantized_graph import cut_at, points_of
@@ -352,7 +352,7 @@ def test_int8_names_and_options_are_checked_before_anything_runs(tmp_path):
 # ---------------------------------------------------------------- across versions, in the history
 
 def test_regressions_follow_the_quantization_and_the_lowering_error_apart(tmp_path):
-    from helpers_history.synth import Res, Run, write_run
+    from helpers.history.synth import Res, Run, write_run
 
     from opdiff_snap.analytics import connect
     from opdiff_snap.analytics.steps import detect

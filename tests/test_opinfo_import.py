@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from helpers.cli import MODULE, run
 
 from opdiff_snap import api
 from opdiff_snap.cli import main
@@ -127,9 +128,8 @@ def test_the_same_files_whatever_the_interpreters_string_hash_seed(tmp_path):
                                capture_output=True, text=True, check=True)
         orders.add(probe.stdout)
         out = tmp_path / seed
-        proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "import", "opinfo", "--ops",
-                               "meshgrid.list_of_tensors", "--out", str(out)], env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = run(None, "import", "opinfo", "--ops", "meshgrid.list_of_tensors", "--out", str(out), entry=MODULE,
+                   env=env, timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         texts.append((out / "torch.m.yaml").read_text())
     assert len(orders) == 2, "the two seeds must order the set differently for this to test anything"

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_check import make_site, opdiff, plugin_installed
+from helpers.check import make_site, opdiff, plugin_installed
 
 from opdiff_snap import api
 from opdiff_snap.cause.coverage import core_aten_ops, preset_coverage

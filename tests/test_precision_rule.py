@@ -4,7 +4,7 @@ Real runs through the API: goldens recorded on torch_cpu_fp32 (with their float6
 references), checked on torch eager in float16 (correct, and the precision control
 itself), on a backend that accumulates its matrix products in float16 (each op correct,
 only precision lost: bugaccum_cpu_fp16), and on the planted-bug backends of
-helpers_numerics/planted.py over shipped zoo models."""
+helpers/numerics/planted.py over shipped zoo models."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_check import make_site, plugin_installed, shipped_goldens
-from helpers_numerics.planted import ACCUMULATION, ENTRY_POINTS, PRESETS
+from helpers.check import make_site, plugin_installed, shipped_goldens
+from helpers.numerics.planted import ACCUMULATION, ENTRY_POINTS, PRESETS
 
 from opdiff_snap import api
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite.model import Tolerance
 
-HERE = Path(__file__).resolve().parent / "helpers_numerics"
+HERE = Path(__file__).resolve().parent / "helpers" / "numerics"
 WIDE = ["wide_mlp", "wide_bmm"]      # products over 512 terms: where accumulating in fp16 shows
 NORM = "offset_norm"                  # where float16 itself fails the golden's tolerance
 

@@ -1,7 +1,7 @@
 """The pytest plugin, through pytest's own `pytester`: real pytest sessions in subprocesses
 with the plugin installed through its `pytest11` entry point, real worker processes, real
 backends (torch, ONNX Runtime) and test backends registered as plugins
-(helpers_check.opdiff_perturb, helpers_pytest.stages)."""
+(helpers.check.opdiff_perturb, helpers.pytest.stages)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers_pytest import CRASHY, TESTS, junit_cases, make_site, recorded_verdicts_project
+from helpers.pytest import CRASHY, TESTS, junit_cases, make_site, recorded_verdicts_project
 
 from opdiff_snap.history.runs import read_run
 
@@ -434,7 +434,7 @@ def test_items_compile_in_batches_and_keep_the_verdicts_they_get_alone(pytester,
     """Real ONNX export of shipped goldens, a test that cannot export (`i0`) among passing
     ones: with batches and with --opdiff-batch 1, every item's outcome and verdict is the
     same, the passing ones ran on artifacts their batch compiled, the others alone."""
-    from helpers_check import shipped_goldens
+    from helpers.check import shipped_goldens
 
     shipped_goldens(pytester.path, BATCH_TESTS)
     (pytester.path / "suites").mkdir()

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_check import cli_env, make_site, opdiff, opdiff_popen, plugin_installed
-from helpers_execution.cases import job, module_case, op_case, x
-from helpers_hostile.processes import gone_within, kill_leftovers, unique_sleep, with_argument
-from helpers_ray import AUTH, ENTRY_POINTS, Cluster
+from helpers.check import cli_env, make_site, opdiff, opdiff_popen, plugin_installed
+from helpers.cli import MODULE, run
+from helpers.execution.cases import job, module_case, op_case, x
+from helpers.hostile.processes import gone_within, kill_leftovers, unique_sleep, with_argument
+from helpers.ray import AUTH, ENTRY_POINTS, Cluster
 
 from opdiff_snap.backends.registry import all_presets, get_preset, requirements
 from opdiff_snap.core.config import parse_executor
@@ -57,22 +58,20 @@ def test_executor_spec_and_preset_hardware():
 
 
 def test_a_bad_executor_flag_is_a_usage_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "check", "-b", "torch_cpu_fp32",
-                           "--executor", "ray:/nohost"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    proc = run(tmp_path, "check", "-b", "torch_cpu_fp32", "--executor", "ray:/nohost", entry=MODULE, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("opdiff: error: --executor: "), proc.stderr
     assert "ray://HOST:PORT" in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-NOT_HERE = "OPDIFF_TEST_NOT_HERE"   # helpers_ray/where.py refuses to import where it is set
+NOT_HERE = "OPDIFF_TEST_NOT_HERE"   # helpers/ray/where.py refuses to import where it is set
 
 
 def where_project(root: Path, site: Path) -> Path:
-    """A project with helpers_ray/where.yaml and its golden (recorded here, in this process)."""
+    """A project with helpers/ray/where.yaml and its golden (recorded here, in this process)."""
     (root / "suites").mkdir(parents=True)
     for name in ("where.py", "where.yaml"):
-        shutil.copy(HERE / "helpers_ray" / name, root / "suites" / name)
+        shutil.copy(HERE / "helpers" / "ray" / name, root / "suites" / name)
     proc = opdiff(root, site, "record", *FAST, "--in-process")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root
@@ -82,9 +81,8 @@ def opdiff_not_here(cwd: Path, site: Path, *args: str) -> subprocess.CompletedPr
     """The CLI with where.py unimportable in its own process and its local workers. The
     suites are named by absolute path: a node finds a suite's `file:` modules from the
     suite's path as given, and the nodes run in another working directory."""
-    return subprocess.run([sys.executable, "-m", "opdiff_snap.cli", "--suites", str(cwd / "suites"), *args],
-                          cwd=cwd,
-                          env={**cli_env(site), NOT_HERE: "1"}, capture_output=True, text=True, timeout=300)
+    return run(cwd, "--suites", str(cwd / "suites"), *args, entry=MODULE, env={**cli_env(site), NOT_HERE: "1"},
+               timeout=300)
 
 
 def one_paragraph_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -158,7 +156,7 @@ def cluster(site):
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("rayproj")
     (root / "suites").mkdir()
-    shutil.copy(HERE / "helpers_ray" / "suite.yaml", root / "suites" / "suite.yaml")
+    shutil.copy(HERE / "helpers" / "ray" / "suite.yaml", root / "suites" / "suite.yaml")
     return root
 
 

@@ -4,12 +4,14 @@ stale detection; --force, seeds and selection; prune, verify, show; user errors.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
-from helpers_record import cli_inproc, make_project, read_plain, record_inproc, run_cli, statuses
-from helpers_tables import row_of, table_rows
+from helpers.cli import invoke, run
+from helpers.record import make_project, read_plain, record_inproc, statuses
+from helpers.tables import row_of, table_rows
 
 from opdiff_snap.core import trees
 from opdiff_snap.execution.gradients import record_grads
@@ -89,7 +91,7 @@ def test_stale_detection_force_and_history(tmp_path):
     # edit one test's inputs in the YAML: ls says STALE before, record re-records only it
     suite.write_text(suite.read_text().replace(RELU, "op: aten::relu\n    in: [{type: tensor, shape: [3], "
                                                "dtype: float32, init: normal}]"))
-    code, out, _ = cli_inproc(project, "goldens", "ls")
+    code, out, _ = invoke(project, "goldens", "ls")
     assert code == 0
     states = {row[0]: row[-1] for row in table_rows(out)}    # test -> state, the last column
     assert states["relu"] == "STALE" and states["add"] == states["net"] == "ok", out
@@ -100,7 +102,7 @@ def test_stale_detection_force_and_history(tmp_path):
     # edit the `file:` module: only the test that uses it is re-recorded
     models = project / "suites" / "models.py"
     models.write_text(models.read_text().replace("self.steps * 2", "self.steps * 3"))
-    code, out, _ = cli_inproc(project, "goldens", "ls")
+    code, out, _ = invoke(project, "goldens", "ls")
     assert row_of(out, "net")[-1] == "STALE", out
     code, report = record_inproc(project)
     assert recorded(report) == {"net"} and kept(report) == ALL - {"net"}
@@ -124,7 +126,7 @@ def test_seeds_seed_list_and_test_ids(tmp_path):
     index = {(i.test_id, i.seed) for i in GoldenStore(project / "goldens").index()}
     assert index == {("add", 0), ("add", 1), ("add", 3), ("relu", 0), ("relu", 3)}
     # a selection that matches nothing is a user error, not a silent no-op
-    code, _, err = cli_inproc(project, "record", "--test-ids", "nothing_like_this")
+    code, _, err = invoke(project, "record", "--test-ids", "nothing_like_this")
     assert code == 2 and "nothing_like_this" in err
 
 
@@ -136,42 +138,42 @@ def test_prune_verify_and_show(tmp_path):
     store = GoldenStore(project / "goldens")
 
     # show: inputs, params, outputs, metadata; gradients of a grad: true test
-    code, out, _ = cli_inproc(project, "goldens", "show", "net")
+    code, out, _ = invoke(project, "goldens", "show", "net")
     assert code == 0
     for text in ("args[0]", "lin.weight", "steps", "outputs", "spec_hash", "torch_cpu_fp32"):
         assert text in out, (text, out)
-    code, out, _ = cli_inproc(project, "goldens", "show", "lin_grad")
+    code, out, _ = invoke(project, "goldens", "show", "lin_grad")
     assert code == 0 and "gradients of lin_grad" in out and "cotangent[0]" in out and "weight" in out
-    code, _, err = cli_inproc(project, "goldens", "show", "nope")
+    code, _, err = invoke(project, "goldens", "show", "nope")
     assert code == 2 and "no golden for test 'nope'" in err
 
     # verify: clean, then one flipped byte in a chunk names the golden
-    code, out, _ = cli_inproc(project, "goldens", "verify")
+    code, out, _ = invoke(project, "goldens", "verify")
     assert code == 0 and "4 goldens checked, 0 corrupt" in out
     chunk = project / "goldens" / store_key("relu", 0) / "0"
     data = bytearray(chunk.read_bytes())
     data[5] ^= 0x10
     chunk.write_bytes(bytes(data))
-    code, out, _ = cli_inproc(project, "goldens", "verify")
+    code, out, _ = invoke(project, "goldens", "verify")
     assert code == 1 and "CORRUPT relu seed=0" in out and "1 corrupt" in out
     # --force heals it
     code, report = record_inproc(project, "--test-ids", "relu", "--force")
     assert recorded(report) == {"relu"}
-    assert cli_inproc(project, "goldens", "verify")[0] == 0
+    assert invoke(project, "goldens", "verify")[0] == 0
 
     # prune: dry run lists orphans and deletes nothing; --yes deletes; no suites: refuse
     suite = project / "suites" / "s.yaml"
     text = suite.read_text()
     suite.write_text(text[:text.index("  - id: relu")] + text[text.index("  - id: net"):])
-    code, out, _ = cli_inproc(project, "goldens", "prune")
+    code, out, _ = invoke(project, "goldens", "prune")
     assert code == 0 and "would delete relu seed=0" in out and "dry run" in out
     assert store.info("relu", 0) is not None
-    code, out, _ = cli_inproc(project, "goldens", "prune", "--yes")
+    code, out, _ = invoke(project, "goldens", "prune", "--yes")
     assert code == 0 and "deleted relu seed=0" in out
     assert store.info("relu", 0) is None
     assert {i.test_id for i in store.index()} == ALL - {"relu"}
     (tmp_path / "empty").mkdir()
-    code, _, err = cli_inproc(project, "--suites", str(tmp_path / "empty"), "goldens", "prune", "--yes")
+    code, _, err = invoke(project, "--suites", str(tmp_path / "empty"), "goldens", "prune", "--yes")
     assert code == 2 and "refusing to prune" in err
     assert len(store.index()) == 3
 
@@ -255,17 +257,18 @@ def one_paragraph(err: str) -> bool:
 def test_user_errors_exit_2_with_one_paragraph(tmp_path):
     """Real subprocesses: the exit code and stderr are what a user sees."""
     project = make_project(tmp_path, SUITE)
-    proc = run_cli(project, "record", "--baseline", "torch_cpu_fp23")
+    env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
+    proc = run(project, "record", "--baseline", "torch_cpu_fp23", env=env, timeout=180)
     assert proc.returncode == 2 and one_paragraph(proc.stderr), proc.stderr
     assert "Did you mean 'torch_cpu_fp32'" in proc.stderr
 
-    proc = run_cli(project, "record", "--baseline", "coreml_any_fp32")
+    proc = run(project, "record", "--baseline", "coreml_any_fp32", env=env, timeout=180)
     assert proc.returncode == 2 and one_paragraph(proc.stderr), proc.stderr
     assert "cannot be the baseline on this machine" in proc.stderr and "macOS" in proc.stderr
 
     (project / "suites" / "s.yaml").write_text("tests:\n  - id: x\n    op: aten::relu\n"
                                                "    in: [{type: tensr, shape: [2]}]\n")
-    proc = run_cli(project, "record")
+    proc = run(project, "record", env=env, timeout=180)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "s.yaml" in proc.stderr and "tensr" in proc.stderr
     assert not (project / "goldens").exists() and not (project / "store").exists()

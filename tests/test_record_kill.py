@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_check import cli_env, make_site
-from helpers_record import CLI, PY, make_project, read_plain, statuses
+from helpers.check import cli_env, make_site
+from helpers.cli import run, start
+from helpers.record import make_project, read_plain, statuses
 
 from opdiff_snap.goldens import GoldenStore
 
@@ -36,9 +37,8 @@ def golden_dirs(goldens: Path) -> list[str]:
 
 
 def start_recorder(project: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([PY, str(CLI), "record", "-j", "1", "--repeats", "1", "--warmup", "0",
-                             "--format", "json", *args], cwd=project, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    return start(project, "record", "-j", "1", "--repeats", "1", "--warmup", "0", "--format", "json", *args,
+                 env=env, start_new_session=True)
 
 
 def reap_session(proc: subprocess.Popen) -> None:
@@ -91,8 +91,8 @@ def test_sigkill_mid_run_leaves_no_partial_golden_and_rerun_completes(tmp_path):
 
     (tmp_path / "hold" / "open").touch()
     env = cli_env(site)
-    proc = subprocess.run([PY, str(CLI), "record", "--format", "json", "-j", "1", "--repeats", "1", "--warmup", "0",
-                           *baseline], cwd=project, capture_output=True, text=True, env=env, timeout=300)
+    proc = run(project, "record", "--format", "json", "-j", "1", "--repeats", "1", "--warmup", "0", *baseline,
+               env=env, timeout=300)
     code, report = proc.returncode, json.loads(proc.stdout)
     assert code == 0, report
     got = statuses(report)

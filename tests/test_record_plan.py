@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers_record import make_project
+from helpers.record import make_project
 
 from opdiff_snap.backends.registry import get_preset
 from opdiff_snap.core.verdicts import Verdict

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_record import make_project, read_plain
+from helpers.record import make_project, read_plain
 
 from opdiff_snap import api
 from opdiff_snap.core import trees

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_remote import MetadataService, Relay, S3Server
-from helpers_tables import table_rows
+from helpers.cli import MODULE, run, start
+from helpers.remote import MetadataService, Relay, S3Server
+from helpers.tables import table_rows
 from test_goldens_concurrency import WRITER, _check_whole
 
 PY = sys.executable
@@ -81,14 +82,12 @@ class Cli:
         self.outputs: list[str] = []
 
     def __call__(self, cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        p = subprocess.run([PY, "-m", "opdiff_snap.cli", *args], cwd=cwd, env=self.env, capture_output=True,
-                           text=True, timeout=timeout)
+        p = run(cwd, *args, entry=MODULE, env=self.env, timeout=timeout)
         self.outputs += [p.stdout, p.stderr]
         return p
 
     def popen(self, cwd: Path, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([PY, "-m", "opdiff_snap.cli", *args], cwd=cwd, env=self.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        return start(cwd, *args, entry=MODULE, env=self.env, start_new_session=True)
 
 
 def clean(p: subprocess.CompletedProcess) -> None:

@@ -29,10 +29,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers_cause import run_isolated
-from helpers_check import make_site, plugin_installed
-from helpers_numerics import ENTRY_POINTS
-from helpers_numerics.planted import ENTRY_POINT_LINES
+from helpers.cause import run_isolated
+from helpers.check import make_site, plugin_installed
+from helpers.numerics import ENTRY_POINTS
+from helpers.numerics.planted import ENTRY_POINT_LINES
 
 from opdiff_snap import api
 from opdiff_snap.backends.registry import backend_for, get_preset
@@ -41,7 +41,7 @@ from opdiff_snap.core.verdicts import Verdict
 
 pytestmark = pytest.mark.slow
 
-MODS = Path(__file__).resolve().parent / "helpers_numerics" / "mods.py"
+MODS = Path(__file__).resolve().parent / "helpers" / "numerics" / "mods.py"
 
 SUITE = """
 dims: {B: 4, N: 8}

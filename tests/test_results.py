@@ -16,7 +16,7 @@ from opdiff_snap.execution.op_support import UnsupportedOp
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.model import Tolerance
 
-SUITE = Path(__file__).resolve().parent / "helpers_check" / "suite30.yaml"
+SUITE = Path(__file__).resolve().parent / "helpers" / "check" / "suite30.yaml"
 
 # The item line as docs/architecture.md documents it ("History format"): renaming a field
 # of Result changes these keys, and this test says so.

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers_check import new_project
+from helpers.check import new_project
 from test_suite_errors import CASES
 
 from opdiff_snap import api

@@ -6,18 +6,18 @@ planted in the input ran, and that nothing outside the project's stores changed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import run
 
 from opdiff_snap.goldens import GoldenStore, store_key
 from opdiff_snap.suite.spechash import spec_hash
 
-ROOT = Path(__file__).resolve().parent.parent
 STORES = ("goldens", "store", ".opdiff-cache")
 
 SUITE = """\
@@ -41,9 +41,7 @@ AT_IMPORT = {
 }
 
 
-def opdiff(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+opdiff = functools.partial(run, timeout=300)
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:

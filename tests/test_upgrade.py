@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers.cli import MODULE, run
 from packaging.version import Version
 
 from opdiff_snap import api
@@ -40,10 +41,8 @@ tests:
 """
 
 
-def opdiff(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([PYTHON, "-m", "opdiff_snap.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+def opdiff(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return run(cwd, *args, entry=MODULE, env={**os.environ, "COLUMNS": "200"}, timeout=600)
 
 
 def no_traceback(proc) -> None:

@@ -2,7 +2,7 @@
 
 Real runs through the API: goldens recorded on torch_cpu_fp32, checked on torch eager in
 float16 (correct) and on six fp16 backends with one planted bug each
-(tests/helpers_numerics/planted.py). Every output holds at least 16 elements, so the bias
+(tests/helpers/numerics/planted.py). Every output holds at least 16 elements, so the bias
 bound applies to all of them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_check import make_site, plugin_installed
-from helpers_numerics.planted import ENTRY_POINTS, PRESETS
+from helpers.check import make_site, plugin_installed
+from helpers.numerics.planted import ENTRY_POINTS, PRESETS
 
 from opdiff_snap import api
 from opdiff_snap.core.config import Settings

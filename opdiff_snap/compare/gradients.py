@@ -16,7 +16,7 @@ def grad_tolerance(tol: Tolerance, expected: torch.Tensor) -> Tolerance:
     """The output tolerance widened for gradients: a gradient carries the forward's
     rounding and the backward's (so 2 x rtol), and its entries are sums whose error
     scales with the tensor's largest entry rather than with each small entry, so atol
-    is at least 2 x rtol x max|g|. Measured on torch_cpu_bf16 (tests/helpers_cause):
+    is at least 2 x rtol x max|g|. Measured on torch_cpu_bf16 (tests/helpers/cause):
     max error / max|g| stayed within 0.3%-1.5% over 5 seeds, against 3.2% allowed."""
     scale = float(expected.abs().max()) if expected.numel() and expected.is_floating_point() else 0.0
     rtol = 2 * (tol.rtol or 0.0)

@@ -1,5 +1,5 @@
 """Fixtures for tests/test_check_*.py: a registered perturbing backend, recorded projects,
-and running the real CLI in a subprocess."""
+and running the real CLI in a subprocess with it installed."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from pathlib import Path
 
 from opdiff_snap.core.config import Settings
 
+from .. import REPO, TESTS
+from ..cli import MODULE, run, start
+
 HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent
-PYTHON = sys.executable
-ENTRY_POINTS = "[opdiff_snap.backends]\nperturb = helpers_check.opdiff_perturb:PerturbBackend\n"
+ENTRY_POINTS = "[opdiff_snap.backends]\nperturb = helpers.check.opdiff_perturb:PerturbBackend\n"
 
 
 def make_site(root: Path, entry_points: str = ENTRY_POINTS, name: str = "opdiff-perturb-test",
@@ -86,14 +87,11 @@ def cli_env(site: Path) -> dict[str, str]:
 
 def opdiff(cwd: Path, site: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m opdiff_snap.cli ARGS` in `cwd`, with the perturbing backend installed."""
-    return subprocess.run([PYTHON, "-m", "opdiff_snap.cli", *args], cwd=cwd, env=cli_env(site),
-                          capture_output=True, text=True, timeout=timeout)
+    return run(cwd, *args, entry=MODULE, env=cli_env(site), timeout=timeout)
 
 
 def opdiff_popen(cwd: Path, site: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, "-m", "opdiff_snap.cli", *args], cwd=cwd, env=cli_env(site),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return start(cwd, *args, entry=MODULE, env=cli_env(site), start_new_session=True)
 
 
 def flip_byte(path: Path, offset: int = 3) -> None:
@@ -105,14 +103,13 @@ def flip_byte(path: Path, offset: int = 3) -> None:
 def shipped_goldens(root: Path, test_ids) -> Settings:
     """A project holding copies of the shipped goldens of `test_ids` (seed 0; no record
     needed), its suites the shipped ones, checked one job at a time with one repeat."""
-    repo = TESTS.parent
     goldens = root / "goldens"
     goldens.mkdir(parents=True)
-    shutil.copy(repo / "goldens" / "zarr.json", goldens)
+    shutil.copy(REPO / "goldens" / "zarr.json", goldens)
     for test_id in test_ids:
-        (golden,) = (repo / "goldens").glob(f"{test_id}-*-s0")
+        (golden,) = (REPO / "goldens").glob(f"{test_id}-*-s0")
         shutil.copytree(golden, goldens / golden.name)
-    return Settings(suites=repo / "suites", goldens=goldens, store=root / "store", cache=root / "cache",
+    return Settings(suites=REPO / "suites", goldens=goldens, store=root / "store", cache=root / "cache",
                     jobs=1, repeats=1)
 
 

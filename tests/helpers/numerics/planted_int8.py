@@ -20,7 +20,7 @@ from opdiff_snap.backends.int8_quantizers import pt2e_quantize, xnnpack_quantize
 
 PLANTS = ("bias", "coarse_weights", "none")
 
-ENTRY_POINTS = "[opdiff_snap.backends]\nqbias = helpers_numerics.planted_int8:QBiasBackend\n"
+ENTRY_POINTS = "[opdiff_snap.backends]\nqbias = helpers.numerics.planted_int8:QBiasBackend\n"
 PRESET = "qbias_cpu_int8"
 
 

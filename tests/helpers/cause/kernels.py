@@ -15,15 +15,16 @@ import signal
 import weakref
 
 import torch
-from helpers_numerics.backends import WrongKernelBackend, _Eager, mode_repro_source
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..numerics.backends import WrongKernelBackend, _Eager, mode_repro_source
 
 aten = torch.ops.aten
 
 ENTRY_POINTS = ("[opdiff_snap.backends]\n"
-                "wrongkernel = helpers_numerics.backends:WrongKernelBackend\n"
-                "fusekernel = helpers_cause.kernels:FusedMulAddBackend\n"
-                "crashkernel = helpers_cause.kernels:CrashBackend\n")
+                "wrongkernel = helpers.numerics.backends:WrongKernelBackend\n"
+                "fusekernel = helpers.cause.kernels:FusedMulAddBackend\n"
+                "crashkernel = helpers.cause.kernels:CrashBackend\n")
 
 
 class _FusedMulAdd(TorchDispatchMode):

@@ -4,7 +4,6 @@ permissions), and snapshots of everything outside the store folders."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
@@ -12,14 +11,12 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-CLI = REPO / "cli.py"
-PY = sys.executable
+from .. import REPO
+from ..cli import run
+
 STORE_DIRS = ("goldens", "store", ".opdiff-cache")
 # the quickest honest run: one worker, one timed call
 FAST = ("-j", "1", "--repeats", "1", "--warmup", "0")
@@ -89,9 +86,8 @@ def run_cli(project: Path, *args: str, fsize: int | None = None, address_space: 
             read_only_honoured: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python cli.py ARGS` in `project`. `fsize`: RLIMIT_FSIZE (a nearly full disk);
     `address_space`: RLIMIT_AS; `read_only_honoured`: file permissions bind even for root."""
-    return subprocess.run([PY, str(CLI), *args], cwd=project, capture_output=True, text=True,
-                          timeout=timeout, env=env(),
-                          preexec_fn=_limits(fsize, address_space, read_only_honoured))
+    return run(project, *args, env=env(), timeout=timeout,
+               preexec_fn=_limits(fsize, address_space, read_only_honoured))
 
 
 def can_drop_dac() -> bool:
@@ -100,17 +96,6 @@ def can_drop_dac() -> bool:
         return True
     proc = subprocess.run(["true"], preexec_fn=_limits(None, None, True))
     return proc.returncode == 0
-
-
-def cli_inproc(project: Path, *args: str):
-    """The same CLI through click's runner in this process: (exit code, stdout, stderr)."""
-    from click.testing import CliRunner
-
-    from opdiff_snap.cli import main
-
-    with contextlib.chdir(project):
-        result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def snapshot(root: Path, skip: tuple[str, ...] = STORE_DIRS) -> dict[str, tuple]:

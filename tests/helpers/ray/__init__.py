@@ -23,10 +23,10 @@ from pathlib import Path
 IP = "127.0.0.2"
 RAY = str(Path(sys.executable).with_name("ray"))
 ENTRY_POINTS = ("[opdiff_snap.backends]\n"
-                "special = helpers_ray.backends:SpecialBackend\n"
-                "doomed = helpers_ray.backends:DoomedBackend\n"
-                "nowhere = helpers_ray.backends:NowhereBackend\n"
-                "sleepy = helpers_ray.backends:SleepyBackend\n")
+                "special = helpers.ray.backends:SpecialBackend\n"
+                "doomed = helpers.ray.backends:DoomedBackend\n"
+                "nowhere = helpers.ray.backends:NowhereBackend\n"
+                "sleepy = helpers.ray.backends:SleepyBackend\n")
 # The cluster's token, for its nodes and for every driver that joins it (this process
 # and the CLI's): in the environment, so nothing is written to ~/.ray.
 AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}

@@ -2,5 +2,5 @@
 suites they are checked on (tests/test_check_numerics.py)."""
 
 ENTRY_POINTS = ("[opdiff_snap.backends]\n"
-                "wrongkernel = helpers_numerics.backends:WrongKernelBackend\n"
-                "splitsum = helpers_numerics.backends:SplitSumBackend\n")
+                "wrongkernel = helpers.numerics.backends:WrongKernelBackend\n"
+                "splitsum = helpers.numerics.backends:SplitSumBackend\n")

@@ -189,6 +189,6 @@ PLANTED = {"bugoffset": OffsetBug, "bugsmall": SmallValuesBug, "bugapprox": Appr
 PRESETS = tuple(f"{family}_cpu_fp16" for family in PLANTED)
 # a backend that is correct op by op and only loses precision (judged against torch's own)
 ACCUMULATION = "bugaccum_cpu_fp16"
-ENTRY_POINT_LINES = "".join(f"{family} = helpers_numerics.planted:{cls.__name__}\n"
+ENTRY_POINT_LINES = "".join(f"{family} = helpers.numerics.planted:{cls.__name__}\n"
                             for family, cls in {**PLANTED, "bugaccum": HalfAccumulationBug}.items())
 ENTRY_POINTS = "[opdiff_snap.backends]\n" + ENTRY_POINT_LINES

@@ -1,19 +1,16 @@
-"""Shared pieces of the record tests: tmp projects, CLI runs, a plain-zarr reader."""
+"""Shared pieces of the record tests: tmp projects, a JSON record in this process, a plain-zarr reader."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+from ..cli import PY, invoke
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-CLI = REPO / "cli.py"
-PY = sys.executable
 
 
 def make_project(root: Path, suite_text: str, name: str = "s.yaml", models: bool = True) -> Path:
@@ -23,23 +20,6 @@ def make_project(root: Path, suite_text: str, name: str = "s.yaml", models: bool
     if models:
         shutil.copy(HERE / "models.py", root / "suites" / "models.py")
     return root
-
-
-def run_cli(project: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    """`python cli.py ARGS` with cwd = project (so ./suites, ./goldens, ./store are its own)."""
-    env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
-    return subprocess.run([PY, str(CLI), *args], cwd=project, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def record_json(project: Path, *args: str) -> tuple[int, dict]:
-    """`opdiff record --format json ARGS`: (exit code, report)."""
-    proc = run_cli(project, "record", "--format", "json", "--repeats", "1", "--warmup", "0", *args)
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON report (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
-    return proc.returncode, report
 
 
 def statuses(report: dict) -> dict[tuple[str, int], str]:
@@ -80,24 +60,10 @@ def read_plain(goldens: Path) -> dict:
     return json.loads(proc.stdout)
 
 
-def cli_inproc(project: Path, *args: str):
-    """The same CLI through click's test runner, in this process (no interpreter start-up):
-    (exit code, stdout, stderr)."""
-    import contextlib
-
-    from click.testing import CliRunner
-
-    from opdiff_snap.cli import main
-
-    with contextlib.chdir(project):
-        result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
 def record_inproc(project: Path, *args: str) -> tuple[int, dict]:
     """`opdiff record --format json ARGS` in this process (jobs still run in workers)."""
-    code, out, err = cli_inproc(project, "record", "--format", "json", "--repeats", "1", "--warmup", "0",
-                                "-j", "1", *args)
+    code, out, err = invoke(project, "record", "--format", "json", "--repeats", "1", "--warmup", "0", "-j", "1",
+                            *args)
     try:
         return code, json.loads(out)
     except ValueError:

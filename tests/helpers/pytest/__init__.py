@@ -8,17 +8,17 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent
-CHECK_HELPERS = TESTS / "helpers_check"
-CRASHY = TESTS / "helpers_execution" / "crashy.py"
+from .. import TESTS
+
+CHECK_HELPERS = TESTS / "helpers" / "check"
+CRASHY = TESTS / "helpers" / "execution" / "crashy.py"
 
 # The plugin as the package's own metadata registers it, plus the test backends.
 ENTRY_POINTS = """[pytest11]
 opdiff = opdiff_snap.pytest_plugin
 [opdiff_snap.backends]
-perturb = helpers_check.opdiff_perturb:PerturbBackend
-stages = helpers_pytest.stages:StagesBackend
+perturb = helpers.check.opdiff_perturb:PerturbBackend
+stages = helpers.pytest.stages:StagesBackend
 """
 
 VERDICTS_SUITE = """\

@@ -1,5 +1,5 @@
 """Fixtures of the tests that check suite30.yaml with the perturbing backend
-(`pytest_plugins = ["helpers_check.project30"]`): the backend's site, the project recorded
+(`pytest_plugins = ["helpers.check.project30"]`): the backend's site, the project recorded
 once per module, a fresh copy of it per test."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ plugin's verdict tests. It runs the flat module in eager torch otherwise.
     stages_fine_fp32     runs like torch_cpu_fp32       -> PASS
 
 Registered through the entry point group `opdiff_snap.backends` by the tests
-(helpers_pytest.make_site writes a *.dist-info pointing here).
+(helpers.pytest.make_site writes a *.dist-info pointing here).
 """
 
 from __future__ import annotations

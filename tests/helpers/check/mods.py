@@ -1,4 +1,4 @@
-"""A `file:` module for tests/helpers_check/edge.yaml (tests edit it to make goldens STALE)."""
+"""A `file:` module for tests/helpers/check/edge.yaml (tests edit it to make goldens STALE)."""
 
 import torch
 
