@@ -23,7 +23,7 @@ from .core.config import Settings
 from .run.requests import CheckRequest, RecordRequest, Running, Selection, UpgradeRequest
 
 if TYPE_CHECKING:
-    from .goldens.model import Golden
+    from .goldens.golden import Golden
     from .suite import TestCase
 
 Warn = Callable[[str], None] | None
@@ -74,7 +74,7 @@ def validate(suites: Sequence[Path] | None = None, *, imports: bool = False, set
              in_process: bool = False, python: Path | None = None) -> list[TestCase]:
     """The suites validated (every problem -> SuiteError); with `imports`, what only an
     import settles is imported in workers too."""
-    from .run.validate import validate as run
+    from .run.validate_suites import validate as run
 
     return run(suites, imports=imports, settings=settings, in_process=in_process, python=python)
 

@@ -267,6 +267,26 @@ def test_no_function_takes_more_than_12_parameters():
     assert not wide, f"functions with more than {MAX_PARAMETERS} parameters:\n" + "\n".join(wide)
 
 
+def test_no_file_name_repeats_across_folders():
+    """A module is found by its file name: two folders' `cache.py` send a reader to the wrong one."""
+    folders: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if path.name != "__init__.py" and "repro_templates" not in path.parts:
+            folders.setdefault(path.name, []).append(name)
+    repeated = [f"{file}: {', '.join(names)}" for file, names in sorted(folders.items()) if len(names) > 1]
+    assert not repeated, "file names used in more than one folder:\n" + "\n".join(repeated)
+
+
+def test_the_checks_notice_a_repeated_file_name(tmp_path, monkeypatch):
+    for folder in ("suite", "goldens"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "cache.py").write_text("x = 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", {f"opdiff_snap.{folder}.cache": tmp_path / folder / "cache.py"
+                                                           for folder in ("suite", "goldens")})
+    with pytest.raises(AssertionError, match=r"cache.py: opdiff_snap.suite.cache, opdiff_snap.goldens.cache"):
+        test_no_file_name_repeats_across_folders()
+
+
 def _planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
     """Only a module `opdiff_snap.suite.planted` holding `source`, for the size checks to read."""
     planted = tmp_path / "planted.py"

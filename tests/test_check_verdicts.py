@@ -377,7 +377,7 @@ def test_resume_refuses_a_record_run_and_runs_does_not_offer_it(site, project):
 
 
 def test_a_seed_given_twice_is_checked_once(site, recorded):
-    from opdiff_snap.cli.options import parse_seed_list
+    from opdiff_snap.cli.option_groups import parse_seed_list
 
     assert parse_seed_list("0,0,3,0") == [0, 3]
     report, _ = check(recorded, ["torch_cpu_fp32"], test_ids=["tol_default"], seed_list=parse_seed_list("0,0"))

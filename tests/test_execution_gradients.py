@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers.cause import load_case
 
-from opdiff_snap.compare.gradients import compare_grads
+from opdiff_snap.compare.gradient_match import compare_grads
 from opdiff_snap.compare.tolerance import tolerance_for
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import Verdict

@@ -32,7 +32,7 @@ def test_the_module_handed_on_was_never_called():
     """The structure probe calls a copy: a module that keeps state from its first call (a
     cache built in float32) is handed to a backend as built, so cast to float16 it runs in
     float16 (it would fail on its float32 cache otherwise)."""
-    from opdiff_snap.backends.common import cast_module
+    from opdiff_snap.backends.family_common import cast_module
 
     case = module_case("file:crashy.py::CachesOnFirstCall", 4)
     inv = Invocation(args=[x(3, 4, seed=1)], kwargs={}, states=states_for(case))

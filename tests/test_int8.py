@@ -21,7 +21,7 @@ from helpers.numerics.planted_int8 import ENTRY_POINTS, PRESET
 
 from opdiff_snap import api
 from opdiff_snap.analytics.reports import diff_runs
-from opdiff_snap.backends.common import IS_MACOS
+from opdiff_snap.backends.family_common import IS_MACOS
 from opdiff_snap.compare.int8_errors import BIAS_STEPS, judge_int8, sqnr_db
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.verdicts import Verdict
@@ -390,7 +390,7 @@ def test_the_quantizer_without_its_training_only_patterns_quantizes_the_same(mak
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from opdiff_snap.backends.common import export_program
+    from opdiff_snap.backends.family_common import export_program
     from opdiff_snap.backends.int8_quantizers import xnnpack_quantizer
 
     torch.manual_seed(0)

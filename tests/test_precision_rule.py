@@ -164,7 +164,7 @@ def test_the_zoo_models_are_reached_by_most_planted_bugs(zoo):
 
 def test_a_convert_only_run_says_what_the_mac_will_judge_against(wide):
     pytest.importorskip("coremltools")
-    from opdiff_snap.backends.common import IS_MACOS
+    from opdiff_snap.backends.family_common import IS_MACOS
 
     if IS_MACOS:
         pytest.skip("CoreML predicts on macOS: the result is a verdict there, not UNAVAILABLE")

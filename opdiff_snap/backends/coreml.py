@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import torch
 
 from .base import APPLE_SILICON, MACOS, QUANTIZED, Artifact, Availability, Dynamic, Preset, Runnable, Scheme
-from .common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module
+from .family_common import IS_MACOS, cast_inputs, contiguous_cpu, export_program, has_module
 from .int8_quantizers import INT8_OPTIONS, INT8_RANGES, PT2EBackend, xnnpack_quantizer
 
 COMPUTE_UNITS = {"cpu": "CPU_ONLY", "gpu": "CPU_AND_GPU", "ane": "CPU_AND_NE", "any": "ALL"}

@@ -37,16 +37,6 @@ from .base import (
     Runnable,
     Scheme,
 )
-from .common import (
-    IS_MACOS,
-    cast_inputs,
-    contiguous_cpu,
-    export_program,
-    has_module,
-    script_source,
-    single_file,
-    thread_budget,
-)
 from .executorch_batch import BATCH_DEVICES, batch_place, export_batch_program
 from .executorch_lowering import (
     DELEGATION_FILE,
@@ -59,6 +49,16 @@ from .executorch_lowering import (
     executorch_partitioners,
     executorch_program,
     fallback_text,
+)
+from .family_common import (
+    IS_MACOS,
+    cast_inputs,
+    contiguous_cpu,
+    export_program,
+    has_module,
+    script_source,
+    single_file,
+    thread_budget,
 )
 from .int8_quantizers import INT8_OPTIONS, INT8_RANGES, PT2EBackend, int8_on_cpu, xnnpack_quantizer
 

@@ -14,7 +14,6 @@ from typing import Any, Sequence
 import torch
 
 from .base import Artifact, Piece, PiecesFailed, Preset
-from .common import Pieces, cast_inputs, contiguous_cpu, export_program, pieces_at_fault, pieces_of
 from .executorch_lowering import (
     DELEGATION_FILE,
     PROGRAM_FILE,
@@ -24,6 +23,7 @@ from .executorch_lowering import (
     executorch_method,
     executorch_program,
 )
+from .family_common import Pieces, cast_inputs, contiguous_cpu, export_program, pieces_at_fault, pieces_of
 
 # a test compiled in a batch program: where it sits among the program's inputs and outputs,
 # and the batch's example inputs, which fill the other tests' places when it runs

@@ -16,7 +16,7 @@ import torch
 
 from ..core.sources import source_line
 from .base import DelegatedOp, Delegation
-from .common import pieces_of
+from .family_common import pieces_of
 
 PROGRAM_FILE = "model.pte"
 DELEGATION_FILE = "delegation.json"   # what the delegate took, written beside the program

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import torch
 
 from .base import CUDA, Artifact, Availability, Dynamic, Preset, Runnable, Scheme
-from .common import cast_inputs, cast_module, has_module, reduced_dtype, script_source
+from .family_common import cast_inputs, cast_module, has_module, reduced_dtype, script_source
 from .int8_quantizers import INT8_OPTIONS, INT8_RANGES, PT2EBackend, int8_on_cpu, x86_quantizer
 from .torch_eager import device_availability, device_runner, grad_context
 

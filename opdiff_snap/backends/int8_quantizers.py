@@ -14,7 +14,7 @@ import torch
 
 from ..core.limits import CALIBRATION_SAMPLES, Range
 from .base import QUANTIZED, Artifact, Backend, Preset, Quantized, QuantizeFailed, Scheme
-from .common import as_output_list, contiguous_cpu, export_program
+from .family_common import as_output_list, contiguous_cpu, export_program
 
 # The options every int8 family shares, with their defaults (a family whose quantizer cannot
 # take `per_channel` leaves it out), and their ranges.

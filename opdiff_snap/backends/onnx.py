@@ -38,7 +38,7 @@ from .base import (
     QuantizeFailed,
     Runnable,
 )
-from .common import (
+from .family_common import (
     Pieces,
     cast_inputs,
     cast_module,

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import torch
 
 from .base import APPLE_SILICON, CUDA, MACOS, Artifact, Availability, Backend, Dynamic, Preset, Runnable
-from .common import as_output_list, cast_inputs, cast_module, reduced_dtype
+from .family_common import as_output_list, cast_inputs, cast_module, reduced_dtype
 
 
 def device_availability(device: str) -> Availability:

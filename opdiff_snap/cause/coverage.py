@@ -87,7 +87,7 @@ class CoreOpsTask:
         return out
 
     def _survey(self) -> TestCoreOps:
-        from ..backends.common import export_program
+        from ..backends.family_common import export_program
         from ..execution.prepare import flat_module
         from ..suite.materialize import materialize
 

@@ -31,13 +31,13 @@ import torch
 from ..backends.base import Preset
 from ..backends.registry import backend_for
 from ..compare.bounds import BIAS_MIN_ELEMENTS, BIAS_SHIFT, DRIFT_BOUND, DRIFT_CLIP, T_QUANTILE
-from ..compare.leaves import leaf_rules
+from ..compare.leaf_verdict import leaf_rules
 from ..compare.rules import Rounding
 from ..core.errors import OpdiffError
 from ..core.safetext import printable
 from ..core.trees import flatten
 from ..core.verdicts import Verdict as V
-from ..goldens.model import Golden
+from ..goldens.golden import Golden
 from ..suite import dynamic
 from ..suite.model import Invocation, TestCase, Tolerance
 from . import repro_templates

@@ -15,7 +15,7 @@ from ..compare.tolerance import tolerance_for
 from ..core.errors import OpdiffError
 from ..execution.pools import run_one
 from ..execution.references import REDUCED, ReferencesTask
-from ..goldens.model import Golden
+from ..goldens.golden import Golden
 from ..suite.model import TestCase
 from .calls import ScopeGraphTask
 from .repro import write_node_repro, write_repro

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..goldens import GoldenStore
 from ..goldens.cases import GoldenCases
-from ..goldens.model import Golden
+from ..goldens.golden import Golden
 from ..suite import TestCase, suite_paths
 from ..suite.reader import SuiteReader
 

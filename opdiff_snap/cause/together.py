@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from ..backends.common import Pieces
+from ..backends.family_common import Pieces
 from ..core.verdicts import Verdict
 from ..execution.job import WorkerContext
 from .alone import Piece, PieceResult, PieceTask, cut_failed, judge, prepare_piece, run_prepared

@@ -24,7 +24,7 @@ from .app import (
     settings_of,
     writing,
 )
-from .options import STEP_PARAMS, history_filter, uses
+from .option_groups import STEP_PARAMS, history_filter, uses
 
 
 class MemorySize(click.ParamType):

@@ -23,7 +23,7 @@ from .app import (
     settings_of,
     writing,
 )
-from .options import TOLERANCE, TRUST_GOLDENS, running, uses, workers
+from .option_groups import TOLERANCE, TRUST_GOLDENS, running, uses, workers
 
 ENTRIES = Number(limits.ENTRIES)
 

@@ -23,7 +23,7 @@ from .app import (
     print_table,
     writing,
 )
-from .options import SELECTION, TARGETS, Group, Targets, uses, workers
+from .option_groups import SELECTION, TARGETS, Group, Targets, uses, workers
 
 
 def _requirements(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:

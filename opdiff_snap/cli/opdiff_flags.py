@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..core.errors import OpdiffError
-from .options import SEED_COUNT, Group
+from .option_groups import SEED_COUNT, Group
 
 
 @dataclass(frozen=True)

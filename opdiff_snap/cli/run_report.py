@@ -12,7 +12,7 @@ import click
 from ..compare.results import RunReport
 from ..core.errors import OpdiffError
 from .app import echo, output_file, settings_of
-from .options import Expecting, Reporting
+from .option_groups import Expecting, Reporting
 
 
 def run_and_report(runner: Callable, reporting: Reporting, label: str, expecting: Expecting | None = None) -> None:

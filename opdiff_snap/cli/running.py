@@ -9,7 +9,7 @@ import click
 from ..core.errors import OpdiffError
 from .app import executor_option, guarded
 from .opdiff_flags import OPDIFF_FLAGS, OpdiffFlags
-from .options import (
+from .option_groups import (
     CHECK_REPORTING,
     EXPECTATIONS,
     PLACEMENT,

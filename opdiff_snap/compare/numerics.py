@@ -44,7 +44,7 @@ from ..core.trees import json_safe
 from ..core.verdicts import Verdict
 from ..suite.model import Tolerance
 from .bounds import BIAS_SHIFT, ELEMENTWISE_ULPS
-from .leaves import Leaf, measure_leaf
+from .leaf_verdict import Leaf, measure_leaf
 from .metrics import Metrics, OutputStats, rel_l2, sqnr_db
 from .rules import Rounding
 from .walk import StructureDiffers, leaf_pairs

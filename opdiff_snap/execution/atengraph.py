@@ -1,7 +1,7 @@
 """One scope of a module test as an ATen graph, with every node's values on the baseline.
 
 `export_scope` (in a worker: it traces user code) exports one submodule call the way the
-backends do (backends.common.export_program: torch.export, then the default
+backends do (backends.family_common.export_program: torch.export, then the default
 decompositions to core ATen) and runs the graph eagerly once on the baseline's inputs for
 that call, recording every node's inputs and outputs. What it returns, a NodeGraph, is
 plain data: op names, argument templates whose tensors refer to other nodes (Ref), the
@@ -209,7 +209,7 @@ def export_scope(module: torch.nn.Module, args: list[Any], kwargs: dict[str, Any
     """Export `module(*args, **kwargs)` to core ATen (`core=False`: to ATen with no
     decomposition, the ops as the model's code calls them) and record every node on these
     inputs."""
-    from ..backends.common import export_program
+    from ..backends.family_common import export_program
     from .prepare import prepare_call
 
     prepared = prepare_call({"a": module}, list(args), dict(kwargs), where)

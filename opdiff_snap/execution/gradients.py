@@ -1,6 +1,6 @@
 """Gradients, computed where user code runs (a worker): record vector-Jacobian products
 on the baseline, recompute them on presets whose backend can differentiate, and check
-autograd itself against central finite differences. Comparing them is compare/gradients.py's job.
+autograd itself against central finite differences. Comparing them is compare/gradient_match.py's job.
 
 All three use the same scalar L = sum over float outputs of sum(out * cotangent), with
 a random cotangent seeded from (test id, seed) only. Its gradient w.r.t. every float

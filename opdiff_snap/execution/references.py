@@ -141,7 +141,7 @@ def precision_control(prepared: Prepared, precision: str) -> tuple[list[torch.Te
     dtype = REDUCED.get(precision)
     if dtype is None:
         return None, f"no control for {precision}"
-    from ..backends.common import as_output_list, cast_inputs, cast_module
+    from ..backends.family_common import as_output_list, cast_inputs, cast_module
 
     try:
         module = cast_module(prepared.module, dtype)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import trees
 from ..suite.model import Invocation, RecordedGrads
-from .model import Golden, GoldenInfo
+from .golden import Golden, GoldenInfo
 from .packed import PackError, TensorRecord
 
 if TYPE_CHECKING:

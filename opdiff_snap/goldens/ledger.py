@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core.safetext import printable
 from ..storage import StorageError
-from ..storage.base import Place
+from ..storage.place import Place
 from .keys import store_key
 from .packed import META
 

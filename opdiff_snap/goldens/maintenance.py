@@ -12,13 +12,13 @@ from ..core.verdicts import GoldenState, worst_state
 from ..suite import load_suites, suite_paths
 from ..suite.reader import SuiteReader
 from ..suite.selection import id_matches, parse_patterns
-from .model import GoldenInfo, golden_state
+from .golden import GoldenInfo, golden_state
 from .store import Finding, GoldenStore
 
 
 @dataclass
 class GoldenRow:
-    """The goldens of one test, and what the suites say of them (goldens.model.golden_state):
+    """The goldens of one test, and what the suites say of them (goldens.golden.golden_state):
     the worst state of its goldens."""
 
     test_id: str

@@ -2,7 +2,7 @@
 behind an s3:// URL (storage.Place).
 
 Writes are atomic per golden: each golden is a unit of its place, published whole (see
-storage/base.py). On a local disk it is built in `<root>/.staging/` and renamed into place;
+storage/place.py). On a local disk it is built in `<root>/.staging/` and renamed into place;
 overwriting renames the old golden into `<root>/.trash/` first. On an object store, which
 has no rename, its data objects are written first and its `zarr.json` last, and readers
 ignore a golden whose `zarr.json` is missing. A write that fails (disk full, read-only
@@ -30,9 +30,9 @@ from ..core.verdicts import GoldenState
 from ..storage import StorageError, Stray, occupied_by_file, open_place
 from ..storage.units import UnitMissing, open_units
 from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_records
+from .golden import CorruptGolden, Golden, GoldenInfo, MissingGolden
 from .keys import seed_of_key, store_key, unknown_entry
 from .ledger import LEDGER, BaselineFailure, Ledger
-from .model import CorruptGolden, Golden, GoldenInfo, MissingGolden
 from .packed import META, PackError, pack, packed_objects, parse_metadata, read_data, unpack
 from .validate import definition_findings
 from .validate import problems as metadata_problems

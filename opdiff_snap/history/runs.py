@@ -5,7 +5,7 @@ line per (test, seed, preset) result, and an `end` line with the tallies. A file
 an `end` line was interrupted (history/writer.py writes the files, and resumes them).
 
 A killed run loses at most the line being written: readers skip a truncated last line
-and report it. Where the run files lie is the history store's business (storage/runs.py):
+and report it. Where the run files lie is the history store's business (storage/run_store.py):
 a store behind an s3:// URL is read through a local mirror (storage/runs_remote.py). The
 lines of an interrupted run that reached the store only after its writer died (from this
 machine's spool) are followed by a `recovered` line saying so; readers skip it, and
@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core.errors import OpdiffError
 from ..storage import occupied_by_file, open_runs
-from ..storage.runs import RUNS_DIR
+from ..storage.run_store import RUNS_DIR
 
 ItemKey = tuple[str, int, str]  # (test id, seed, preset)
 

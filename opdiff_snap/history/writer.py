@@ -29,7 +29,7 @@ from ..core.errors import Interrupted, OpdiffError
 from ..core.trees import json_safe
 from ..core.verdicts import Verdict
 from ..storage import StorageError, open_runs
-from ..storage.runs import RunFileError, Runs, Uploads, os_reason, utc_now
+from ..storage.run_store import RunFileError, Runs, Uploads, os_reason, utc_now
 from .runs import ItemKey, RunFile, check_store_dir, item_key, parse_run, resumability, tally
 
 
@@ -78,7 +78,7 @@ class RunWriter:
     as Interrupted, whose message says so.
     Every line is handed to the OS in one unbuffered write; `fsync=True` also forces it
     to disk (slower; survives a power cut, not only a killed process). `uploads` says when
-    the file reaches its store (storage/runs.py); the spool file of a remote run is held
+    the file reaches its store (storage/run_store.py); the spool file of a remote run is held
     locked while it is open, so no other command takes it for one whose writer died.
     """
 

@@ -233,7 +233,7 @@ def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset],
 
 def suite_reader(settings: Settings, use_cache: bool) -> SuiteReader:
     """How a run reads its suites: each file once, and with the artifact cache in use,
-    expansions kept in its local folder too (suite/cache.py)."""
+    expansions kept in its local folder too (suite/expanded_cache.py)."""
     if not use_cache:
         return SuiteReader()
     try:

@@ -20,8 +20,8 @@ from ..core.safetext import printable
 from ..core.verdicts import GoldenState, Verdict
 from ..goldens import CorruptGolden, GoldenInfo, GoldenStore, key_of_unknown, store_key
 from ..goldens.cases import GoldenCases, UntrustedGolden
+from ..goldens.golden import golden_state
 from ..goldens.ledger import BaselineFailure
-from ..goldens.model import golden_state
 from ..goldens.validate import definition_findings
 from ..suite import select
 from ..suite.model import TestCase

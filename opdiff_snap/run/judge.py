@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backends.base import Delegation, Preset
-from ..compare.gradients import compare_grads
+from ..compare.gradient_match import compare_grads
 from ..compare.int8_errors import judge_int8, sqnr_db
 from ..compare.metrics import Control, Judged, Metrics
 from ..compare.numerics import Comparison, compare
@@ -140,7 +140,7 @@ def _quantization_only(result: Result, golden: Golden, outcome: Outcome, tol: To
 def judged_there(golden: Golden, preset: Preset, tol: Tolerance, outcome: Outcome) -> str:
     """For a result exported here and run elsewhere (CoreML on Linux): what its composite
     fp16/bf16 outputs will be held to, from the precision control computed here."""
-    from ..compare.leaves import leaf_rules
+    from ..compare.leaf_verdict import leaf_rules
 
     try:   # the control's outputs must fit the golden's; a note that cannot be made is left out
         rounding = rounding_for(golden, preset, outcome.output_structure, None, outcome.control)

@@ -55,7 +55,7 @@ from ..goldens import Golden, GoldenInfo, GoldenStore
 from ..goldens.cases import GoldenCases
 from ..goldens.ledger import BaselineFailure
 from ..history.writer import RunStart, RunWriter
-from ..storage.runs import utc_now
+from ..storage.run_store import utc_now
 from ..suite import load_suites, select
 from ..suite import suite_paths as find_suites
 from ..suite.model import Invocation, RecordedGrads, TestCase

@@ -5,8 +5,8 @@ cache its folders through `shared` (`open_tiers`). Only this package acts on whe
 location is local or a URL (`open.py` picks the implementations; core/locations.py reads
 a location as given)."""
 
-from .base import Entry, ObjectTooLarge, Place, StorageError, Stray, is_url, local_copy_dir, occupied_by_file
 from .open import local_folder, open_place, open_runs, open_tiers
+from .place import Entry, ObjectTooLarge, Place, StorageError, Stray, is_url, local_copy_dir, occupied_by_file
 
 __all__ = ["Entry", "ObjectTooLarge", "Place", "StorageError", "Stray", "is_url", "local_copy_dir",
            "local_folder", "occupied_by_file", "open_place", "open_runs", "open_tiers"]

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Mapping
 
-from .base import Entry, ObjectTooLarge, Place, Stray
+from .place import Entry, ObjectTooLarge, Place, Stray
 
 STAGING, TRASH = ".staging", ".trash"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import OpdiffError
-from .base import Place, is_url
-from .runs import LocalRuns, Runs
+from .place import Place, is_url
+from .run_store import LocalRuns, Runs
 from .shared import Tiers
 
 

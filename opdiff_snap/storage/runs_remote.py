@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import IO, Any, Callable, TypeVar
 
 from ..core.errors import OpdiffError
-from .base import local_copy_dir
-from .runs import RUNS_DIR, RunFileError, Runs, Uploads, is_line, match_run_id, os_reason, utc_now
+from .place import local_copy_dir
+from .run_store import RUNS_DIR, RunFileError, Runs, Uploads, is_line, match_run_id, os_reason, utc_now
 from .s3 import S3Place
 
 try:

@@ -44,8 +44,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .base import Entry, ObjectTooLarge, Place, StorageError, Stray
 from .local import unique
+from .place import Entry, ObjectTooLarge, Place, StorageError, Stray
 
 THREADS = 16
 CONNECT_TIMEOUT_S = 5.0

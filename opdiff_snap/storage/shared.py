@@ -14,8 +14,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .base import StorageError, local_copy_dir
 from .local import LocalPlace
+from .place import StorageError, local_copy_dir
 from .s3 import S3Place
 
 

@@ -12,7 +12,7 @@ which `forget` lets the caller recover from.
 
 from __future__ import annotations
 
-from .base import Place, Stray
+from .place import Place, Stray
 
 
 class UnitMissing(FileNotFoundError):

@@ -1,7 +1,7 @@
 """The suite files one command reads: each read once and parsed at most once, whoever asks
 (discovery, loading, the goldens' vouching), failures included, so each asker reports them
 as before. With a cache folder, discovery and loading take what they can from the
-expansions kept there (suite/cache.py)."""
+expansions kept there (suite/expanded_cache.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .cache import SuiteCache
+from .expanded_cache import SuiteCache
 from .yamlload import MAX_DOCUMENT_BYTES, Mark, YamlSyntaxError, load_yaml_text, read_yaml_bytes, yaml_text
 
 

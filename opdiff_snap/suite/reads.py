@@ -1,5 +1,5 @@
 """What expanding a suite looked at besides its own text, noted as it happens, so that a
-cached expansion (suite/cache.py) is used only while all of it is unchanged.
+cached expansion (suite/expanded_cache.py) is used only while all of it is unchanged.
 
 An observation is a tuple: ("read", path) a file whose content decided something,
 ("probe", path) whether a path is a file, ("resolve", path) where a path leads through

@@ -105,12 +105,12 @@ class _Eager:
         return torch.float16 if preset.precision == "fp16" else None
 
     def export(self, module: torch.nn.Module, inputs, preset: Preset, workdir: Path) -> Artifact:
-        from opdiff_snap.backends.common import cast_module
+        from opdiff_snap.backends.family_common import cast_module
 
         return Artifact(obj=cast_module(module, self._dtype(preset)))
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0):
-        from opdiff_snap.backends.common import cast_inputs
+        from opdiff_snap.backends.family_common import cast_inputs
 
         module, dtype = artifact.obj, self._dtype(preset)
 

@@ -137,12 +137,12 @@ class _Planted:
     finish = staticmethod(lambda t: t)
 
     def export(self, module: torch.nn.Module, inputs, preset: Preset, workdir) -> Artifact:
-        from opdiff_snap.backends.common import cast_module
+        from opdiff_snap.backends.family_common import cast_module
 
         return Artifact(obj=cast_module(module, torch.float16))
 
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0):
-        from opdiff_snap.backends.common import as_output_list, cast_inputs
+        from opdiff_snap.backends.family_common import as_output_list, cast_inputs
 
         module = artifact.obj
 
