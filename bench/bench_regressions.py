@@ -1,12 +1,12 @@
 """Benchmark `opdiff regressions` (analytics/steps.py) on synthetic histories with planted changes.
 
-    python bench/bench_regressions.py [--runs 1000] [--tests 250] [--envs 10] [--seeds 3] [--dir D] [--keep]
-                                      [--skip-scale]
+    PYTHONPATH=tests python bench/bench_regressions.py [--runs 1000] [--tests 250] [--envs 10]
+        [--seeds 3] [--dir D] [--keep] [--skip-scale]
 
 With --dir D --keep the 1M-result history stays in D/scale and a later run with --dir D reuses it.
 
 1. Precision and recall: for each of --seeds small histories (120 runs x 100 tests x 4 presets,
-   12 environments, tests/helpers_history/planted.py), a finding is a hit when it names the planted
+   12 environments, tests/helpers/history/planted.py), a finding is a hit when it names the planted
    (test, preset, kind) at the planted run.
 2. Scale: one history of --runs runs x --tests tests x 4 presets (default 1M results);
    generation and the cache build are timed apart, then the detection itself with the cache.
@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchlib import ROOT, timed
+from benchlib import needs_test_helpers, timed
 
 from opdiff_snap.analytics import connect
 from opdiff_snap.analytics.steps import detect
 
-sys.path.insert(0, str(ROOT / "tests"))
-
-from helpers_history.planted import TRUTH, generate, read_truth  # noqa: E402
+needs_test_helpers(__file__)
+from helpers.history.planted import TRUTH, generate, read_truth  # noqa: E402
 
 
 def score(planted, found) -> tuple[int, int, int]:

@@ -1,7 +1,7 @@
 """Verdict quality: planted fp16 bugs caught, and no false alarms from the bounds.
 
 Checks the shipped goldens (or the suites given) on clean presets and on the six planted-bug
-fp16 presets of tests/helpers_numerics/planted.py, then reports:
+fp16 presets of tests/helpers/numerics/planted.py, then reports:
 
 - per clean preset, the MISMATCHes by the bound that failed; those of the elementwise and
   bias bounds are listed one by one (on a correct backend each is a false alarm unless
@@ -14,8 +14,8 @@ fp16 presets of tests/helpers_numerics/planted.py, then reports:
   rounding on some outputs; the bias bound catches it on many, counted apart ("below reach":
   the floating outputs of at least 16 elements it changed by more than the test's atol).
 
-    python bench/bench_verdicts.py -j 2 --clean torch_cpu_fp16,onnx_cpu_fp32 suites/*.yaml
-    python bench/bench_verdicts.py -j 2 --clean torch_cpu_fp16 --zoo   # the zoo's transformers
+    PYTHONPATH=tests python bench/bench_verdicts.py -j 2 --clean torch_cpu_fp16,onnx_cpu_fp32 suites/*.yaml
+    PYTHONPATH=tests python bench/bench_verdicts.py -j 2 --clean torch_cpu_fp16 --zoo   # the zoo's transformers
 
 Results stay in the history store (--store, default a scratch folder) for queries.
 """
@@ -25,17 +25,15 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from benchlib import ROOT, cli, query
+from benchlib import ROOT, cli, needs_test_helpers, query
 
-sys.path.insert(0, str(ROOT / "tests"))
-
-from helpers_check import make_site  # noqa: E402
-from helpers_numerics.planted import ENTRY_POINTS, PRESETS  # noqa: E402
+needs_test_helpers(__file__)
+from helpers.check import make_site  # noqa: E402
+from helpers.numerics.planted import ENTRY_POINTS, PRESETS  # noqa: E402
 
 NEW_BOUNDS = ("elementwise", "bias")
 CONTROL = "torch_cpu_fp16"

@@ -9,6 +9,7 @@ benchlib import ...`.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -23,6 +24,15 @@ from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+
+
+def needs_test_helpers(script: str) -> None:
+    """Exit with the command to use when the tests' helpers (tests/helpers: planted bugs and
+    histories) are not importable: a bench that uses them runs with tests/ on PYTHONPATH."""
+    if importlib.util.find_spec("helpers") is None:
+        name = Path(script).relative_to(ROOT)
+        sys.exit(f"{name} uses the tests' planted bugs and histories (tests/helpers): run it as "
+                 f"`PYTHONPATH=tests python {name} ...` from the repository root.")
 
 
 def load() -> float:
