@@ -42,16 +42,10 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
     (`presets`); raises ExpectationsError with every problem, OpdiffError when the file
     cannot be read."""
     path = Path(path)
-    try:
-        text = read_yaml_file(path)
-    except OSError as exc:
-        raise OpdiffError(f"cannot read the expectations file {path}: {exc.strerror or exc}. Give an existing "
-                          "file (--expectations, or `expectations` under [tool.opdiff]), or create it with "
-                          "`opdiff check ... --update-expectations`.") from None
     problems = Problems()
     root = Where(str(path))
     try:
-        data, duplicates = load_yaml_text(text)
+        data, duplicates = load_yaml_text(read_text(path))
     except YamlSyntaxError as exc:
         for message, mark in exc.problems:
             problems.add(Where(str(path), mark=mark), message)
@@ -94,6 +88,17 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
     if len(problems):
         raise ExpectationsError(list(problems))
     return found
+
+
+def read_text(path: Path) -> str:
+    """The file's text, bounded; raises OpdiffError when it cannot be read, YamlSyntaxError
+    when it is too big or not UTF-8."""
+    try:
+        return read_yaml_file(path, "an expectations file")
+    except OSError as exc:
+        raise OpdiffError(f"cannot read the expectations file {path}: {exc.strerror or exc}. Give an existing "
+                          "file (--expectations, or `expectations` under [tool.opdiff]), or create it with "
+                          "`opdiff check ... --update-expectations`.") from None
 
 
 def _preset_problem(preset: str, presets: list[str]) -> str:

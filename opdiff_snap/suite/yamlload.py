@@ -211,10 +211,11 @@ def _convert(node: yaml.Node, duplicates: list[tuple[str, Mark]], depth: int = 0
     raise YamlSyntaxError([(f"unsupported YAML node {type(node).__name__}", mark_of(node))])
 
 
-def read_yaml_file(path: Path) -> str:
-    """The text of a YAML file: at most MAX_DOCUMENT_BYTES of UTF-8. Raises OSError when
-    it cannot be read, YamlSyntaxError when it is too big or not UTF-8."""
-    return yaml_text(read_yaml_bytes(path))
+def read_yaml_file(path: Path, what: str = "a suite") -> str:
+    """The text of a YAML file (`what`: what it is, for the messages): at most
+    MAX_DOCUMENT_BYTES of UTF-8. Raises OSError when it cannot be read, YamlSyntaxError
+    when it is too big or not UTF-8."""
+    return yaml_text(read_yaml_bytes(path), what)
 
 
 def read_yaml_bytes(path: Path) -> bytes:
@@ -224,11 +225,12 @@ def read_yaml_bytes(path: Path) -> bytes:
         return f.read(MAX_DOCUMENT_BYTES + 1)
 
 
-def yaml_text(data: bytes) -> str:
-    """A YAML file's bytes as text; raises YamlSyntaxError when they are too many or not UTF-8."""
+def yaml_text(data: bytes, what: str = "a suite") -> str:
+    """A YAML file's bytes as text; raises YamlSyntaxError when they are too many or not
+    UTF-8 (`what`: what the file is, "a suite" or "an expectations file", for the messages)."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise YamlSyntaxError([(f"the file is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB, the "
-                                "most a suite may hold; split it into several files", None)])
+                                f"most {what} may hold; split it into several files", None)])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -236,8 +238,8 @@ def yaml_text(data: bytes) -> str:
         line = before.count(b"\n") + 1
         column = exc.start - (before.rfind(b"\n") + 1) + 1
         raise YamlSyntaxError([(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                                "a suite must be a UTF-8 YAML file: re-save it as UTF-8, or remove it "
-                                "if it is not a suite", (line, column))]) from None
+                                f"{what} must be a UTF-8 YAML file: re-save it as UTF-8, or remove it "
+                                f"if it is not {what}", (line, column))]) from None
 
 
 def load_yaml_text(text: str) -> tuple[Any, list[tuple[str, Mark]]]:

@@ -1,0 +1,59 @@
+"""The expectations file as hostile input: bytes that are not UTF-8 text, a file too big,
+two updates at once, a planted `.tmp` symlink, characters the writer must escape to read
+back, a read-only file, a hundred thousand globs, control characters on the way to the
+terminal and the Markdown summary."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from helpers.cli import PY, invoke
+from helpers.hostile import assert_clean_failure, env, make_project
+
+from opdiff_snap.compare.results import Result
+from opdiff_snap.core.verdicts import NOT_FAILING, Verdict
+from opdiff_snap.expectations.file import ExpectationsError, load
+
+FAILING = set(Verdict) - NOT_FAILING
+PRESETS = ["onnx_cpu_fp32", "torch_cpu_fp16"]
+V = Verdict
+
+
+def _r(test: str, verdict: Verdict, preset: str = "onnx_cpu_fp32", seed: int = 0) -> Result:
+    return Result(test, seed, preset, verdict)
+
+
+# ----------------------------------------------------------------- bytes that are not text
+
+
+@pytest.mark.parametrize("content", [
+    b'onnx_cpu_fp32:\n  - {test: erfinv, verdict: EXPORT_FAIL, reason: "caf\xe9"}\n',
+    'onnx_cpu_fp32:\n  - {test: erfinv, verdict: EXPORT_FAIL, reason: "café"}\n'.encode("utf-16"),
+    None,   # over the size guard
+], ids=["latin1", "utf16", "20MB"])
+def test_an_expectations_file_not_utf8_or_too_big_is_refused_naming_it(tmp_path, content):
+    project = make_project(tmp_path / "p")
+    path = project / "exp.yaml"
+    if content is None:
+        with open(path, "wb") as f:
+            f.write(b"# " + b"x" * (20 * 2**20) + b"\n")
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ExpectationsError) as err:
+        load(path, PRESETS)
+    assert "exp.yaml" in str(err.value) and "expectations file" in str(err.value)
+    assert "suite" not in str(err.value)
+    code, out, errout = invoke(project, "check", "-b", "onnx_cpu_fp32", "--expectations", "exp.yaml")
+    assert_clean_failure(code, out, errout, 2, "exp.yaml", "expectations file")
+
+
+def test_pytest_opdiff_refuses_an_expectations_file_not_utf8_without_a_traceback(tmp_path):
+    project = make_project(tmp_path / "p")
+    (project / "expectations.yaml").write_bytes(b'onnx_cpu_fp32:\n  - {test: add, verdict: CRASH, reason: "\xe9"}\n')
+    proc = subprocess.run([PY, "-m", "pytest", "--opdiff", "-b", "onnx_cpu_fp32", "-p", "no:cacheprovider", "-q"],
+                          cwd=project, capture_output=True, text=True, env=env(), timeout=300)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "INTERNALERROR" not in text and "Traceback" not in text, text
+    assert "expectations.yaml" in text and "not UTF-8" in text, text
