@@ -5,13 +5,17 @@ terminal and the Markdown summary."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 
 import pytest
 from helpers.cli import PY, invoke
 from helpers.hostile import assert_clean_failure, env, make_project
 
+from opdiff_snap.cli.expecting import write_update
 from opdiff_snap.compare.results import Result
+from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import NOT_FAILING, Verdict
 from opdiff_snap.expectations.file import ExpectationsError, load
 
@@ -57,3 +61,30 @@ def test_pytest_opdiff_refuses_an_expectations_file_not_utf8_without_a_traceback
     assert proc.returncode == 2, text
     assert "INTERNALERROR" not in text and "Traceback" not in text, text
     assert "expectations.yaml" in text and "not UTF-8" in text, text
+
+
+# ----------------------------------------------------------------- the update's write
+
+
+def test_a_read_only_expectations_file_is_refused_and_left_as_it_was(tmp_path):
+    path = tmp_path / "expectations.yaml"
+    path.write_text("onnx_cpu_fp32:\n  - {test: a, verdict: CRASH}\n")
+    os.chmod(path, 0o444)
+    before = path.read_bytes()
+    with pytest.raises(OpdiffError) as err:
+        write_update(load(path, PRESETS), [_r("b", V.CRASH)], FAILING, path)
+    assert err.value.exit_code == 2
+    assert str(path) in str(err.value) and "read-only" in str(err.value)
+    assert path.read_bytes() == before and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["expectations.yaml"]
+
+
+def test_check_refuses_to_update_a_read_only_expectations_file_before_it_runs(tmp_path):
+    project = make_project(tmp_path / "p")
+    path = project / "expectations.yaml"
+    path.write_text("")
+    os.chmod(path, 0o444)
+    code, out, errout = invoke(project, "check", "-b", "onnx_cpu_fp32", "--update-expectations")
+    assert_clean_failure(code, out, errout, 2, "expectations.yaml", "read-only", "chmod")
+    assert path.read_bytes() == b"" and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert not (project / "store").exists()      # nothing ran

@@ -64,9 +64,11 @@ def write_update(expectations: Expectations, results: Sequence[Result], fail_on:
                  path: Path) -> list[str]:
     """Rewrite `path` to agree with the run; the lines that say what changed."""
     from ..expectations.file import dump
+    from ..expectations.rewrite import refuse_read_only
     from ..expectations.update import update
 
     after, changes = update(expectations, results, fail_on)
+    refuse_read_only(path)
     if not changes:
         return [f"expectations: {path} already agrees with this run; unchanged"]
     try:
