@@ -88,3 +88,21 @@ def test_check_refuses_to_update_a_read_only_expectations_file_before_it_runs(tm
     assert_clean_failure(code, out, errout, 2, "expectations.yaml", "read-only", "chmod")
     assert path.read_bytes() == b"" and stat.S_IMODE(path.stat().st_mode) == 0o444
     assert not (project / "store").exists()      # nothing ran
+
+
+def test_a_planted_tmp_symlink_is_neither_followed_nor_made_the_file(tmp_path):
+    project, outside = tmp_path / "p", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    path = project / "expectations.yaml"
+    path.write_text("onnx_cpu_fp32:\n  - {test: a, verdict: CRASH}\n")
+    os.chmod(path, 0o640)
+    (project / "expectations.yaml.tmp").symlink_to(outside / "target.yaml")
+    lines = write_update(load(path, PRESETS), [_r("b", V.CRASH)], FAILING, path)
+    assert "updated" in lines[0]
+    assert not path.is_symlink() and path.is_file()
+    assert {e.test for e in load(path, PRESETS).entries} == {"a", "b"}
+    assert list(outside.iterdir()) == []
+    assert (project / "expectations.yaml.tmp").is_symlink()          # left as it was
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640                 # the file keeps its mode
+    assert sorted(p.name for p in project.iterdir()) == ["expectations.yaml", "expectations.yaml.tmp"]

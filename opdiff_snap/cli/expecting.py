@@ -64,7 +64,7 @@ def write_update(expectations: Expectations, results: Sequence[Result], fail_on:
                  path: Path) -> list[str]:
     """Rewrite `path` to agree with the run; the lines that say what changed."""
     from ..expectations.file import dump
-    from ..expectations.rewrite import refuse_read_only
+    from ..expectations.rewrite import refuse_read_only, write_whole
     from ..expectations.update import update
 
     after, changes = update(expectations, results, fail_on)
@@ -72,9 +72,7 @@ def write_update(expectations: Expectations, results: Sequence[Result], fail_on:
     if not changes:
         return [f"expectations: {path} already agrees with this run; unchanged"]
     try:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(dump(after), encoding="utf-8")
-        tmp.replace(path)
+        write_whole(path, dump(after))
     except OSError as exc:
         raise OpdiffError(f"--update-expectations: cannot write {path} ({exc.strerror or exc}); the run itself is "
                           "in the history.") from None
