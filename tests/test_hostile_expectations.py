@@ -17,11 +17,18 @@ from opdiff_snap.cli.expecting import write_update
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import NOT_FAILING, Verdict
-from opdiff_snap.expectations.file import ExpectationsError, load
+from opdiff_snap.expectations.entries import Expectation, Expectations
+from opdiff_snap.expectations.file import ExpectationsError, dump, load
 
 FAILING = set(Verdict) - NOT_FAILING
 PRESETS = ["onnx_cpu_fp32", "torch_cpu_fp16"]
 V = Verdict
+# every character the reader must get back as written: C0, DEL, C1, the YAML line breaks,
+# the BOM, bidi controls, the noncharacters YAML cannot hold, quote and backslash, and
+# some that need no escape
+AWKWARD = ([chr(c) for c in range(0x20)] + ["\x7f"] + [chr(c) for c in range(0x80, 0xA1)]
+           + ["\u2028", "\u2029", "\ufeff", "\u200e", "\u202e", "\u2066", "\ufffe", "\uffff",
+              '"', "\\", "'", "#", ": ", "{", "}", ",", "é", "\U0001f600", "\U0010ffff", " "])
 
 
 def _r(test: str, verdict: Verdict, preset: str = "onnx_cpu_fp32", seed: int = 0) -> Result:
@@ -106,3 +113,26 @@ def test_a_planted_tmp_symlink_is_neither_followed_nor_made_the_file(tmp_path):
     assert (project / "expectations.yaml.tmp").is_symlink()          # left as it was
     assert stat.S_IMODE(path.stat().st_mode) == 0o640                 # the file keeps its mode
     assert sorted(p.name for p in project.iterdir()) == ["expectations.yaml", "expectations.yaml.tmp"]
+
+
+# ----------------------------------------------------------------- what is written reads back
+
+
+@pytest.mark.parametrize("char", AWKWARD, ids=[f"U{ord(c):04X}" if len(c) == 1 else repr(c) for c in AWKWARD])
+def test_whatever_the_writer_emits_reads_back_identically(tmp_path, char):
+    written = [Expectation("onnx_cpu_fp32", f"t{char}x", V.CRASH, reason=f"r{char}s"),
+               Expectation("onnx_cpu_fp32", f"g{char}*", V.MISMATCH, reason=f"{char}"),
+               Expectation("onnx_cpu_fp32", char, V.TIMEOUT, seed=1, reason=f" {char}{char} ")]
+    path = tmp_path / "expectations.yaml"
+    path.write_bytes(dump(Expectations(written)).encode("utf-8"))
+    read = load(path, PRESETS)
+    assert sorted((e.test, e.reason, e.seed) for e in read.entries) == sorted((e.test, e.reason, e.seed)
+                                                                               for e in written)
+    text = path.read_text(encoding="utf-8")
+    assert text.isascii() or all(c.isprintable() or c == "\n" for c in text)   # escaped, not raw
+
+
+def test_a_lone_surrogate_no_yaml_file_can_hold_is_refused_not_written(tmp_path):
+    with pytest.raises(OpdiffError) as err:
+        dump(Expectations([Expectation("onnx_cpu_fp32", "t\ud800", V.CRASH)]))
+    assert "U+D800" in str(err.value) and err.value.exit_code == 2

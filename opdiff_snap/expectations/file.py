@@ -10,7 +10,6 @@ update's diff is exactly the entries it changed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -187,9 +186,24 @@ def dump(expectations: Expectations) -> str:
 
 
 def _scalar(text: str) -> str:
-    """`text` as a YAML flow scalar: plain where that reads back the same, else quoted."""
+    """`text` as a YAML flow scalar that reads back as `text`: plain where that reads back
+    the same, else double-quoted with every character that is not printable escaped (the
+    C0 and C1 controls, YAML's other line breaks NEL, U+2028 and U+2029, the BOM, bidi
+    controls, surrogates and noncharacters: raw, YAML refuses some and folds others)."""
     import yaml
 
     if text and all(c.isalnum() or c in "_.-" for c in text) and yaml.safe_load(text) == text:
         return text
-    return json.dumps(text, ensure_ascii=False)
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return '"' + "".join(_ESCAPES.get(c) or (c if c.isprintable() else _escape(ord(c))) for c in text) + '"'
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t"}
+
+
+def _escape(code: int) -> str:
+    if 0xD800 <= code < 0xE000:
+        raise OpdiffError(f"--update-expectations: a test id or reason holds a lone surrogate (U+{code:04X}), which "
+                          "no YAML file can hold; rename the test (or fix the reason) and run again.")
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
