@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import threading
 
 import pytest
 from helpers.cli import PY, invoke
@@ -79,7 +80,7 @@ def test_a_read_only_expectations_file_is_refused_and_left_as_it_was(tmp_path):
     os.chmod(path, 0o444)
     before = path.read_bytes()
     with pytest.raises(OpdiffError) as err:
-        write_update(load(path, PRESETS), [_r("b", V.CRASH)], FAILING, path)
+        write_update([_r("b", V.CRASH)], FAILING, path)
     assert err.value.exit_code == 2
     assert str(path) in str(err.value) and "read-only" in str(err.value)
     assert path.read_bytes() == before and stat.S_IMODE(path.stat().st_mode) == 0o444
@@ -97,6 +98,37 @@ def test_check_refuses_to_update_a_read_only_expectations_file_before_it_runs(tm
     assert not (project / "store").exists()      # nothing ran
 
 
+def test_two_updates_at_once_keep_both_presets_entries(tmp_path):
+    """Each run read the file before it ran; both write at the same moment."""
+    path = tmp_path / "expectations.yaml"
+    path.write_text("onnx_cpu_fp32:\n  - {test: kept, verdict: CRASH, reason: mine}\n")
+    runs = {"onnx_cpu_fp32": [_r("a", V.EXPORT_FAIL), _r("b", V.MISMATCH)],
+            "torch_cpu_fp16": [_r("a", V.MISMATCH, "torch_cpu_fp16"), _r("c", V.CRASH, "torch_cpu_fp16")]}
+    barrier, said, errors = threading.Barrier(len(runs)), {}, []
+
+    def one(preset: str) -> None:
+        barrier.wait()
+        try:
+            said[preset] = write_update(runs[preset], FAILING, path, start[preset])
+        except Exception as exc:   # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    for _ in range(5):
+        path.write_text("onnx_cpu_fp32:\n  - {test: kept, verdict: CRASH, reason: mine}\n")
+        start = {p: load(path, PRESETS) for p in runs}     # what each run read before it ran
+        threads = [threading.Thread(target=one, args=(p,)) for p in runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert all("updated" in lines[0] for lines in said.values()), said
+        assert {(e.preset, e.test, e.reason) for e in load(path, PRESETS).entries} == {
+            ("onnx_cpu_fp32", "kept", "mine"), ("onnx_cpu_fp32", "a", ""), ("onnx_cpu_fp32", "b", ""),
+            ("torch_cpu_fp16", "a", ""), ("torch_cpu_fp16", "c", "")}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["expectations.yaml"]
+
+
 def test_a_planted_tmp_symlink_is_neither_followed_nor_made_the_file(tmp_path):
     project, outside = tmp_path / "p", tmp_path / "outside"
     project.mkdir()
@@ -105,7 +137,7 @@ def test_a_planted_tmp_symlink_is_neither_followed_nor_made_the_file(tmp_path):
     path.write_text("onnx_cpu_fp32:\n  - {test: a, verdict: CRASH}\n")
     os.chmod(path, 0o640)
     (project / "expectations.yaml.tmp").symlink_to(outside / "target.yaml")
-    lines = write_update(load(path, PRESETS), [_r("b", V.CRASH)], FAILING, path)
+    lines = write_update([_r("b", V.CRASH)], FAILING, path)
     assert "updated" in lines[0]
     assert not path.is_symlink() and path.is_file()
     assert {e.test for e in load(path, PRESETS).entries} == {"a", "b"}

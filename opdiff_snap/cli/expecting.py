@@ -60,21 +60,19 @@ def judge(expectations: Expectations, results: Sequence[Result], fail_on: set[Ve
     return Expecter(expectations, fail_on).report(results)
 
 
-def write_update(expectations: Expectations, results: Sequence[Result], fail_on: set[Verdict],
-                 path: Path) -> list[str]:
-    """Rewrite `path` to agree with the run; the lines that say what changed."""
-    from ..expectations.file import dump
-    from ..expectations.rewrite import refuse_read_only, write_whole
-    from ..expectations.update import update
+def write_update(results: Sequence[Result], fail_on: set[Verdict], path: Path,
+                 loaded: Expectations | None = None) -> list[str]:
+    """Rewrite `path` to agree with the run (the file as it is when written: another update
+    may have changed it since the run read it as `loaded`); the lines that say what changed."""
+    from ..backends.registry import preset_names
+    from ..expectations.rewrite import rewrite
 
-    after, changes = update(expectations, results, fail_on)
-    refuse_read_only(path)
-    if not changes:
-        return [f"expectations: {path} already agrees with this run; unchanged"]
     try:
-        write_whole(path, dump(after))
+        changes = rewrite(path, results, fail_on, preset_names(), loaded)
     except OSError as exc:
         raise OpdiffError(f"--update-expectations: cannot write {path} ({exc.strerror or exc}); the run itself is "
                           "in the history.") from None
+    if not changes:
+        return [f"expectations: {path} already agrees with this run; unchanged"]
     return [f"expectations: {path} updated ({len(changes.added)} added, {len(changes.changed)} changed, "
             f"{len(changes.removed)} removed):"] + [f"  {line}" for line in changes.lines()]

@@ -43,7 +43,7 @@ def run_and_report(runner: Callable, reporting: Reporting, label: str, expecting
     if expecting is not None and expecting.update:   # --update-expectations: the file first, then the rest
         from .expecting import write_update
 
-        for line in write_update(expecting.expectations, report.results, fail_on, expecting.path):
+        for line in write_update(report.results, fail_on, expecting.path, expecting.expectations):
             out.print(line, highlight=False, markup=False)
     _write_junit(report, reporting, fail_on, strict)
     if report.command == "check":

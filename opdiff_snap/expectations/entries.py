@@ -90,6 +90,7 @@ class Expectations:
 
     entries: list[Expectation] = field(default_factory=list)
     path: str = ""
+    digest: str = field(default="", compare=False)    # of the text read (file.digest), "" for none
     _index: _Index | None = field(default=None, init=False, repr=False, compare=False)
     _gone: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 

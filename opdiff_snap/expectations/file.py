@@ -44,14 +44,15 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
     problems = Problems()
     root = Where(str(path))
     try:
-        data, duplicates = load_yaml_text(read_text(path))
+        text = read_text(path)
+        data, duplicates = load_yaml_text(text)
     except YamlSyntaxError as exc:
         for message, mark in exc.problems:
             problems.add(Where(str(path), mark=mark), message)
         raise ExpectationsError(list(problems)) from None
     for message, mark in duplicates:
         problems.add(Where(str(path), mark=mark), message)
-    found = Expectations([], str(path))
+    found = Expectations([], str(path), digest=digest(text.encode("utf-8")))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -87,6 +88,13 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
     if len(problems):
         raise ExpectationsError(list(problems))
     return found
+
+
+def digest(data: bytes) -> str:
+    """What tells one text of the file from another (an update reads the file again)."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_text(path: Path) -> str:
