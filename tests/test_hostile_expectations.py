@@ -9,21 +9,27 @@ import os
 import stat
 import subprocess
 import threading
+import types
 
 import pytest
 from helpers.cli import PY, invoke
 from helpers.hostile import assert_clean_failure, env, make_project
 
-from opdiff_snap.cli.expecting import write_update
+from opdiff_snap.cli.expecting import standing_lines, write_update
+from opdiff_snap.cli.summary_md import markdown
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import NOT_FAILING, Verdict
 from opdiff_snap.expectations.entries import Expectation, Expectations
 from opdiff_snap.expectations.file import ExpectationsError, dump, load
+from opdiff_snap.expectations.standing import Expecter
+from opdiff_snap.expectations.update import update
 
 FAILING = set(Verdict) - NOT_FAILING
 PRESETS = ["onnx_cpu_fp32", "torch_cpu_fp16"]
 V = Verdict
+ESC = "\x1b[31mRED\x1b]8;;http://x\x07"
+GLOB_ESC = "\x1b]8;;http://x\x07\x9b31mRED"     # no '[': it stays a glob of one test
 # every character the reader must get back as written: C0, DEL, C1, the YAML line breaks,
 # the BOM, bidi controls, the noncharacters YAML cannot hold, quote and backslash, and
 # some that need no escape
@@ -168,3 +174,25 @@ def test_a_lone_surrogate_no_yaml_file_can_hold_is_refused_not_written(tmp_path)
     with pytest.raises(OpdiffError) as err:
         dump(Expectations([Expectation("onnx_cpu_fp32", "t\ud800", V.CRASH)]))
     assert "U+D800" in str(err.value) and err.value.exit_code == 2
+
+
+# ----------------------------------------------------------------- to the terminal and the summary
+
+
+def test_control_characters_of_an_expectation_reach_no_output_raw():
+    expired = Expectation("onnx_*", f"x{GLOB_ESC}*", V.MISMATCH, reason=f"why{ESC}", until="onnxruntime<0.1", line=3)
+    held = Expectation("onnx_cpu_fp32", "relu", V.CRASH, reason=f"because{ESC}")
+    exps = Expectations([expired, held], f"exp{ESC}.yaml")
+    results = [_r(f"x{GLOB_ESC}1", V.PASS), _r("relu", V.CRASH)]
+    report = Expecter(exps, FAILING, version_of=lambda _: "1.0").report(results)
+    assert report.expired == [expired]
+    lines = standing_lines(report, True, "opdiff check")
+    run = types.SimpleNamespace(results=results, command="check", run_id="r", wall_s=1.0, path="store")
+    summary = markdown(run, FAILING, report)
+    for text in ("\n".join(lines), summary):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text, text
+    assert any(line.startswith("expired:") and "x\\x1b]8;;http://x\\x07\\x9b31mRED*" in line for line in lines), lines
+    assert "because\\" in summary and "x1b[31mRED" in summary and "x9b31mRED*" in summary, summary
+    changes = update(Expectations([Expectation("onnx_cpu_fp32", f"y{ESC}", V.CRASH)]),
+                     [_r(f"y{ESC}", V.PASS), _r(f"z{ESC}", V.CRASH)], FAILING)[1]
+    assert all("\x1b" not in line for line in changes.lines()) and len(changes.lines()) == 2

@@ -43,11 +43,13 @@ def standing_lines(standing: StandingReport, strict: bool, command: str, shown: 
                             else ""))
         if len(rows) > shown:
             lines.append(f"  ... and {len(rows) - shown} more")
+    path = printable(standing.path)
     for e in standing.expired:
-        lines.append(f"expired: {e.preset}: {e.test} expected {e.verdict.value} until {e.until!r}, which no longer "
-                     f"holds here (line {e.line} of {standing.path}); it excuses nothing now")
+        lines.append(f"expired: {printable(e.preset)}: {printable(e.test)} expected {e.verdict.value} until "
+                     f"'{printable(e.until)}', which no longer holds here (line {e.line} of {path}); it excuses "
+                     "nothing now")
     verdict = "fails" if standing.fails(strict) else "passes"
-    lines.append(f"expectations ({standing.path}): {len(expected)} expected, {len(new)} new, {len(different)} "
+    lines.append(f"expectations ({path}): {len(expected)} expected, {len(new)} new, {len(different)} "
                  f"different, {len(unexpected)} unexpected pass{'es' if len(unexpected) != 1 else ''}"
                  + (" (warnings: strict_expectations is off)" if unexpected and not strict else "")
                  + f"; the run {verdict}")

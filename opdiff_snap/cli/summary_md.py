@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Sequence
 
 from ..compare.results import Result, RunReport
+from ..core.safetext import printable
 from ..core.verdicts import PASSING, QUIET, Verdict
 from ..expectations.standing import Standing, StandingReport
 from .output import detail
 
 
 def _cell(text: object) -> str:
-    """Text safe in one table cell: no newline, pipes escaped, at most 200 characters."""
-    flat = " ".join(str(text).split())
+    """Text safe in one table cell: no control character (written as an escape), no
+    newline, pipes escaped, at most 200 characters."""
+    flat = " ".join(printable(text, lines=True).split())
     flat = flat if len(flat) <= 200 else flat[:199] + "…"
     return flat.replace("\\", "\\\\").replace("|", "\\|")
 
