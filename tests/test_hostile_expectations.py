@@ -13,7 +13,7 @@ import types
 
 import pytest
 from helpers.cli import PY, invoke
-from helpers.hostile import assert_clean_failure, env, make_project
+from helpers.hostile import FAST, assert_clean_failure, copy_project, env, make_project, run_cli
 
 from opdiff_snap.cli.expecting import standing_lines, write_update
 from opdiff_snap.cli.summary_md import markdown
@@ -196,3 +196,32 @@ def test_control_characters_of_an_expectation_reach_no_output_raw():
     changes = update(Expectations([Expectation("onnx_cpu_fp32", f"y{ESC}", V.CRASH)]),
                      [_r(f"y{ESC}", V.PASS), _r(f"z{ESC}", V.CRASH)], FAILING)[1]
     assert all("\x1b" not in line for line in changes.lines()) and len(changes.lines()) == 2
+
+
+# ----------------------------------------------------------------- what the file may name
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A project with goldens of add, relu, scale and big."""
+    project = make_project(tmp_path_factory.mktemp("recorded") / "p")
+    proc = run_cli(project, "record", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return project
+
+
+def test_a_test_glob_that_matches_no_test_of_the_project_is_refused_before_the_check(recorded, tmp_path):
+    project = copy_project(recorded, tmp_path / "p")
+    (project / "expectations.yaml").write_text('torch_cpu_fp32:\n  - {test: "sc*", verdict: CRASH}\n'
+                                               '  - {test: "nosuch*", verdict: CRASH}\n'
+                                               '  - {test: "re[xyz]u", verdict: CRASH}\n')
+    runs = sorted((project / "store").rglob("*.jsonl"))
+    code, out, err = invoke(project, "check", "-b", "torch_cpu_fp32", *FAST, "--in-process")
+    assert_clean_failure(code, out, err, 2, "expectations.yaml:3", "'nosuch*' matches no test",
+                         "expectations.yaml:4", "'re[xyz]u'")
+    assert "sc*" not in out + err
+    assert sorted((project / "store").rglob("*.jsonl")) == runs      # nothing ran
+    # a check of some suites only may meet an entry about others: it is not judged there
+    (project / "expectations.yaml").write_text('torch_cpu_fp32:\n  - {test: "nosuch*", verdict: CRASH}\n')
+    code, out, err = invoke(project, "check", "-b", "torch_cpu_fp32", *FAST, "--in-process", "suites/s.yaml")
+    assert code == 0, out + err

@@ -10,6 +10,7 @@ excuses nothing, and is reported as expired.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import importlib.metadata
 from dataclasses import dataclass, field
@@ -22,6 +23,15 @@ GLOB_CHARS = frozenset("*?[")
 
 def is_glob(pattern: str) -> bool:
     return not GLOB_CHARS.isdisjoint(pattern)
+
+
+def literal_prefix(pattern: str) -> str:
+    """What every id a glob matches starts with: its characters before the first `*`, `?`
+    or `[` (the whole of a plain id)."""
+    for i, c in enumerate(pattern):
+        if c in GLOB_CHARS:
+            return pattern[:i]
+    return pattern
 
 
 def installed_version(distribution: str) -> str | None:
@@ -154,6 +164,24 @@ class Expectations:
         return [e for e in self.entries
                 if any(fnmatch.fnmatchcase(p, e.preset) for p in presets)
                 and (e.test in plain or (is_glob(e.test) and any(fnmatch.fnmatchcase(t, e.test) for t in tests)))]
+
+    def naming_no_test(self, test_ids: Iterable[str]) -> list[Expectation]:
+        """The entries whose test is a glob that matches none of `test_ids` (each glob tried
+        only against the ids that start with its literal prefix)."""
+        ids = sorted(set(test_ids))
+        out = []
+        for e in self.entries:
+            if not is_glob(e.test):
+                continue
+            prefix = literal_prefix(e.test)
+            at = bisect.bisect_left(ids, prefix)
+            while at < len(ids) and ids[at].startswith(prefix):
+                if ids[at] == e.test or fnmatch.fnmatchcase(ids[at], e.test):
+                    break
+                at += 1
+            else:
+                out.append(e)
+        return out
 
     def position(self, key: tuple[str, str, int | None]) -> int | None:
         """Where the entry of exactly this (preset, test, seed) is, or None."""

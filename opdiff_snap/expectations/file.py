@@ -11,9 +11,10 @@ update's diff is exactly the entries it changed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..core.errors import OpdiffError, Problem, SuiteError, suggest
+from ..core.safetext import printable
 from ..core.verdicts import PASSING, Verdict
 from ..suite.problems import Problems, Where, check_keys
 from ..suite.yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
@@ -106,6 +107,17 @@ def read_text(path: Path) -> str:
         raise OpdiffError(f"cannot read the expectations file {path}: {exc.strerror or exc}. Give an existing "
                           "file (--expectations, or `expectations` under [tool.opdiff]), or create it with "
                           "`opdiff check ... --update-expectations`.") from None
+
+
+def refuse_globs_naming_no_test(expectations: Expectations, test_ids: Iterable[str], among: str) -> None:
+    """Raise ExpectationsError naming every entry whose test glob matches none of
+    `test_ids`, every test of the project (`among` says where they are): such an entry
+    excuses nothing, and is most likely a typo."""
+    problems = [Problem(expectations.path, f"the test glob '{printable(e.test)}' matches no test {among}; fix the "
+                        "glob or remove the entry (`opdiff list-tests` lists the ids)", line=e.line)
+                for e in expectations.naming_no_test(test_ids)]
+    if problems:
+        raise ExpectationsError(problems)
 
 
 def _preset_problem(preset: str, presets: list[str]) -> str:

@@ -198,6 +198,11 @@ def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listene
     if not plan.items and sel.narrowed:
         raise OpdiffError(f"no test matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}; "
                           "`opdiff list-tests` shows the ids. Nothing was checked.")
+    if request.expectations and not sel.suites and not sel.narrowed:   # every test of the project is known
+        from ..expectations.file import refuse_globs_naming_no_test
+
+        among = f"of the suites in {settings.suites}" if suite_paths else f"of the goldens in {settings.goldens}"
+        refuse_globs_naming_no_test(request.expectations, (i.test_id for i in plan.items), among)
     return suite_paths, plan, golden_cases
 
 
