@@ -20,6 +20,7 @@ from opdiff_snap.cli.summary_md import markdown
 from opdiff_snap.compare.results import Result
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.core.verdicts import NOT_FAILING, Verdict
+from opdiff_snap.expectations import entries as entries_module
 from opdiff_snap.expectations.entries import Expectation, Expectations
 from opdiff_snap.expectations.file import ExpectationsError, dump, load
 from opdiff_snap.expectations.standing import Expecter
@@ -225,3 +226,27 @@ def test_a_test_glob_that_matches_no_test_of_the_project_is_refused_before_the_c
     (project / "expectations.yaml").write_text('torch_cpu_fp32:\n  - {test: "nosuch*", verdict: CRASH}\n')
     code, out, err = invoke(project, "check", "-b", "torch_cpu_fp32", *FAST, "--in-process", "suites/s.yaml")
     assert code == 0, out + err
+
+
+# ----------------------------------------------------------------- many globs
+
+
+def test_a_lookup_among_100k_globs_examines_only_those_that_can_match(monkeypatch):
+    many = Expectations([Expectation("onnx_cpu_fp32", f"op{i}_*", V.MISMATCH) for i in range(100_000)]
+                        + [Expectation("onnx_cpu_fp32", "relu", V.CRASH), Expectation("onnx_*", "*_z", V.CRASH)])
+    examined = []
+    real_names, real_fnmatch = Expectation.names, entries_module.fnmatch.fnmatchcase
+    monkeypatch.setattr(Expectation, "names", lambda self, *a: examined.append(self) or real_names(self, *a))
+    monkeypatch.setattr(entries_module.fnmatch, "fnmatchcase", lambda *a: examined.append(a) or real_fnmatch(*a))
+    results = [_r("op5_x", V.MISMATCH), _r("relu", V.CRASH), _r("op99999_y", V.PASS), _r("q_z", V.CRASH)] + \
+        [_r(f"other{i}", V.PASS) for i in range(5)]
+    assert many.match("onnx_cpu_fp32", "op5_x", 0).test == "op5_*"
+    assert many.match("onnx_cpu_fp32", "op5", 0) is None
+    assert many.match("onnx_cpu_fp32", "op5_z", 0).test == "op5_*"       # of equal specificity, the first
+    assert [e.test for e in many.about(["onnx_cpu_fp32"], ["op7_a", "relu", "x"])] == ["op7_*", "relu"]
+    report = Expecter(many, FAILING).report(results)
+    assert len(report.judged) == 9
+    after, changes = update(many, results, FAILING)
+    assert [e.test for e in changes.globs_passing] == ["op99999_*"]
+    assert len(after) == len(many)
+    assert len(examined) < 300, len(examined)

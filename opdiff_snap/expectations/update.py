@@ -120,10 +120,9 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
                 changes.removed.append(pop(at))
     entries = current.kept()
     named: dict[Expectation, list[Result]] = {}
-    globbed = [e for e in entries if is_glob(e.preset + e.test)]
     for (preset, test), runs in by_test.items():
-        for e in globbed:
-            if e.names(preset, test, runs[0].seed):
+        for e in current.naming(test):
+            if is_glob(e.preset + e.test) and e.names(preset, test, runs[0].seed):
                 named.setdefault(e, []).extend(runs)
     changes.globs_passing = [e for e, runs in named.items() if all(r.verdict in PASSING for r in runs)]
     return Expectations(entries, expectations.path), changes
