@@ -209,7 +209,8 @@ def _scalar(text: str) -> str:
     """`text` as a YAML flow scalar that reads back as `text`: plain where that reads back
     the same, else double-quoted with every character that is not printable escaped (the
     C0 and C1 controls, YAML's other line breaks NEL, U+2028 and U+2029, the BOM, bidi
-    controls, surrogates and noncharacters: raw, YAML refuses some and folds others)."""
+    controls and noncharacters: raw, YAML refuses some and folds others). A lone
+    surrogate, which YAML cannot hold even escaped, is refused (OpdiffError)."""
     import yaml
 
     if text and all(c.isalnum() or c in "_.-" for c in text) and yaml.safe_load(text) == text:

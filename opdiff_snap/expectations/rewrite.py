@@ -26,7 +26,6 @@ def rewrite(path: Path, results: Sequence[Result], failing: Iterable[Verdict], p
     """Make the file `path` agree with the run `results`, as it is now (another update
     may have written it since this run read it as `loaded`), under the folder's lock; what
     changed. Raises OpdiffError (read-only, or the file as it is now is malformed), OSError."""
-    refuse_read_only(path)
     with _locked(path.parent):
         refuse_read_only(path)
         after, changes = update(_as_now(path, presets, loaded), results, failing)
