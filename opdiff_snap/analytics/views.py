@@ -27,7 +27,7 @@ from ..core.errors import OpdiffError
 from ..core.verdicts import TABLE, TABLE_COLUMNS
 from ..history.runs import check_store_dir, readable_dir
 from . import ingest
-from .sandbox import Limits, check_query, execute, lock, refusal, stopped_on_interrupt
+from .sandbox import Limits, check_query, execute, is_interrupt, lock, refusal, stopped_on_interrupt
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
@@ -108,7 +108,9 @@ def _history_files(store_dir: Path) -> dict[str, tuple[int, int]]:
 def _open_cache(path: Path) -> duckdb.DuckDBPyConnection | None:
     try:
         con = duckdb.connect(str(path))
-    except (duckdb.Error, OSError):
+    except (duckdb.Error, OSError) as exc:
+        if is_interrupt(exc):
+            raise
         return None
     try:
         con.execute("CREATE TABLE IF NOT EXISTS _cache_meta (key VARCHAR, value VARCHAR)")
@@ -118,8 +120,10 @@ def _open_cache(path: Path) -> duckdb.DuckDBPyConnection | None:
                 con.execute(f"DROP TABLE IF EXISTS {t} CASCADE")
             con.execute("DELETE FROM _cache_meta")
             con.execute("INSERT INTO _cache_meta VALUES ('version', ?)", [CACHE_VERSION])
-    except (duckdb.Error, OSError):
+    except (duckdb.Error, OSError) as exc:
         con.close()
+        if is_interrupt(exc):
+            raise
         return None
     return con
 
@@ -157,12 +161,23 @@ def _update(con: duckdb.DuckDBPyConnection, files: dict[str, tuple[int, int]]) -
                                                  [files[f][1] for f in changed]])
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        _roll_back(con)
         raise
     con.execute("DROP VIEW IF EXISTS _items")
     for t in ("_raw", "_staged", "_segs", "_bk", "_drop"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     return len(changed)
+
+
+def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo the load's transaction where one is still open. A Ctrl-C may have ended it
+    already (an interrupted COMMIT is rolled back by DuckDB; one that lands just after COMMIT
+    finds it committed): the exception that brought us here is what to report, never
+    "no transaction is active"."""
+    try:
+        con.execute("ROLLBACK")
+    except (duckdb.Error, RuntimeError):
+        pass
 
 
 _SQL_TYPES = {bool: "BOOLEAN", int: "INTEGER", str: "VARCHAR"}
@@ -228,7 +243,9 @@ def _connect(store_dir: str | os.PathLike, cache: bool, warn: bool, limits: Limi
             con.close()
             try:
                 con = duckdb.connect(str(store / CACHE_NAME), read_only=True)
-            except duckdb.Error:
+            except duckdb.Error as exc:
+                if is_interrupt(exc):
+                    raise
                 con, cached = None, False
     if con is None:
         con = duckdb.connect()
