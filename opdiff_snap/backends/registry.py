@@ -29,7 +29,8 @@ from typing import Any, Mapping
 
 from ..core.environment import PLUGIN_GROUP
 from ..core.errors import OpdiffError, suggest
-from ..core.limits import OPTION_INT, Range
+from ..core.limits import MAX_OPTIONS_FILE_BYTES, OPTION_INT, Range
+from ..core.regular_files import read_text_bounded
 from .base import Availability, Backend, Preset
 from .coreml import CoreMLBackend
 from .executorch import ExecuTorchBackend
@@ -231,13 +232,10 @@ def load_overrides(source: Mapping[str, Any] | str | Path | None, preset_name: s
     if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
         path = Path(source)
         where = f"overrides file {path}"
-        if not path.is_file():
+        if not path.exists():
             raise OpdiffError(f"backend overrides '{source}' is neither a JSON object nor an existing "
                               "JSON file; pass e.g. '{\"opset\": 18}' or a path to a .json file.")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise OpdiffError(f"{where}: cannot read it as UTF-8 JSON ({exc}).") from None
+        text = read_text_bounded(path, MAX_OPTIONS_FILE_BYTES, "options file", where)
     elif isinstance(source, str):
         text = source
     else:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .. import __version__
+from ..core.regular_files import read_bounded
 from ..storage.local import write_json_whole
 from .files import SearchRoots
 from .reads import Observation
@@ -197,9 +198,13 @@ def _test_shaped(test: Any) -> bool:
             and all(isinstance(p, str) for p in test["chain"] + test["source_files"]))
 
 
+MAX_ENTRY_BYTES = 256 << 20
+
+
 def _read_json(path: Path) -> Any:
+    """An entry's value, or None where it cannot be one: not a regular file (a FIFO, a
+    link to a device), larger than MAX_ENTRY_BYTES, not JSON."""
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
+        return json.loads(read_bounded(path, MAX_ENTRY_BYTES, "cache entry", follow=False))
     except (OSError, ValueError):
         return None

@@ -1,0 +1,131 @@
+"""Special files, deep JSON and oversized or mistyped preset options: each is refused
+with exit 2 naming the file, flag or option, or (a suite-cache entry) ignored, and
+nothing blocks or reads without end. A CLI call that could block runs in a subprocess
+with a timeout, so a regression (a FIFO blocks open() for ever) fails instead of hanging."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers.cli import invoke, run
+from helpers.hostile import FAST, assert_clean_failure, copy_project, env, make_project, run_cli
+
+QUICK = 120   # seconds: what a refusal takes at most, torch's import included
+CHECK = ("check", "-b", "torch_cpu_fp32", "--test-ids", "add", *FAST)
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    project = make_project(tmp_path_factory.mktemp("files") / "p")
+    proc = run_cli(project, "record", "--test-ids", "add;relu", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return project
+
+
+@pytest.fixture
+def project(recorded, tmp_path) -> Path:
+    return copy_project(recorded, tmp_path / "p")
+
+
+def _fifo(project: Path, name: str = "pipe") -> Path:
+    path = project / name
+    os.mkfifo(path)
+    return path
+
+
+def _cli(project: Path, *args: str, extra_env: dict[str, str] | None = None, timeout: float = QUICK):
+    """The CLI in a real process with `extra_env` set: a timeout fails the test rather than hanging it."""
+    return run(project, *args, env={**env(), **(extra_env or {})}, timeout=timeout)
+
+
+def _refused(proc, *fragments: str) -> None:
+    assert_clean_failure(proc.returncode, proc.stdout, proc.stderr, 2, *fragments)
+
+
+# ---------------------------------------------------------------- files written
+
+@needs_fifo
+@pytest.mark.parametrize("how", ["--summary-md", "GITHUB_STEP_SUMMARY", "--junit"])
+def test_an_output_that_is_a_fifo_is_refused_before_the_run(project, how):
+    pipe = _fifo(project)
+    if how == "GITHUB_STEP_SUMMARY":
+        proc = _cli(project, *CHECK, extra_env={"GITHUB_STEP_SUMMARY": str(pipe)})
+    else:
+        proc = _cli(project, *CHECK, how, str(pipe))
+    _refused(proc, how, str(pipe), "named pipe")
+    assert "PASS" not in proc.stdout   # refused before anything ran
+
+
+@needs_fifo
+def test_report_html_into_a_fifo_is_refused(project):
+    pipe = _fifo(project)
+    _refused(_cli(project, "report", "html", "-o", str(pipe)), "-o/--output", "named pipe")
+
+
+def test_an_output_that_is_a_device_is_refused(project):
+    code, out, err = invoke(project, *CHECK, "--junit", "/dev/null")
+    assert_clean_failure(code, out, err, 2, "--junit", "/dev/null", "a device")
+
+
+# ---------------------------------------------------------------- files read
+
+@needs_fifo
+@pytest.mark.parametrize("flag", ["--backend-overrides-file", "--preset-options"])
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_an_options_file_that_is_a_fifo_is_refused(project, flag, suffix):
+    pipe = _fifo(project, "opts" + suffix)
+    value = str(pipe) if flag != "--preset-options" else f"torch_cpu_fp32={pipe}"
+    _refused(_cli(project, *CHECK, flag, value), "opts" + suffix, "named pipe")
+
+
+@pytest.mark.parametrize("flag", ["--backend-overrides-file", "--preset-options"])
+def test_an_options_file_that_is_a_device_is_refused(project, flag):
+    value = "/dev/zero" if flag != "--preset-options" else "torch_cpu_fp32=/dev/zero"
+    code, out, err = invoke(project, *CHECK, flag, value)
+    assert_clean_failure(code, out, err, 2, "/dev/zero", "a device")
+
+
+def test_a_huge_options_file_is_refused_without_reading_it(project):
+    big = project / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)   # sparse: 1 GB that costs nothing to make
+    code, out, err = invoke(project, *CHECK, "--preset-options", f"torch_cpu_fp32={big}")
+    assert_clean_failure(code, out, err, 2, "big.json", "larger than")
+
+
+def _replace_cache_entries(project: Path, make) -> int:
+    """Each entry of the suite cache a check keeps (entries are named by the folder) made anew by `make`."""
+    proc = run_cli(project, *CHECK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    entries = list((project / ".opdiff-cache").rglob("suites/*.json"))
+    for entry in entries:
+        entry.unlink()
+        make(entry)
+    return len(entries)
+
+
+@needs_fifo
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+def test_a_suite_cache_entry_of_the_wrong_kind_is_ignored(project, kind):
+    make = {"fifo": os.mkfifo, "dev_zero": lambda p: p.symlink_to("/dev/zero")}[kind]
+    assert _replace_cache_entries(project, make) > 0
+    proc = _cli(project, *CHECK, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- suite arguments
+
+@needs_fifo
+@pytest.mark.parametrize("command", [CHECK, ("validate",)])
+def test_a_suite_argument_that_is_a_fifo_is_refused(project, command):
+    pipe = _fifo(project, "suite.yaml")
+    _refused(_cli(project, *command, str(pipe)), "suite.yaml", "named pipe")
+
+
+@pytest.mark.parametrize("command", [CHECK, ("validate",)])
+def test_a_suite_argument_that_is_a_device_is_refused(project, command):
+    code, out, err = invoke(project, *command, "/dev/null")
+    assert_clean_failure(code, out, err, 2, "/dev/null", "a device")
