@@ -129,3 +129,29 @@ def test_a_suite_argument_that_is_a_fifo_is_refused(project, command):
 def test_a_suite_argument_that_is_a_device_is_refused(project, command):
     code, out, err = invoke(project, *command, "/dev/null")
     assert_clean_failure(code, out, err, 2, "/dev/null", "a device")
+
+
+# ---------------------------------------------------------------- deep JSON
+
+def _deep(levels: int) -> str:
+    return '{"providers": ' + "[" * levels + "]" * levels + "}"
+
+
+@pytest.mark.parametrize("where", ["file", "inline", "overrides-json"])
+def test_deeply_nested_options_are_refused(project, where):
+    if where == "file":
+        path = project / "deep.json"
+        path.write_text(_deep(900))
+        flag, value = "--preset-options", f"onnx_cpu_fp32={path}"
+    elif where == "inline":
+        flag, value = "--preset-options", "onnx_cpu_fp32=" + _deep(100_000)
+    else:
+        flag, value = "--backend-overrides-json", _deep(100_000)
+    code, out, err = invoke(project, "check", "-b", "onnx_cpu_fp32", "--test-ids", "add", *FAST, flag, value)
+    assert_clean_failure(code, out, err, 2, "nested deeper than 200 levels")
+
+
+def test_a_deep_suite_cache_entry_is_ignored(project):
+    assert _replace_cache_entries(project, lambda p: p.write_text("[" * 100_000 + "]" * 100_000)) > 0
+    code, out, err = invoke(project, *CHECK)
+    assert code == 0, out + err

@@ -29,6 +29,8 @@ from typing import Any, Mapping
 
 from ..core.environment import PLUGIN_GROUP
 from ..core.errors import OpdiffError, suggest
+from ..core.jsonvalues import loads as json_loads
+from ..core.jsonvalues import nested_too_deep, too_deep
 from ..core.limits import MAX_OPTIONS_FILE_BYTES, OPTION_INT, Range
 from ..core.regular_files import read_text_bounded
 from .base import Availability, Backend, Preset
@@ -241,11 +243,9 @@ def load_overrides(source: Mapping[str, Any] | str | Path | None, preset_name: s
     else:
         text = None
     if text is not None:
-        try:
-            source = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise OpdiffError(f"{where}: not valid JSON ({exc}); write an object such as "
-                              "{\"opset\": 18}.") from None
+        source = json_loads(text, where, "write an object such as {\"opset\": 18}")
+    elif too_deep(source):
+        raise nested_too_deep(where)
     if not isinstance(source, Mapping):
         raise OpdiffError(f"{where}: expected a JSON object of option names to values, "
                           f"got {type(source).__name__}.")

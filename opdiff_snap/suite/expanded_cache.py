@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .. import __version__
+from ..core.jsonvalues import loads_or_none
+from ..core.limits import MAX_NESTING
 from ..core.regular_files import read_bounded
 from ..storage.local import write_json_whole
 from .files import SearchRoots
@@ -203,8 +205,9 @@ MAX_ENTRY_BYTES = 256 << 20
 
 def _read_json(path: Path) -> Any:
     """An entry's value, or None where it cannot be one: not a regular file (a FIFO, a
-    link to a device), larger than MAX_ENTRY_BYTES, not JSON."""
+    link to a device), larger than MAX_ENTRY_BYTES, not JSON, nested deeper than a suite can."""
     try:
-        return json.loads(read_bounded(path, MAX_ENTRY_BYTES, "cache entry", follow=False))
-    except (OSError, ValueError):
+        data = read_bounded(path, MAX_ENTRY_BYTES, "cache entry", follow=False)
+    except OSError:
         return None
+    return loads_or_none(data, MAX_NESTING + 16)   # an entry's tests hold a suite's values a few levels down
