@@ -155,3 +155,26 @@ def test_a_deep_suite_cache_entry_is_ignored(project):
     assert _replace_cache_entries(project, lambda p: p.write_text("[" * 100_000 + "]" * 100_000)) > 0
     code, out, err = invoke(project, *CHECK)
     assert code == 0, out + err
+
+
+# ---------------------------------------------------------------- int8 options' kinds and ranges
+
+def _preset_refusal(preset: str, options: dict) -> str:
+    from opdiff_snap.backends.registry import get_preset
+    from opdiff_snap.core.errors import OpdiffError
+
+    with pytest.raises(OpdiffError) as caught:
+        get_preset(preset, options)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("value", [-1, -0.5])
+def test_a_negative_steps_option_is_refused_like_a_suite_tolerance(value):
+    message = _preset_refusal("onnx_cpu_int8", {"steps": value})
+    assert "option 'steps'" in message and ">= 0" in message, message
+
+
+def test_a_negative_steps_option_exits_2(project):
+    code, out, err = invoke(project, "check", "-b", "onnx_cpu_int8", "--test-ids", "add", *FAST,
+                            "--preset-options", 'onnx_cpu_int8={"steps": -1}')
+    assert_clean_failure(code, out, err, 2, "onnx_cpu_int8", "option 'steps'")
