@@ -178,3 +178,28 @@ def test_a_negative_steps_option_exits_2(project):
     code, out, err = invoke(project, "check", "-b", "onnx_cpu_int8", "--test-ids", "add", *FAST,
                             "--preset-options", 'onnx_cpu_int8={"steps": -1}')
     assert_clean_failure(code, out, err, 2, "onnx_cpu_int8", "option 'steps'")
+
+
+@pytest.mark.parametrize("preset", ["onnx_cpu_int8", "executorch_cpu_int8"])
+@pytest.mark.parametrize("option, value", [
+    ("min_sqnr", "x"), ("min_sqnr", [1]), ("min_sqnr", {}), ("min_sqnr", True),
+    ("per_channel", "yes"), ("per_channel", 1), ("per_channel", [True]),
+])
+def test_int8_options_of_the_wrong_kind_are_refused(preset, option, value):
+    message = _preset_refusal(preset, {option: value})
+    assert f"option '{option}'" in message and "null" in message, message
+
+
+def test_int8_options_of_the_right_kind_are_taken():
+    from opdiff_snap.backends.registry import get_preset
+
+    preset = get_preset("onnx_cpu_int8", {"min_sqnr": 20, "per_channel": False, "steps": 0})
+    assert (preset.options["min_sqnr"], preset.options["per_channel"], preset.options["steps"]) == (20, False, 0)
+    preset = get_preset("onnx_cpu_int8", {"min_sqnr": None, "per_channel": None})
+    assert preset.options["min_sqnr"] is None and preset.options["per_channel"] is None
+
+
+def test_an_int8_option_of_the_wrong_kind_exits_2(project):
+    code, out, err = invoke(project, "check", "-b", "onnx_cpu_int8", "--test-ids", "add", *FAST,
+                            "--preset-options", 'onnx_cpu_int8={"min_sqnr": "x"}')
+    assert_clean_failure(code, out, err, 2, "onnx_cpu_int8", "min_sqnr")

@@ -26,6 +26,9 @@ INT8_OPTIONS: Mapping[str, Any] = {
 }
 # `steps` as a suite tolerance takes it: 0 or more (0 turns the allowance off)
 INT8_RANGES: Mapping[str, Range] = {"calibration_samples": CALIBRATION_SAMPLES, "steps": NON_NEGATIVE}
+# What an int8 option whose default is null takes besides null (backends/registry.py checks it).
+INT8_KINDS: Mapping[str, tuple[type, str]] = {"per_channel": (bool, "true or false"),
+                                              "min_sqnr": (float, "a number of dB")}
 
 
 def int8_on_cpu(device: str, precision: str) -> bool:

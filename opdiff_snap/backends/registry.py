@@ -37,6 +37,7 @@ from .base import Availability, Backend, Preset
 from .coreml import CoreMLBackend
 from .executorch import ExecuTorchBackend
 from .inductor import InductorBackend
+from .int8_quantizers import INT8_KINDS
 from .onnx import OnnxBackend
 from .surface import PluginBackend, surface_problem
 from .torch_eager import TorchEagerBackend
@@ -281,11 +282,24 @@ def _check_overrides(name: str, backend: Backend, defaults: Mapping[str, Any],
         if value is not None and default is not None and not _same_kind(default, value):
             raise OpdiffError(f"preset '{name}': option '{key}' expects {type(default).__name__} "
                               f"(default {json.dumps(default)}), got {json.dumps(value, default=repr)}.")
-        why = _number_problem(value, ranges.get(key) or (OPTION_INT if _is_count(default) else None))
+        bounds = ranges.get(key) or (OPTION_INT if _is_count(default) else None)
+        why = _kind_problem(backend, key, default, value) or _number_problem(value, bounds)
         if why:
             raise OpdiffError(f"preset '{name}': option '{key}': {why} (default {json.dumps(default)}).")
         out[key] = copy.deepcopy(value)
     return out
+
+
+def _kind_problem(backend: Backend, key: str, default: Any, value: Any) -> str | None:
+    """Why `value` is not of the kind a built-in int8 option with a null default takes."""
+    if default is not None or value is None or key not in INT8_KINDS or not is_builtin(backend):
+        return None
+    kind, words = INT8_KINDS[key]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (kind is bool and isinstance(value, bool)) or (kind is float and number):
+        return None
+    shown = json.dumps(value, default=repr)
+    return f"{shown[:80]} is not {words}; give {words}, or null for the precision's own"
 
 
 def _is_count(default: Any) -> bool:
