@@ -152,6 +152,21 @@ def _marks(static: Any, sized: list[Any], path: tuple[Any, ...], marks: dict, by
     return "" if all(s == static for s in sized) else _where(path)
 
 
+def dims_used(definition: Any) -> set[str]:
+    """The dims that size some axis of a sized definition's tensor inputs."""
+    used: set[str] = set()
+    stack = [definition]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            axes = node.get(KEY) if node.get("type") == "tensor" else None
+            used.update(axes.values() if isinstance(axes, dict) else ())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return used
+
+
 def _marked(node: Any, path: tuple[Any, ...], marks: dict) -> Any:
     if isinstance(node, dict):
         out = {k: _marked(v, path + (k,), marks) for k, v in node.items()}
