@@ -77,3 +77,19 @@ def test_a_dynamic_dim_no_input_shape_uses_is_refused(tmp_path, dynamic):
     message = _suite_refusal(tmp_path, dynamic)
     assert "dyn.yaml:6" in message and "test 'lin'" in message and "no input shape" in message, message
     assert "dynamic S" in message, message
+
+
+@pytest.mark.parametrize("count", [101, 200_000])
+def test_more_dynamic_sizes_than_allowed_are_refused_at_once(tmp_path, count):
+    import time
+
+    sizes = ", ".join(str(n) for n in range(2, count + 2))
+    start = time.monotonic()
+    message = _suite_refusal(tmp_path, f"{{B: [{sizes}]}}")
+    assert "dyn.yaml:6" in message and "test 'lin'" in message and "100 sizes" in message, message
+    assert time.monotonic() - start < 30
+
+
+def test_the_most_dynamic_sizes_allowed_are_taken(tmp_path):
+    sizes = ", ".join(str(n) for n in range(2, 102))
+    assert len(_load(tmp_path, f"{{B: [{sizes}]}}")) == 101
