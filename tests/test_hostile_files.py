@@ -5,6 +5,7 @@ with a timeout, so a regression (a FIFO blocks open() for ever) fails instead of
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -203,3 +204,56 @@ def test_an_int8_option_of_the_wrong_kind_exits_2(project):
     code, out, err = invoke(project, "check", "-b", "onnx_cpu_int8", "--test-ids", "add", *FAST,
                             "--preset-options", 'onnx_cpu_int8={"min_sqnr": "x"}')
     assert_clean_failure(code, out, err, 2, "onnx_cpu_int8", "min_sqnr")
+
+
+# ---------------------------------------------------------------- option sizes and the history
+
+ONNX_CHECK = ("check", "-b", "onnx_cpu_fp32", "--test-ids", "add", *FAST)
+
+
+def test_an_oversized_option_is_refused_before_it_reaches_the_history(project):
+    path = project / "many.json"
+    path.write_text(json.dumps({"providers": ["CPUExecutionProvider"] * 100_000}))   # 2.4 MB
+    runs = set((project / "store" / "runs").iterdir())
+    code, out, err = invoke(project, *ONNX_CHECK, "--preset-options", f"onnx_cpu_fp32={path}")
+    assert_clean_failure(code, out, err, 2, "onnx_cpu_fp32", "bytes as JSON", "1,048,576")
+    assert set((project / "store" / "runs").iterdir()) == runs
+
+
+def test_a_yaml_alias_bomb_in_an_overrides_file_is_refused(project):
+    levels = ["a0: &a0 [" + ", ".join(['"' + "x" * 40 + '"'] * 10) + "]"]
+    levels += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
+    path = project / "bomb.yaml"
+    path.write_text("\n".join(levels) + "\nonnx_cpu_fp32: {providers: *a6}\n")
+    assert path.stat().st_size < 1000
+    code, out, err = invoke(project, *ONNX_CHECK, "--backend-overrides-file", str(path))
+    assert_clean_failure(code, out, err, 2, "bomb.yaml", "1,000,000 values")
+
+
+def test_a_history_line_past_its_bound_is_skipped_with_a_warning(project):
+    from opdiff_snap.core.limits import MAX_HISTORY_LINE_BYTES
+
+    runs = project / "store" / "runs"
+    good = sorted(runs.iterdir())[0]
+    lines = good.read_text().splitlines()
+    meta = json.loads(lines[0])
+    meta["run_id"] = "20990101T000000Z-bad000"
+    meta["padding"] = "x" * (2 * MAX_HISTORY_LINE_BYTES + 10)   # past what DuckDB reads too
+    bad = runs / "20990101T000000Z-bad000.jsonl"
+    bad.write_text(json.dumps(meta) + "\n")
+    code, out, err = invoke(project, "query", "SELECT count(*) AS n FROM runs")
+    assert_clean_failure(code, out, err, 0, "20990101T000000Z-bad000", "longer than")
+    assert "1" in out   # the good run is still there
+
+
+def test_no_history_line_past_its_bound_is_written(tmp_path, monkeypatch):
+    from opdiff_snap.history import writer as history_writer
+    from opdiff_snap.history.writer import HistoryWriteError, RunStart, RunWriter
+
+    monkeypatch.setattr(history_writer, "MAX_HISTORY_LINE_BYTES", 4096)
+    w = RunWriter.start(tmp_path / "store", RunStart("check", ["check"], [], {}, {}))
+    w.item({"test_id": "a", "seed": 0, "preset": "torch_cpu_fp32", "status": "PASS"})
+    with pytest.raises(HistoryWriteError) as caught:
+        w.item({"test_id": "b", "seed": 0, "preset": "torch_cpu_fp32", "status": "PASS", "msg": "x" * 5000})
+    assert w.run_id in str(caught.value) and "4,096" in str(caught.value)
+    assert "x" * 5000 not in w.path.read_text()

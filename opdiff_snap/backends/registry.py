@@ -31,7 +31,7 @@ from ..core.environment import PLUGIN_GROUP
 from ..core.errors import OpdiffError, suggest
 from ..core.jsonvalues import loads as json_loads
 from ..core.jsonvalues import nested_too_deep, too_deep
-from ..core.limits import MAX_OPTIONS_FILE_BYTES, OPTION_INT, Range
+from ..core.limits import MAX_OPTIONS_BYTES, MAX_OPTIONS_FILE_BYTES, OPTION_INT, Range
 from ..core.regular_files import read_text_bounded
 from .base import Availability, Backend, Preset
 from .coreml import CoreMLBackend
@@ -202,9 +202,12 @@ def _make(name: str, flat_overrides: Mapping[str, Any]) -> Preset:
     options.update(copy.deepcopy(backend.preset_options(device, precision)))
     options.update(_check_overrides(name, backend, options, flat_overrides))
     try:
-        json.dumps(options)
+        size = len(json.dumps(options).encode("utf-8"))
     except (TypeError, ValueError) as exc:
         raise OpdiffError(f"preset '{name}': options must be JSON values ({exc}).") from None
+    if size > MAX_OPTIONS_BYTES:
+        raise OpdiffError(f"preset '{name}': its options take {size:,} bytes as JSON, more than the "
+                          f"{MAX_OPTIONS_BYTES:,} allowed (every run records them); give smaller option values.")
     return Preset(name=name, family=backend.family, device=device, precision=precision, options=options)
 
 
