@@ -361,9 +361,9 @@ PATH_CASES = [
     (("report", "html", "-o", "adir"), "-o/--output adir is a directory"),
     (("report", "support", "--png", "adir"), "--png adir is a directory"),
     (("report", "latency", "--png-dir", "afile"), "--png-dir afile is a file"),
-    (("record", "--backend-overrides-file", "binary.json", *FAST), "cannot read it as UTF-8 JSON"),
+    (("record", "--backend-overrides-file", "binary.json", *FAST), "cannot read it as UTF-8"),
     (("check", "-b", "torch_cpu_fp32", "--preset-options", "torch_cpu_fp32=binary.json"),
-     "cannot read it as UTF-8 JSON"),
+     "cannot read it as UTF-8"),
 ]
 
 

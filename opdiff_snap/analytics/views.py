@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from ..core.errors import OpdiffError
 from ..core.verdicts import TABLE, TABLE_COLUMNS
 from ..history.runs import check_store_dir, readable_dir
 from . import ingest
+from .long_lines import readable_copies
 from .sandbox import Limits, check_query, execute, is_interrupt, lock, refusal, stopped_on_interrupt
 from .table import Table
 
@@ -148,14 +150,7 @@ def _update(con: duckdb.DuckDBPyConnection, files: dict[str, tuple[int, int]]) -
                 con.execute(f"DELETE FROM {t} WHERE file IN (SELECT file FROM _drop)")
         # a run whose file changed may have rows from another file with the same id: keep those
         if changed:
-            for i in range(0, len(changed), 2000):
-                batch = changed[i:i + 2000]
-                con.execute(ingest.stage_sql(batch))
-                con.execute(ingest.runs_insert_sql())
-                con.execute(ingest.results_insert_sql())
-                con.execute(ingest.fix_orphans_sql())
-                con.execute(ingest.implausible_sql())
-                con.execute(ingest.warnings_insert_sql())
+            _ingest(con, changed, files)
             con.execute("INSERT INTO _files SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[]), "
                         "unnest($3::BIGINT[])", [changed, [files[f][0] for f in changed],
                                                  [files[f][1] for f in changed]])
@@ -178,6 +173,20 @@ def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except (duckdb.Error, RuntimeError):
         pass
+
+
+def _ingest(con: duckdb.DuckDBPyConnection, changed: list[str], files: dict[str, tuple[int, int]]) -> None:
+    """Read `changed` into the tables, 2,000 files at a time; a file holding a line past the
+    history's line bound is read through a copy without it (analytics/long_lines.py)."""
+    with tempfile.TemporaryDirectory(prefix="opdiff-long-lines-") as folder:
+        for i in range(0, len(changed), 2000):
+            batch = changed[i:i + 2000]
+            copies = readable_copies(batch, {f: files[f][0] for f in batch}, folder)
+            read = {o: c for c, o in copies.items()}
+            con.execute(ingest.stage_sql([read.get(f, f) for f in batch], copies))
+            for sql in (ingest.runs_insert_sql(), ingest.results_insert_sql(), ingest.fix_orphans_sql(),
+                        ingest.implausible_sql(), ingest.warnings_insert_sql()):
+                con.execute(sql)
 
 
 _SQL_TYPES = {bool: "BOOLEAN", int: "INTEGER", str: "VARCHAR"}

@@ -26,7 +26,8 @@ def run_and_report(runner: Callable, reporting: Reporting, label: str, expecting
     if label.startswith("check"):
         from .summary_md import summary_path
 
-        output_file(summary_path(reporting.summary_md), "--summary-md")
+        output_file(summary_path(reporting.summary_md),
+                    "--summary-md" if reporting.summary_md is not None else "GITHUB_STEP_SUMMARY")
     console = make_console(sys.stderr if reporting.fmt == "json" else sys.stdout)
     with ProgressDisplay(console, None, label, reporting.verbose) as progress:
         report = runner(progress)

@@ -34,6 +34,24 @@ def literal_prefix(pattern: str) -> str:
     return pattern if m is None else pattern[:m.start()]
 
 
+def bracket_problem(pattern: str) -> str | None:
+    """Why `pattern`'s brackets do not pair as fnmatch reads them (a class `[...]`, `[!...]`,
+    a `]` first in it literal), else None: an unclosed '[', or a ']' outside any class."""
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern[i] == "]":
+            return "a ']' with no '[' before it"
+        if pattern[i] == "[":
+            j = i + 1 + (pattern[i + 1:i + 2] == "!")
+            j += pattern[j:j + 1] == "]"
+            j = pattern.find("]", j)
+            if j < 0:
+                return "an unclosed '['"
+            i = j
+        i += 1
+    return None
+
+
 def installed_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..core.errors import OpdiffError, Problem, SuiteError, suggest
+from ..core.limits import MAX_SEED
 from ..core.safetext import printable
 from ..core.verdicts import PASSING, Verdict
 from ..suite.problems import Problems, Where, check_keys
 from ..suite.yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
-from .entries import Expectation, Expectations, is_glob
+from .entries import Expectation, Expectations, bracket_problem, is_glob
 
 KEYS = ("test", "verdict", "reason", "seed", "until")
 EXPECTABLE = tuple(v.value for v in Verdict if v not in PASSING)
@@ -124,8 +125,8 @@ def _preset_problem(preset: str, presets: list[str]) -> str:
     if is_glob(preset):
         import fnmatch
 
-        if preset.count("[") != preset.count("]"):
-            return f"'{preset}' is not a valid glob (an unclosed '[')"
+        if why := bracket_problem(preset):
+            return f"'{preset}' is not a valid glob ({why})"
         if not any(fnmatch.fnmatchcase(p, preset) for p in presets):
             return f"the glob '{preset}' matches no preset (`opdiff list-presets` lists them)"
         return ""
@@ -144,8 +145,8 @@ def _entry(preset: str, raw: Any, where: Where, problems: Problems) -> Expectati
     if not isinstance(test, str) or not test:
         problems.add(where.at(raw, "test") if "test" in raw else where,
                      "'test' (a test id, or a glob of ids) is required and must be a string")
-    elif test.count("[") != test.count("]"):
-        problems.add(where.at(raw, "test"), f"'{test}' is not a valid glob (an unclosed '[')")
+    elif why := bracket_problem(test):
+        problems.add(where.at(raw, "test"), f"'{test}' is not a valid glob ({why})")
     verdict = raw.get("verdict")
     if not isinstance(verdict, str) or verdict.upper() not in EXPECTABLE:
         got = "missing" if verdict is None else repr(verdict)
@@ -156,8 +157,9 @@ def _entry(preset: str, raw: Any, where: Where, problems: Problems) -> Expectati
     if not isinstance(reason, str):
         problems.add(where.at(raw, "reason"), "'reason' must be text (why, or a link)")
     seed = raw.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        problems.add(where.at(raw, "seed"), f"'seed' must be a whole number >= 0, not {seed!r}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED):
+        problems.add(where.at(raw, "seed"), f"'seed' must be a whole number from 0 to {MAX_SEED} (the "
+                                            f"history's 64-bit seeds), not {seed!r}")
     until = raw.get("until", "")
     if until:
         why = _range_problem(until)

@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .. import __version__
+from ..core.jsonvalues import loads_or_none
+from ..core.limits import MAX_NESTING
 from ..core.regular_files import read_regular
 from ..core.signing import key_path, signed, user_key, verified
 from ..storage.local import write_bytes_whole
@@ -211,10 +213,7 @@ class SuiteCache:
                       f"again. If this recurs, someone else writes to {self.folder}: keep the cache (--cache) "
                       "where only you can write.")
             return None
-        try:
-            return json.loads(body)
-        except (ValueError, RecursionError):
-            return None
+        return loads_or_none(body, MAX_NESTING + 16)   # an entry's tests hold a suite's values a few levels down
 
     # ---------------------------------------------------------------- discovery
 

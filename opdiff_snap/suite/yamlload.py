@@ -20,10 +20,13 @@ from typing import Any, Iterator
 
 import yaml
 
+from ..core.limits import MAX_NESTING
+from ..core.regular_files import read_bounded
+
 Mark = tuple[int, int] | None
 
 MAX_DOCUMENT_BYTES = 16 * 2**20
-MAX_DEPTH = 200
+MAX_DEPTH = MAX_NESTING
 MAX_VALUES = 1_000_000
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -220,9 +223,8 @@ def read_yaml_file(path: Path, what: str = "a suite") -> str:
 
 def read_yaml_bytes(path: Path) -> bytes:
     """The bytes of a YAML file, at most one past MAX_DOCUMENT_BYTES (a pipe or a device
-    named as a suite is not read to its end). Raises OSError when it cannot be read."""
-    with open(path, "rb") as f:
-        return f.read(MAX_DOCUMENT_BYTES + 1)
+    named as a suite is refused before any read). Raises OSError when it cannot be read."""
+    return read_bounded(path, MAX_DOCUMENT_BYTES, "suite file", cut=True)
 
 
 def yaml_text(data: bytes, what: str = "a suite") -> str:
