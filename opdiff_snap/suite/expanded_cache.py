@@ -204,7 +204,7 @@ class SuiteCache:
         none, or (with a warning naming it) it is not signed so."""
         data = read_regular(path, MAX_ENTRY_BYTES)
         key = self._key() if data is not None else None
-        if key is None:
+        if data is None or key is None:
             return None
         body = verified(key, data)
         if body is None:
