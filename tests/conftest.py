@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ def pytest_configure(config):
     instead of its own, by number of tests."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # the key that signs cache entries (core/signing.py) is made here, not in the user's state folder
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="opdiff-test-state-")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -18,6 +18,7 @@ from test_suite_errors import CASES
 from opdiff_snap import api
 from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import SuiteError
+from opdiff_snap.core.signing import signed, user_key
 from opdiff_snap.core.verdicts import Verdict
 from opdiff_snap.suite import load_suites, suite_paths
 from opdiff_snap.suite import reader as reader_module
@@ -52,6 +53,11 @@ class Counted:
         monkeypatch.setattr(reader_module, "read_yaml_bytes", counted_read)
         monkeypatch.setattr(reader_module, "_file_digest", counted_digest)
         monkeypatch.setattr(reader_module, "load_yaml_text", counted_parse)
+
+
+def _body(entry: bytes):
+    """The value a signed entry holds (core/signing.py: signature, newline, JSON)."""
+    return json.loads(entry.split(b"\n", 1)[1])
 
 
 def load(folder: Path | None):
@@ -147,15 +153,22 @@ def test_a_cache_entry_of_another_shape_is_ignored_and_written_again(tmp_path, m
     fresh = load(None)
     load(cache)
     (entry,) = [p for p in (cache / "suites").glob("*.json") if not p.name.startswith("discover-")]
-    good = json.loads(entry.read_text())
+    kept = entry.read_bytes()
+    good = _body(kept)
     bad_test = dict(good["tests"][0], index="0")
-    for broken in ("{not json", "[]", json.dumps({**good, "tests": "a"}), json.dumps({**good, "tests": [bad_test]}),
-                   json.dumps({**good, "depends": [["read"]]}), json.dumps({**good, "key": {}})):
-        entry.write_text(broken)
-        for name in (cache / "suites").glob("discover-*.json"):
-            name.write_text(broken)
-        assert_same(load(cache), fresh)
-        assert json.loads(entry.read_text()) == good
+    for broken in ("{not json", [], {**good, "tests": "a"}, {**good, "tests": [bad_test]},
+                   {**good, "depends": [["read"]]}, {**good, "key": {}}):
+        for name in [entry, *(cache / "suites").glob("discover-*.json")]:
+            if isinstance(broken, str):
+                name.write_text(broken)
+            else:   # signed as this user's opdiff-snap signs: only its shape is wrong
+                name.write_bytes(signed(user_key(), json.dumps(broken).encode()))
+        if isinstance(broken, str):
+            with pytest.warns(RuntimeWarning, match="does not carry your opdiff-snap's signature"):
+                assert_same(load(cache), fresh)
+        else:
+            assert_same(load(cache), fresh)
+        assert entry.read_bytes() == kept
 
 
 def test_check_sees_a_file_module_changed_after_a_cached_load(tmp_path, monkeypatch):
@@ -206,7 +219,8 @@ def test_an_entry_naming_a_dotted_package_imports_nothing(tmp_path, monkeypatch)
     fresh = load(None)
     load(cache)
     (entry,) = [p for p in (cache / "suites").glob("*.json") if not p.name.startswith("discover-")]
-    good = json.loads(entry.read_text())
-    entry.write_text(json.dumps({**good, "depends": [*good["depends"], ["spec", "tamper_probe.sub", None]]}))
+    good = _body(entry.read_bytes())
+    planted = {**good, "depends": [*good["depends"], ["spec", "tamper_probe.sub", None]]}
+    entry.write_bytes(signed(user_key(), json.dumps(planted).encode()))   # even one signed with the key
     assert_same(load(cache), fresh)
     assert not marker.exists()

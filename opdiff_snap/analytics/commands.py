@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.config import Settings
-from .sandbox import Limits
+from .sandbox import Limits, stopped_on_interrupt
 from .views import connect
 
 Warn = Callable[[str], None] | None
@@ -25,8 +25,9 @@ def history(settings: Settings | None, warn: Warn):
 
 
 def query(sql: str, settings: Settings | None = None, warn: Warn = None):
-    """Read-only, sandboxed SQL over the history (views `runs` and `results`) -> Table."""
-    with history(settings, warn) as a:
+    """Read-only, sandboxed SQL over the history (views `runs` and `results`) -> Table.
+    Ctrl-C anywhere from opening the history to the end of the statement: the query stopped."""
+    with stopped_on_interrupt(), history(settings, warn) as a:
         return a.query(sql)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from ..core.markdown_text import md_code, md_text
 from ..expectations.known import COVERAGE, Known
 from ..expectations.reasons import explained
 
@@ -45,7 +46,7 @@ def _key(k: Known) -> tuple[str, str]:
 def cell(reason: str) -> str:
     if not reason:
         return "UNEXPLAINED: no reason written"
-    return ("" if explained(reason) else "UNEXPLAINED, ") + reason.replace("|", "/")
+    return ("" if explained(reason) else "UNEXPLAINED, ") + md_text(reason)
 
 
 def coverage_lines(known: list[Known], presets: list[str], top: int = 8) -> tuple[list[str], int]:
@@ -62,12 +63,13 @@ def coverage_lines(known: list[Known], presets: list[str], top: int = 8) -> tupl
             if not failing:
                 continue
             unreasoned += sum(1 for k in failing if not explained(k.reason))
-            lines += ["", f"#### {title} on {p}: {_n(len(failing))} known failures", ""]
+            lines += ["", f"#### {title} on {md_text(p)}: {_n(len(failing))} known failures", ""]
             if source == "opinfo":
                 lines += _cause_lines(failing, top)
             else:
                 lines += ["| test | verdict | why |", "| --- | --- | --- |"]
-                lines += [f"| `{k.test}` | {k.verdict} | {cell(k.reason)} |" for k in sorted(failing, key=_key)]
+                lines += [f"| {md_code(k.test, cell=True)} | {md_text(k.verdict)} | {cell(k.reason)} |"
+                          for k in sorted(failing, key=_key)]
     return lines, unreasoned
 
 
@@ -75,13 +77,14 @@ def _count_lines(mine: list[Known], presets: list[str], title: str, opinfo: bool
     """Per preset: tests, (ops,) no entry and each verdict; for OpInfo also no entry per kind of golden."""
     verdicts = sorted({k.verdict for k in mine if k.verdict})
     lines = ["", f"### {title}", "",
-             "| preset | tests | " + ("ops | " if opinfo else "") + "no entry | " + " | ".join(verdicts) + " |",
+             "| preset | tests | " + ("ops | " if opinfo else "") + "no entry | " + " | ".join(map(md_text, verdicts))
+             + " |",
              "| --- | --- |" + (" --- |" if opinfo else "") + " --- |" * (len(verdicts) + 1)]
     for p in presets:
         here = [k for k in mine if k.preset == p]
         c = Counter(k.verdict for k in here)
         ops = f"{_n(len({_op_of(k.test) for k in here}))} | " if opinfo else ""
-        lines.append(f"| {p} | {_n(len(here))} | {ops}{_n(c[None])} | "
+        lines.append(f"| {md_text(p)} | {_n(len(here))} | {ops}{_n(c[None])} | "
                      + " | ".join(_n(c[v]) if c[v] else "" for v in verdicts) + " |")
     if not opinfo:
         return lines
@@ -93,7 +96,7 @@ def _count_lines(mine: list[Known], presets: list[str], title: str, opinfo: bool
               "| --- |" + " --- |" * len(kinds)]
     for p in presets:
         c = Counter(_kind_of(k.test) for k in mine if k.preset == p and k.verdict is None)
-        lines.append(f"| {p} | " + " | ".join(_n(c[kind]) for kind in kinds) + " |")
+        lines.append(f"| {md_text(p)} | " + " | ".join(_n(c[kind]) for kind in kinds) + " |")
     return lines
 
 
@@ -106,8 +109,8 @@ def _cause_lines(failing: list[Known], top: int) -> list[str]:
     lines = ["| verdict | tests | ops | why | e.g. |", "| --- | --- | --- | --- | --- |"]
     for (status, reason), ts in ranked[:top]:
         names = sorted({_op_of(t) for t in ts})
-        lines.append(f"| {status} | {_n(len(ts))} | {_n(len(names))} | {cell(reason)} | "
-                     f"{', '.join(f'`{n}`' for n in names[:4])} |")
+        lines.append(f"| {md_text(status)} | {_n(len(ts))} | {_n(len(names))} | {cell(reason)} | "
+                     f"{', '.join(md_code(n, cell=True) for n in names[:4])} |")
     if len(ranked) > top:
         rest = [t for _, ts in ranked[top:] for t in ts]
         lines.append(f"| | {_n(len(rest))} | {_n(len({_op_of(t) for t in rest}))} | "

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..compare.metrics import NUMBERS, Metrics
 from ..compare.results import JSON_KEYS, RES_FIELDS, Result
+from ..core.limits import MAX_HISTORY_LINE_BYTES
 from ..core.verdicts import OPDIFF_OK
 
 _SQL = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN"}
@@ -103,15 +104,23 @@ CREATE TABLE IF NOT EXISTS _warnings (file VARCHAR, line BIGINT, message VARCHAR
 READ_COLUMNS = {**META, **ITEM, "type": "VARCHAR"}
 
 
-def stage_sql(files: list[str]) -> str:
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def stage_sql(files: list[str], copies: dict[str, str] | None = None) -> str:
     """Every line of `files`, parsed once into typed columns, with its line number and
-    run segment (meta lines seen so far). A bad line is a row with every column NULL."""
-    lst = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+    run segment (meta lines seen so far). A bad line is a row with every column NULL.
+    `copies`: {file read: the run file it stands for} (analytics/long_lines.py)."""
+    lst = "[" + ", ".join(map(_quote, files)) + "]"
     cols = ", ".join(f"'{k}': '{_struct_type(v)}'" for k, v in READ_COLUMNS.items())
+    named = ("CASE file " + " ".join(f"WHEN {_quote(c)} THEN {_quote(o)}" for c, o in copies.items())
+             + " ELSE file END") if copies else "file"
     return f"""
 CREATE OR REPLACE TEMP TABLE _raw AS
-  SELECT * FROM read_json({lst}, format='newline_delimited', ignore_errors=true,
-                          filename='file', columns={{{cols}}}, maximum_object_size=67108864);
+  SELECT * REPLACE ({named} AS file)
+  FROM read_json({lst}, format='newline_delimited', ignore_errors=true,
+                 filename='file', columns={{{cols}}}, maximum_object_size={2 * MAX_HISTORY_LINE_BYTES});
 CREATE OR REPLACE TEMP TABLE _staged AS
   SELECT *, row_number() OVER w AS line,
          sum(CASE WHEN type = 'meta' THEN 1 ELSE 0 END) OVER (w ROWS UNBOUNDED PRECEDING) AS seg
@@ -250,17 +259,20 @@ def _struct_type(structure) -> str:
 
 
 def warnings_insert_sql() -> str:
-    return """
+    return f"""
 INSERT INTO _warnings
   SELECT file, line, 'truncated or corrupt JSON line skipped' FROM _staged WHERE type IS NULL
     AND run_id IS NULL AND id IS NULL
+  UNION ALL
+  SELECT file, line, 'line longer than {MAX_HISTORY_LINE_BYTES:,} bytes (the most a history line may hold) '
+         || 'skipped in run ' || {_stem('file')} FROM _staged WHERE type = 'oversized'
   UNION ALL
   SELECT file, line, 'result line before any meta line; run id taken from the item or file name'
     FROM _staged WHERE type = 'item' AND seg = 0
   UNION ALL
   SELECT file, line, 'line of unknown type ' || coalesce('''' || type || '''', 'null') || ' skipped'
     FROM _staged WHERE (type IS NOT NULL OR run_id IS NOT NULL OR id IS NOT NULL)
-      AND (type IS NULL OR type NOT IN ('meta', 'item', 'end', 'recovered'));
+      AND (type IS NULL OR type NOT IN ('meta', 'item', 'end', 'recovered', 'oversized'));
 """
 
 

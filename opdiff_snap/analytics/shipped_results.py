@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import headline
+from ..core.markdown_text import md_code, md_text
 from ..core.verdicts import FAILING, PASSING, QUIET, Verdict
 from ..expectations.file import dump
 from ..expectations.known import coverage_known, known_hand_written, load_known
@@ -159,19 +160,20 @@ def _summary_lines(mine: dict[str, list[tuple[str, Latest]]], checked: dict[str,
                    known: dict[str, int]) -> list[str]:
     counts = {p: Counter(r.status for _, r in rows) for p, rows in mine.items()}
     verdicts = sorted({v for c in counts.values() for v in c})
-    lines = ["| preset | " + " | ".join(verdicts) + " | worst min_atol | against expectations.yaml | checked |",
+    lines = ["| preset | " + " | ".join(map(md_text, verdicts))
+             + " | worst min_atol | against expectations.yaml | checked |",
              "| --- |" + " --- |" * (len(verdicts) + 3)]
     for p, rows in mine.items():
         if not rows:
-            lines.append(f"| {p} |" + " |" * len(verdicts) + " | not checked for this page: "
+            lines.append(f"| {md_text(p)} |" + " |" * len(verdicts) + " | not checked for this page: "
                          f"{known.get(p, 0)} known failures in expectations.yaml | |")
             continue
         worst = max((r.min_atol for _, r in rows if r.min_atol is not None), default=None)
         w = "" if worst is None else f"{worst:.3g}"
         standing = Counter(s for _, r in rows if (s := r.against_expectations()))
         agree = ", ".join(f"{n} {s}" + ("s" if n > 1 else "") for s, n in sorted(standing.items())) or "as expected"
-        lines.append(f"| {p} | " + " | ".join(str(counts[p].get(v, 0) or "") for v in verdicts)
-                     + f" | {w} | {agree} | {checked.get(p, '')} |")
+        lines.append(f"| {md_text(p)} | " + " | ".join(str(counts[p].get(v, 0) or "") for v in verdicts)
+                     + f" | {w} | {agree} | {md_text(checked.get(p, ''))} |")
     return lines + ["", "`worst min_atol`: the largest absolute tolerance any compared result of the preset",
                     "would need to pass with rtol unchanged (`min_atol` in the `results` view)."]
 
@@ -192,8 +194,8 @@ def _tolerance_lines(results: dict[tuple[str, str], Latest], rules: list[Rule], 
     for p in presets:
         if then.get(p) or now.get(p):
             gone = sorted(then.get(p, set()) - now.get(p, set()))
-            lines.append(f"| {p} | {len(then.get(p, ()))} | {len(now.get(p, ()))} | "
-                         f"{', '.join(f'`{x}`' for x in gone)} |")
+            lines.append(f"| {md_text(p)} | {len(then.get(p, ()))} | {len(now.get(p, ()))} | "
+                         f"{', '.join(md_code(x, cell=True) for x in gone)} |")
     return lines
 
 
@@ -211,15 +213,15 @@ def _preset_lines(preset: str, rows: list[tuple[str, Latest]], rules: list[Rule]
             groups[("UNEXPLAINED", r.status, headline(r.message))].append(t)
         else:
             groups[(KINDS[rule.kind], r.status, rule.why)].append(t)
-    odd = [f"`{t}` ({s})" for t, r in rows if (s := r.against_expectations())]
+    odd = [f"{md_code(t)} ({s})" for t, r in rows if (s := r.against_expectations())]
     if not groups and not odd:
         return [], unexplained
-    lines = ["", f"## {preset}"]
+    lines = ["", f"## {md_text(preset)}"]
     if groups:
         lines += ["", "| verdict | tests | kind | why |", "| --- | --- | --- | --- |"]
     for (kind, status, why), ts in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        named = f"{len(ts)} tests" if status in QUIET else ", ".join(f"`{x}`" for x in ts)
-        lines.append(f"| {status} | {named} | {kind} | {why} |")
+        named = f"{len(ts)} tests" if status in QUIET else ", ".join(md_code(x, cell=True) for x in ts)
+        lines.append(f"| {md_text(status)} | {named} | {kind} | {md_text(why)} |")
     if odd:
         lines += ["", "Not what `expectations.yaml` expects: " + ", ".join(odd) + "."]
     return lines, unexplained

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,8 @@ from ..core.errors import OpdiffError
 from ..core.verdicts import TABLE, TABLE_COLUMNS
 from ..history.runs import check_store_dir, readable_dir
 from . import ingest
-from .sandbox import Limits, check_query, execute, lock, refusal, stopped_on_interrupt
+from .long_lines import readable_copies
+from .sandbox import Limits, check_query, execute, is_interrupt, lock, refusal, stopped_on_interrupt
 from .table import Table
 
 CACHE_NAME = "cache.duckdb"
@@ -108,7 +110,9 @@ def _history_files(store_dir: Path) -> dict[str, tuple[int, int]]:
 def _open_cache(path: Path) -> duckdb.DuckDBPyConnection | None:
     try:
         con = duckdb.connect(str(path))
-    except (duckdb.Error, OSError):
+    except (duckdb.Error, OSError) as exc:
+        if is_interrupt(exc):
+            raise
         return None
     try:
         con.execute("CREATE TABLE IF NOT EXISTS _cache_meta (key VARCHAR, value VARCHAR)")
@@ -118,8 +122,10 @@ def _open_cache(path: Path) -> duckdb.DuckDBPyConnection | None:
                 con.execute(f"DROP TABLE IF EXISTS {t} CASCADE")
             con.execute("DELETE FROM _cache_meta")
             con.execute("INSERT INTO _cache_meta VALUES ('version', ?)", [CACHE_VERSION])
-    except (duckdb.Error, OSError):
+    except (duckdb.Error, OSError) as exc:
         con.close()
+        if is_interrupt(exc):
+            raise
         return None
     return con
 
@@ -144,25 +150,43 @@ def _update(con: duckdb.DuckDBPyConnection, files: dict[str, tuple[int, int]]) -
                 con.execute(f"DELETE FROM {t} WHERE file IN (SELECT file FROM _drop)")
         # a run whose file changed may have rows from another file with the same id: keep those
         if changed:
-            for i in range(0, len(changed), 2000):
-                batch = changed[i:i + 2000]
-                con.execute(ingest.stage_sql(batch))
-                con.execute(ingest.runs_insert_sql())
-                con.execute(ingest.results_insert_sql())
-                con.execute(ingest.fix_orphans_sql())
-                con.execute(ingest.implausible_sql())
-                con.execute(ingest.warnings_insert_sql())
+            _ingest(con, changed, files)
             con.execute("INSERT INTO _files SELECT unnest($1::VARCHAR[]), unnest($2::BIGINT[]), "
                         "unnest($3::BIGINT[])", [changed, [files[f][0] for f in changed],
                                                  [files[f][1] for f in changed]])
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        _roll_back(con)
         raise
     con.execute("DROP VIEW IF EXISTS _items")
     for t in ("_raw", "_staged", "_segs", "_bk", "_drop"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     return len(changed)
+
+
+def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo the load's transaction where one is still open. A Ctrl-C may have ended it
+    already (an interrupted COMMIT is rolled back by DuckDB; one that lands just after COMMIT
+    finds it committed): the exception that brought us here is what to report, never
+    "no transaction is active"."""
+    try:
+        con.execute("ROLLBACK")
+    except (duckdb.Error, RuntimeError):
+        pass
+
+
+def _ingest(con: duckdb.DuckDBPyConnection, changed: list[str], files: dict[str, tuple[int, int]]) -> None:
+    """Read `changed` into the tables, 2,000 files at a time; a file holding a line past the
+    history's line bound is read through a copy without it (analytics/long_lines.py)."""
+    with tempfile.TemporaryDirectory(prefix="opdiff-long-lines-") as folder:
+        for i in range(0, len(changed), 2000):
+            batch = changed[i:i + 2000]
+            copies = readable_copies(batch, {f: files[f][0] for f in batch}, folder)
+            read = {o: c for c, o in copies.items()}
+            con.execute(ingest.stage_sql([read.get(f, f) for f in batch], copies))
+            for sql in (ingest.runs_insert_sql(), ingest.results_insert_sql(), ingest.fix_orphans_sql(),
+                        ingest.implausible_sql(), ingest.warnings_insert_sql()):
+                con.execute(sql)
 
 
 _SQL_TYPES = {bool: "BOOLEAN", int: "INTEGER", str: "VARCHAR"}
@@ -228,7 +252,9 @@ def _connect(store_dir: str | os.PathLike, cache: bool, warn: bool, limits: Limi
             con.close()
             try:
                 con = duckdb.connect(str(store / CACHE_NAME), read_only=True)
-            except duckdb.Error:
+            except duckdb.Error as exc:
+                if is_interrupt(exc):
+                    raise
                 con, cached = None, False
     if con is None:
         con = duckdb.connect()

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ..core.limits import CALIBRATION_SAMPLES, Range
+from ..core.limits import CALIBRATION_SAMPLES, NON_NEGATIVE, Range
 from .base import QUANTIZED, Artifact, Backend, Preset, Quantized, QuantizeFailed, Scheme
 from .family_common import as_output_list, contiguous_cpu, export_program
 
@@ -24,7 +24,11 @@ INT8_OPTIONS: Mapping[str, Any] = {
     "steps": 2.0,               # lowering error allowed, in quantization steps
     "min_sqnr": None,           # quantized model against the golden below this (dB) is SQNR_LOW
 }
-INT8_RANGES: Mapping[str, Range] = {"calibration_samples": CALIBRATION_SAMPLES}
+# `steps` as a suite tolerance takes it: 0 or more (0 turns the allowance off)
+INT8_RANGES: Mapping[str, Range] = {"calibration_samples": CALIBRATION_SAMPLES, "steps": NON_NEGATIVE}
+# What an int8 option whose default is null takes besides null (backends/registry.py checks it).
+INT8_KINDS: Mapping[str, tuple[type, str]] = {"per_channel": (bool, "true or false"),
+                                              "min_sqnr": (float, "a number of dB")}
 
 
 def int8_on_cpu(device: str, precision: str) -> bool:

@@ -29,11 +29,15 @@ from typing import Any, Mapping
 
 from ..core.environment import PLUGIN_GROUP
 from ..core.errors import OpdiffError, suggest
-from ..core.limits import OPTION_INT, Range
+from ..core.jsonvalues import loads as json_loads
+from ..core.jsonvalues import nested_too_deep, too_deep
+from ..core.limits import MAX_OPTIONS_BYTES, MAX_OPTIONS_FILE_BYTES, OPTION_INT, Range
+from ..core.regular_files import read_text_bounded
 from .base import Availability, Backend, Preset
 from .coreml import CoreMLBackend
 from .executorch import ExecuTorchBackend
 from .inductor import InductorBackend
+from .int8_quantizers import INT8_KINDS
 from .onnx import OnnxBackend
 from .surface import PluginBackend, surface_problem
 from .torch_eager import TorchEagerBackend
@@ -198,9 +202,12 @@ def _make(name: str, flat_overrides: Mapping[str, Any]) -> Preset:
     options.update(copy.deepcopy(backend.preset_options(device, precision)))
     options.update(_check_overrides(name, backend, options, flat_overrides))
     try:
-        json.dumps(options)
+        size = len(json.dumps(options).encode("utf-8"))
     except (TypeError, ValueError) as exc:
         raise OpdiffError(f"preset '{name}': options must be JSON values ({exc}).") from None
+    if size > MAX_OPTIONS_BYTES:
+        raise OpdiffError(f"preset '{name}': its options take {size:,} bytes as JSON, more than the "
+                          f"{MAX_OPTIONS_BYTES:,} allowed (every run records them); give smaller option values.")
     return Preset(name=name, family=backend.family, device=device, precision=precision, options=options)
 
 
@@ -231,23 +238,18 @@ def load_overrides(source: Mapping[str, Any] | str | Path | None, preset_name: s
     if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
         path = Path(source)
         where = f"overrides file {path}"
-        if not path.is_file():
+        if not path.exists():
             raise OpdiffError(f"backend overrides '{source}' is neither a JSON object nor an existing "
                               "JSON file; pass e.g. '{\"opset\": 18}' or a path to a .json file.")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise OpdiffError(f"{where}: cannot read it as UTF-8 JSON ({exc}).") from None
+        text = read_text_bounded(path, MAX_OPTIONS_FILE_BYTES, "options file", where)
     elif isinstance(source, str):
         text = source
     else:
         text = None
     if text is not None:
-        try:
-            source = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise OpdiffError(f"{where}: not valid JSON ({exc}); write an object such as "
-                              "{\"opset\": 18}.") from None
+        source = json_loads(text, where, "write an object such as {\"opset\": 18}")
+    elif too_deep(source):
+        raise nested_too_deep(where)
     if not isinstance(source, Mapping):
         raise OpdiffError(f"{where}: expected a JSON object of option names to values, "
                           f"got {type(source).__name__}.")
@@ -283,11 +285,24 @@ def _check_overrides(name: str, backend: Backend, defaults: Mapping[str, Any],
         if value is not None and default is not None and not _same_kind(default, value):
             raise OpdiffError(f"preset '{name}': option '{key}' expects {type(default).__name__} "
                               f"(default {json.dumps(default)}), got {json.dumps(value, default=repr)}.")
-        why = _number_problem(value, ranges.get(key) or (OPTION_INT if _is_count(default) else None))
+        bounds = ranges.get(key) or (OPTION_INT if _is_count(default) else None)
+        why = _kind_problem(backend, key, default, value) or _number_problem(value, bounds)
         if why:
             raise OpdiffError(f"preset '{name}': option '{key}': {why} (default {json.dumps(default)}).")
         out[key] = copy.deepcopy(value)
     return out
+
+
+def _kind_problem(backend: Backend, key: str, default: Any, value: Any) -> str | None:
+    """Why `value` is not of the kind a built-in int8 option with a null default takes."""
+    if default is not None or value is None or key not in INT8_KINDS or not is_builtin(backend):
+        return None
+    kind, words = INT8_KINDS[key]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (kind is bool and isinstance(value, bool)) or (kind is float and number):
+        return None
+    shown = json.dumps(value, default=repr)
+    return f"{shown[:80]} is not {words}; give {words}, or null for the precision's own"
 
 
 def _is_count(default: Any) -> bool:

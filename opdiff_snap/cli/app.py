@@ -15,6 +15,7 @@ from ..core import limits
 from ..core.config import Settings, load_settings
 from ..core.errors import Interrupted, OpdiffError
 from ..core.limits import FlagError, Number
+from ..core.regular_files import output_path
 from ..core.safetext import printable
 
 
@@ -151,10 +152,9 @@ POSITIVE = Number(limits.POSITIVE)
 
 
 def output_file(path: Path | None, flag: str) -> Path | None:
-    """A file a command is about to write: a directory there is refused before any work."""
-    if path is not None and path.is_dir():
-        raise OpdiffError(f"{flag} {path} is a directory; give the path of a file to write.")
-    return path
+    """A file a command is about to write: anything there but a regular file (a folder, a
+    FIFO, a device) is refused before any work (core/regular_files.py)."""
+    return output_path(path, flag)
 
 
 @contextlib.contextmanager

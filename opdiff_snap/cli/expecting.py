@@ -43,11 +43,13 @@ def standing_lines(standing: StandingReport, strict: bool, command: str, shown: 
                             else ""))
         if len(rows) > shown:
             lines.append(f"  ... and {len(rows) - shown} more")
+    path = printable(standing.path)
     for e in standing.expired:
-        lines.append(f"expired: {e.preset}: {e.test} expected {e.verdict.value} until {e.until!r}, which no longer "
-                     f"holds here (line {e.line} of {standing.path}); it excuses nothing now")
+        lines.append(f"expired: {printable(e.preset)}: {printable(e.test)} expected {e.verdict.value} until "
+                     f"'{printable(e.until)}', which no longer holds here (line {e.line} of {path}); it excuses "
+                     "nothing now")
     verdict = "fails" if standing.fails(strict) else "passes"
-    lines.append(f"expectations ({standing.path}): {len(expected)} expected, {len(new)} new, {len(different)} "
+    lines.append(f"expectations ({path}): {len(expected)} expected, {len(new)} new, {len(different)} "
                  f"different, {len(unexpected)} unexpected pass{'es' if len(unexpected) != 1 else ''}"
                  + (" (warnings: strict_expectations is off)" if unexpected and not strict else "")
                  + f"; the run {verdict}")
@@ -60,21 +62,19 @@ def judge(expectations: Expectations, results: Sequence[Result], fail_on: set[Ve
     return Expecter(expectations, fail_on).report(results)
 
 
-def write_update(expectations: Expectations, results: Sequence[Result], fail_on: set[Verdict],
-                 path: Path) -> list[str]:
-    """Rewrite `path` to agree with the run; the lines that say what changed."""
-    from ..expectations.file import dump
-    from ..expectations.update import update
+def write_update(results: Sequence[Result], fail_on: set[Verdict], path: Path,
+                 loaded: Expectations | None = None) -> list[str]:
+    """Rewrite `path` to agree with the run (the file as it is when written: another update
+    may have changed it since the run read it as `loaded`); the lines that say what changed."""
+    from ..backends.registry import preset_names
+    from ..expectations.rewrite import rewrite
 
-    after, changes = update(expectations, results, fail_on)
-    if not changes:
-        return [f"expectations: {path} already agrees with this run; unchanged"]
     try:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(dump(after), encoding="utf-8")
-        tmp.replace(path)
+        changes = rewrite(path, results, fail_on, preset_names(), loaded)
     except OSError as exc:
         raise OpdiffError(f"--update-expectations: cannot write {path} ({exc.strerror or exc}); the run itself is "
                           "in the history.") from None
+    if not changes:
+        return [f"expectations: {path} already agrees with this run; unchanged"]
     return [f"expectations: {path} updated ({len(changes.added)} added, {len(changes.changed)} changed, "
             f"{len(changes.removed)} removed):"] + [f"  {line}" for line in changes.lines()]

@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from ..core.errors import OpdiffError
+from ..core.limits import MAX_OPTIONS_FILE_BYTES
+from ..core.regular_files import read_text_bounded
 from .option_groups import SEED_COUNT, Group
 
 
@@ -48,13 +50,7 @@ class OpdiffFlags:
         if file is None:
             return None
         if file.suffix in (".yaml", ".yml"):
-            import yaml
-
-            try:
-                data = yaml.safe_load(file.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-                raise OpdiffError(f"--backend-overrides-file {file}: cannot read it as YAML ({exc}).") from None
-            return data if data is not None else {}
+            return _yaml_overrides(file)
         return str(file)
 
     def seeds(self, seeds: int | None) -> int | None:
@@ -69,6 +65,24 @@ class OpdiffFlags:
         import dataclasses
 
         return dataclasses.replace(selection, seeds=self.seeds(selection.seeds))
+
+
+def _yaml_overrides(file: Path) -> Any:
+    """A YAML overrides file read as a suite is: a regular file, within the suite loader's
+    size, nesting and alias-expansion bounds, as plain JSON values."""
+    import json
+
+    from ..suite.yamlload import YamlSyntaxError, load_yaml_text
+
+    where = f"--backend-overrides-file {file}"
+    text = read_text_bounded(file, MAX_OPTIONS_FILE_BYTES, "options file", where)
+    try:
+        data, _ = load_yaml_text(text)
+        return json.loads(json.dumps(data)) if data is not None else {}
+    except YamlSyntaxError as exc:
+        raise OpdiffError(f"{where}: cannot read it as YAML ({exc}).") from None
+    except (TypeError, ValueError) as exc:
+        raise OpdiffError(f"{where}: options must be JSON values ({exc}).") from None
 
 
 OPDIFF_FLAGS = Group("opdiff", (

@@ -283,9 +283,12 @@ class ExpectationsFlags:
         --update-expectations, None: no expectations)."""
         from .. import api
         from ..expectations.entries import Expectations
+        from ..expectations.rewrite import refuse_read_only
 
         path, update = self.path, self.update
         target = Path(path) if path is not None else Path(settings.expectations)
+        if update:
+            refuse_read_only(target)
         if target.is_file():
             return Expecting(api.load_expectations(target), target, update)
         if target.exists():

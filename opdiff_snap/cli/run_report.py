@@ -26,7 +26,8 @@ def run_and_report(runner: Callable, reporting: Reporting, label: str, expecting
     if label.startswith("check"):
         from .summary_md import summary_path
 
-        output_file(summary_path(reporting.summary_md), "--summary-md")
+        output_file(summary_path(reporting.summary_md),
+                    "--summary-md" if reporting.summary_md is not None else "GITHUB_STEP_SUMMARY")
     console = make_console(sys.stderr if reporting.fmt == "json" else sys.stdout)
     with ProgressDisplay(console, None, label, reporting.verbose) as progress:
         report = runner(progress)
@@ -43,7 +44,7 @@ def run_and_report(runner: Callable, reporting: Reporting, label: str, expecting
     if expecting is not None and expecting.update:   # --update-expectations: the file first, then the rest
         from .expecting import write_update
 
-        for line in write_update(expecting.expectations, report.results, fail_on, expecting.path):
+        for line in write_update(report.results, fail_on, expecting.path, expecting.expectations):
             out.print(line, highlight=False, markup=False)
     _write_junit(report, reporting, fail_on, strict)
     if report.command == "check":

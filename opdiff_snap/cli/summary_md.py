@@ -12,20 +12,20 @@ from pathlib import Path
 from typing import Sequence
 
 from ..compare.results import Result, RunReport
+from ..core.markdown_text import md_code, md_text
 from ..core.verdicts import PASSING, QUIET, Verdict
 from ..expectations.standing import Standing, StandingReport
 from .output import detail
 
 
 def _cell(text: object) -> str:
-    """Text safe in one table cell: no newline, pipes escaped, at most 200 characters."""
-    flat = " ".join(str(text).split())
-    flat = flat if len(flat) <= 200 else flat[:199] + "…"
-    return flat.replace("\\", "\\\\").replace("|", "\\|")
+    """Text shown as itself in one table cell or line (core/markdown_text.py), at most 200 characters."""
+    return md_text(text, 200)
 
 
-def _code(text: str) -> str:
-    return f"`{text}`" if "`" not in text else f"``{text}``"
+def _code(text: object, cell: bool = True) -> str:
+    """Text as a code span it cannot close, in a table cell unless `cell` is false."""
+    return md_code(text, 200, cell=cell)
 
 
 def cause(r: Result) -> str:
@@ -60,8 +60,8 @@ def _rows(judged: Sequence[tuple[Result, str]]) -> list[str]:
     lines = ["| test | seed | preset | verdict | cause | next |", "| --- | --- | --- | --- | --- | --- |"]
     for r, verdict in judged:
         cmd = next_command(r)
-        lines.append(f"| {_code(_cell(r.test_id))} | {r.seed} | {_cell(r.preset)} | {_cell(verdict)} | "
-                     f"{_cell(cause(r)) if r.verdict not in PASSING else ''} | {_code(_cell(cmd)) if cmd else ''} |")
+        lines.append(f"| {_code(r.test_id)} | {r.seed} | {_cell(r.preset)} | {_cell(verdict)} | "
+                     f"{_cell(cause(r)) if r.verdict not in PASSING else ''} | {_code(cmd)} |")
     return lines
 
 
@@ -70,8 +70,8 @@ def markdown(report: RunReport, fail_on: set[Verdict], standing: StandingReport 
     results = report.results
     presets = sorted({r.preset for r in results})
     verdicts = sorted({r.verdict for r in results}, key=lambda v: v.value)
-    lines = [f"## opdiff {report.command} {report.run_id}", "",
-             f"{len(results)} results in {report.wall_s:.1f} s; history `{report.path}`.", "",
+    lines = [f"## opdiff {_cell(report.command)} {_cell(report.run_id)}", "",
+             f"{len(results)} results in {report.wall_s:.1f} s; history {_code(report.path, cell=False)}.", "",
              "| preset | " + " | ".join(v.value for v in verdicts) + " | pass rate |",
              "| --- |" + " --- |" * (len(verdicts) + 1)]
     for p in presets:
@@ -100,11 +100,12 @@ def markdown(report: RunReport, fail_on: set[Verdict], standing: StandingReport 
         if len(rows) > shown:
             lines += [f"and {len(rows) - shown} more (`opdiff query`).", ""]
     for e in standing.expired:
-        lines.append(f"- expired: {_cell(e.preset)} {_code(_cell(e.test))} expected {e.verdict.value} "
-                     f"until {_code(_cell(e.until))} (line {e.line} of {_code(_cell(standing.path))})")
+        lines.append(f"- expired: {_cell(e.preset)} {_code(e.test, cell=False)} expected {e.verdict.value} "
+                     f"until {_code(e.until, cell=False)} (line {e.line} of {_code(standing.path, cell=False)})")
     expected = standing.of(Standing.EXPECTED)
     verdict = "fails" if standing.fails(strict) else "passes"
-    lines += ["", f"**The run {verdict}** against `{_cell(standing.path)}`: {len(expected)} expected failures, "
+    lines += ["", f"**The run {verdict}** against {_code(standing.path, cell=False)}: "
+              f"{len(expected)} expected failures, "
               f"{len(standing.of(Standing.NEW))} new, {len(standing.of(Standing.DIFFERENT))} different, "
               f"{len(standing.of(Standing.UNEXPECTED_PASS))} unexpected passes.", ""]
     if expected:
@@ -112,7 +113,7 @@ def markdown(report: RunReport, fail_on: set[Verdict], standing: StandingReport 
                   "| test | preset | verdict | reason |", "| --- | --- | --- | --- |"]
         for j in expected[:500]:   # a CI page holds about 1 MiB
             reason = j.expectation.reason if j.expectation is not None else ""
-            lines.append(f"| {_code(_cell(j.result.test_id))} | {_cell(j.result.preset)} | "
+            lines.append(f"| {_code(j.result.test_id)} | {_cell(j.result.preset)} | "
                          f"{j.result.verdict.value} | {_cell(reason)} |")
         lines += ["", "</details>"]
     return "\n".join(lines) + "\n"

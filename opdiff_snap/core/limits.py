@@ -98,6 +98,10 @@ def _show(bound: float | None) -> str:
 
 
 MAX_SEED = 2**63 - 1      # the history's seed column is a BIGINT
+MAX_NESTING = 200         # levels of nesting in a suite document or a JSON value a user hands in
+MAX_OPTIONS_BYTES = 1 << 20          # a preset's options, as JSON (they sit in every run's meta line)
+MAX_OPTIONS_FILE_BYTES = 16 << 20    # an options file, read at most this far (a suite file's bound)
+MAX_HISTORY_LINE_BYTES = 64 << 20    # one line of a run file: what the history's reader parses at most
 
 JOBS = Range(1, 1024, whole=True)
 THREADS = Range(1, 1024, whole=True)

@@ -10,15 +10,16 @@ update's diff is exactly the entries it changed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..core.errors import OpdiffError, Problem, SuiteError, suggest
+from ..core.limits import MAX_SEED
+from ..core.safetext import printable
 from ..core.verdicts import PASSING, Verdict
 from ..suite.problems import Problems, Where, check_keys
 from ..suite.yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
-from .entries import Expectation, Expectations, is_glob
+from .entries import Expectation, Expectations, bracket_problem, is_glob
 
 KEYS = ("test", "verdict", "reason", "seed", "until")
 EXPECTABLE = tuple(v.value for v in Verdict if v not in PASSING)
@@ -42,15 +43,10 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
     (`presets`); raises ExpectationsError with every problem, OpdiffError when the file
     cannot be read."""
     path = Path(path)
-    try:
-        text = read_yaml_file(path)
-    except OSError as exc:
-        raise OpdiffError(f"cannot read the expectations file {path}: {exc.strerror or exc}. Give an existing "
-                          "file (--expectations, or `expectations` under [tool.opdiff]), or create it with "
-                          "`opdiff check ... --update-expectations`.") from None
     problems = Problems()
     root = Where(str(path))
     try:
+        text = read_text(path)
         data, duplicates = load_yaml_text(text)
     except YamlSyntaxError as exc:
         for message, mark in exc.problems:
@@ -58,7 +54,7 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
         raise ExpectationsError(list(problems)) from None
     for message, mark in duplicates:
         problems.add(Where(str(path), mark=mark), message)
-    found = Expectations([], str(path))
+    found = Expectations([], str(path), digest=digest(text.encode("utf-8")))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -96,12 +92,41 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
     return found
 
 
+def digest(data: bytes) -> str:
+    """What tells one text of the file from another (an update reads the file again)."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_text(path: Path) -> str:
+    """The file's text, bounded; raises OpdiffError when it cannot be read, YamlSyntaxError
+    when it is too big or not UTF-8."""
+    try:
+        return read_yaml_file(path, "an expectations file")
+    except OSError as exc:
+        raise OpdiffError(f"cannot read the expectations file {path}: {exc.strerror or exc}. Give an existing "
+                          "file (--expectations, or `expectations` under [tool.opdiff]), or create it with "
+                          "`opdiff check ... --update-expectations`.") from None
+
+
+def refuse_globs_naming_no_test(expectations: Expectations, test_ids: Iterable[str], among: str) -> None:
+    """Raise ExpectationsError naming every entry whose test glob matches none of
+    `test_ids`, every test of the project (`among` says where they are): such an entry
+    excuses nothing, and is most likely a typo."""
+    problems = [Problem(expectations.path, f"the test glob '{printable(e.test)}' matches no test {among}; fix the "
+                        "glob or remove the entry (`opdiff list-tests` lists the ids)", line=e.line)
+                for e in expectations.naming_no_test(test_ids)]
+    if problems:
+        raise ExpectationsError(problems)
+
+
 def _preset_problem(preset: str, presets: list[str]) -> str:
     if is_glob(preset):
         import fnmatch
 
-        if preset.count("[") != preset.count("]"):
-            return f"'{preset}' is not a valid glob (an unclosed '[')"
+        if why := bracket_problem(preset):
+            return f"'{preset}' is not a valid glob ({why})"
         if not any(fnmatch.fnmatchcase(p, preset) for p in presets):
             return f"the glob '{preset}' matches no preset (`opdiff list-presets` lists them)"
         return ""
@@ -120,8 +145,8 @@ def _entry(preset: str, raw: Any, where: Where, problems: Problems) -> Expectati
     if not isinstance(test, str) or not test:
         problems.add(where.at(raw, "test") if "test" in raw else where,
                      "'test' (a test id, or a glob of ids) is required and must be a string")
-    elif test.count("[") != test.count("]"):
-        problems.add(where.at(raw, "test"), f"'{test}' is not a valid glob (an unclosed '[')")
+    elif why := bracket_problem(test):
+        problems.add(where.at(raw, "test"), f"'{test}' is not a valid glob ({why})")
     verdict = raw.get("verdict")
     if not isinstance(verdict, str) or verdict.upper() not in EXPECTABLE:
         got = "missing" if verdict is None else repr(verdict)
@@ -132,8 +157,9 @@ def _entry(preset: str, raw: Any, where: Where, problems: Problems) -> Expectati
     if not isinstance(reason, str):
         problems.add(where.at(raw, "reason"), "'reason' must be text (why, or a link)")
     seed = raw.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        problems.add(where.at(raw, "seed"), f"'seed' must be a whole number >= 0, not {seed!r}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED):
+        problems.add(where.at(raw, "seed"), f"'seed' must be a whole number from 0 to {MAX_SEED} (the "
+                                            f"history's 64-bit seeds), not {seed!r}")
     until = raw.get("until", "")
     if until:
         why = _range_problem(until)
@@ -182,9 +208,25 @@ def dump(expectations: Expectations) -> str:
 
 
 def _scalar(text: str) -> str:
-    """`text` as a YAML flow scalar: plain where that reads back the same, else quoted."""
+    """`text` as a YAML flow scalar that reads back as `text`: plain where that reads back
+    the same, else double-quoted with every character that is not printable escaped (the
+    C0 and C1 controls, YAML's other line breaks NEL, U+2028 and U+2029, the BOM, bidi
+    controls and noncharacters: raw, YAML refuses some and folds others). A lone
+    surrogate, which YAML cannot hold even escaped, is refused (OpdiffError)."""
     import yaml
 
     if text and all(c.isalnum() or c in "_.-" for c in text) and yaml.safe_load(text) == text:
         return text
-    return json.dumps(text, ensure_ascii=False)
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return '"' + "".join(_ESCAPES.get(c) or (c if c.isprintable() else _escape(ord(c))) for c in text) + '"'
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t"}
+
+
+def _escape(code: int) -> str:
+    if 0xD800 <= code < 0xE000:
+        raise OpdiffError(f"--update-expectations: a test id or reason holds a lone surrogate (U+{code:04X}), which "
+                          "no YAML file can hold; rename the test (or fix the reason) and run again.")
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

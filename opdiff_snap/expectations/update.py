@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from ..compare.results import Result
+from ..core.safetext import printable
 from ..core.verdicts import PASSING, Verdict
 from .entries import Expectation, Expectations, installed_version, is_glob
 
@@ -34,19 +35,19 @@ class Changes:
         return bool(self.added or self.changed or self.removed or self.replaced)
 
     def lines(self) -> list[str]:
-        out = [f"+ {e.preset}: {e.test}{_seed(e)} {e.verdict.value}" for e in self.added]
-        out += [f"~ {a.preset}: {a.test}{_seed(a)} {a.verdict.value} -> {b.verdict.value}"
+        """What changed, a line each, every preset and test written printable."""
+        out = [f"+ {_named(e)} {e.verdict.value}" for e in self.added]
+        out += [f"~ {_named(a)} {a.verdict.value} -> {b.verdict.value}"
                 + (" (its expired `until` dropped)" if a.until and not b.until else "") for a, b in self.changed]
-        out += [f"- {e.preset}: {e.test}{_seed(e)} {e.verdict.value} (passes now)" for e in self.removed]
-        out += [f"- {e.preset}: {e.test}{_seed(e)} {e.verdict.value} (replaced, see the entries added)"
-                for e in self.replaced]
-        out += [f"? {e.preset}: {e.test} {e.verdict.value} (a glob, line {e.line}): every result it names in "
+        out += [f"- {_named(e)} {e.verdict.value} (passes now)" for e in self.removed]
+        out += [f"- {_named(e)} {e.verdict.value} (replaced, see the entries added)" for e in self.replaced]
+        out += [f"? {_named(e)} {e.verdict.value} (a glob, line {e.line}): every result it names in "
                 "this run passes; remove it by hand if it is fixed everywhere it names" for e in self.globs_passing]
         return out
 
 
-def _seed(e: Expectation) -> str:
-    return f" seed {e.seed}" if e.seed is not None else ""
+def _named(e: Expectation) -> str:
+    return f"{printable(e.preset)}: {printable(e.test)}" + (f" seed {e.seed}" if e.seed is not None else "")
 
 
 def update(expectations: Expectations, results: Sequence[Result], failing: Iterable[Verdict],
@@ -119,10 +120,9 @@ def update(expectations: Expectations, results: Sequence[Result], failing: Itera
                 changes.removed.append(pop(at))
     entries = current.kept()
     named: dict[Expectation, list[Result]] = {}
-    globbed = [e for e in entries if is_glob(e.preset + e.test)]
     for (preset, test), runs in by_test.items():
-        for e in globbed:
-            if e.names(preset, test, runs[0].seed):
+        for e in current.naming(test):
+            if is_glob(e.preset + e.test) and e.names(preset, test, runs[0].seed):
                 named.setdefault(e, []).extend(runs)
     changes.globs_passing = [e for e, runs in named.items() if all(r.verdict in PASSING for r in runs)]
     return Expectations(entries, expectations.path), changes

@@ -26,6 +26,7 @@ from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 from ..core.environment import environment
 from ..core.errors import Interrupted, OpdiffError
+from ..core.limits import MAX_HISTORY_LINE_BYTES
 from ..core.trees import json_safe
 from ..core.verdicts import Verdict
 from ..storage import StorageError, open_runs
@@ -187,8 +188,12 @@ class RunWriter:
     def _write(self, obj: Mapping[str, Any]) -> None:
         if self._file.closed:
             raise ValueError(f"run {self.run_id} is closed")
+        data = memoryview(_dumps(obj))
+        if len(data) > MAX_HISTORY_LINE_BYTES:
+            raise HistoryWriteError(f"run {self.run_id}: a {obj.get('type', 'history')} line of {len(data):,} bytes "
+                                    f"is longer than the {MAX_HISTORY_LINE_BYTES:,} a history line may hold, so "
+                                    "it was not written; make what it records smaller (options, messages).")
         try:
-            data = memoryview(_dumps(obj))
             while data:  # an unbuffered write may take only part of a line (a nearly full disk)
                 data = data[self._file.write(data):]
             if self.fsync:

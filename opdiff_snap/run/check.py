@@ -63,7 +63,8 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     pool = make_pool(settings, running.in_process, listener, running.python)
     try:
         pool.prestart(warm_ups(presets, settings.cache if use_cache else None))
-        suite_paths, plan, golden_cases = _plan(request, store, settings, listener, suite_reader(settings, use_cache))
+        reader = suite_reader(settings, use_cache, listener)
+        suite_paths, plan, golden_cases = _plan(request, store, settings, listener, reader)
         # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
         env = pool.environment()
         if pool.python is not None:
@@ -198,6 +199,11 @@ def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listene
     if not plan.items and sel.narrowed:
         raise OpdiffError(f"no test matches --test-ids {list(sel.test_ids or [])} / --tags {list(sel.tags or [])}; "
                           "`opdiff list-tests` shows the ids. Nothing was checked.")
+    if request.expectations and not sel.suites and not sel.narrowed:   # every test of the project is known
+        from ..expectations.file import refuse_globs_naming_no_test
+
+        among = f"of the suites in {settings.suites}" if suite_paths else f"of the goldens in {settings.goldens}"
+        refuse_globs_naming_no_test(request.expectations, (i.test_id for i in plan.items), among)
     return suite_paths, plan, golden_cases
 
 
@@ -231,13 +237,14 @@ def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset],
     return writer, planned, set()
 
 
-def suite_reader(settings: Settings, use_cache: bool) -> SuiteReader:
+def suite_reader(settings: Settings, use_cache: bool, listener: Listener | None = None) -> SuiteReader:
     """How a run reads its suites: each file once, and with the artifact cache in use,
-    expansions kept in its local folder too (suite/expanded_cache.py)."""
+    expansions kept in its local folder too (suite/expanded_cache.py; a tampered one is
+    told to the listener)."""
     if not use_cache:
         return SuiteReader()
     try:
-        return SuiteReader(open_tiers(settings.cache).root)
+        return SuiteReader(open_tiers(settings.cache).root, lambda text: warn(listener, text))
     except StorageError:
         return SuiteReader()
 

@@ -285,16 +285,25 @@ def write_json_whole(path: Path, value: object) -> bool:
     import json
 
     try:
+        data = json.dumps(value, separators=(",", ":"), allow_nan=True).encode()
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return write_bytes_whole(path, data)
+
+
+def write_bytes_whole(path: Path, data: bytes) -> bool:
+    """`data` at `path`, written whole or not at all, as write_json_whole writes."""
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     except OSError:
         return False
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, separators=(",", ":"), allow_nan=True)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
         return True
-    except (OSError, ValueError, TypeError):
+    except OSError:
         try:
             os.unlink(tmp)
         except OSError:

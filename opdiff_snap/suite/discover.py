@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.errors import OpdiffError
+from ..core.regular_files import not_regular
 from .document import read_suite_file
 from .problems import Problems
 from .reader import SuiteReader
@@ -43,6 +44,10 @@ def suite_paths(paths: Sequence[Path] | None, default_dir: Path, reader: SuiteRe
             if not p.exists():
                 raise OpdiffError(f"suite file not found: {p}. Give a path to a YAML suite or a "
                                   "directory of suites.")
+            what = None if p.is_dir() else not_regular(p)
+            if what is not None:
+                raise OpdiffError(f"suite {p} is {what}, not a YAML file or a directory of suites; give "
+                                  "a suite file or a directory.")
             found = discover_suites(p, reader)
             if p.is_dir() and not found:
                 raise OpdiffError(f"{p} is a directory holding no YAML suite (no *.yaml or *.yml file "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.regular_files import not_regular
 from .extensions import parse_extension
 from .fields import EXTENSION_KEYS, TOP_KEYS
 from .files import display_path
@@ -50,9 +51,10 @@ def read_suite_file(path: Path, problems: Problems, where: Where | None = None,
     is read and parsed once however often it is asked for."""
     disp = display_path(path)
     note("read", os.path.abspath(path))
-    if path.exists() and not path.is_file() and not path.is_dir():
-        return problems.add(where or Where(disp), f"suite file {disp}: not a regular file (a pipe or "
-                                                  "device?); name a YAML file here")
+    what = None if path.is_dir() else not_regular(path)
+    if what is not None:
+        return problems.add(where or Where(disp), f"suite file {disp}: {what}, not a regular file; name a "
+                                                  "YAML file here")
     try:
         value, dups = (reader or SuiteReader()).parsed(path)
     except OSError as exc:

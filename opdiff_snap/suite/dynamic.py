@@ -21,13 +21,14 @@ from typing import Any, Mapping, Sequence
 from .problems import BAD, Problems, Where
 
 SIZE_MIN = 2
+MAX_SIZES = 100          # sizes per dim: each is a golden, and each sized definition holds the lists
 KEY = "dynamic"          # the test field, and the key of a sized test's definition
 TAG = "dynamic"          # the tag every sized test carries (`--tags dynamic` selects them)
 
 
 def parse(raw: Any, where: Where, problems: Problems, dims: Mapping[str, int]) -> Any:
-    """`{symbol: [sizes]}` validated (dims of the suite, sizes of at least 2, lists of one
-    length, no two dims with the same sizes); BAD after recording what is wrong."""
+    """`{symbol: [sizes]}` validated (dims of the suite, at most MAX_SIZES sizes of at least
+    2, lists of one length, no two dims with the same sizes); BAD after recording what is wrong."""
     if not isinstance(raw, dict) or not raw:
         return problems.add(where, "dynamic must map dim symbols to the sizes to check them at, "
                                    f"e.g. {{B: [2, 9]}}; got {raw!r}")
@@ -40,7 +41,11 @@ def parse(raw: Any, where: Where, problems: Problems, dims: Mapping[str, int]) -
             continue
         if (not isinstance(sizes, list) or len(sizes) < 1
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)):
-            problems.add(w, f"dynamic {sym}: give a list of sizes to check at, e.g. [2, 9]; got {sizes!r}")
+            problems.add(w, f"dynamic {sym}: give a list of sizes to check at, e.g. [2, 9]; got {sizes!r}"[:300])
+            continue
+        if len(sizes) > MAX_SIZES:
+            problems.add(w, f"dynamic {sym}: {len(sizes):,} sizes, more than the {MAX_SIZES} sizes a dynamic dim "
+                            "may be checked at (each is a golden of its own); give fewer sizes")
             continue
         small = [s for s in sizes if s < SIZE_MIN]
         if small:
@@ -150,6 +155,21 @@ def _marks(static: Any, sized: list[Any], path: tuple[Any, ...], marks: dict, by
                 return problem
         return ""
     return "" if all(s == static for s in sized) else _where(path)
+
+
+def dims_used(definition: Any) -> set[str]:
+    """The dims that size some axis of a sized definition's tensor inputs."""
+    used: set[str] = set()
+    stack = [definition]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            axes = node.get(KEY) if node.get("type") == "tensor" else None
+            used.update(axes.values() if isinstance(axes, dict) else ())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return used
 
 
 def _marked(node: Any, path: tuple[Any, ...], marks: dict) -> Any:

@@ -138,6 +138,12 @@ class Expander:
                                       "only (a module argument, list length or given value sized by it "
                                       "would make each size another program): give that use a dim of its own")
                 return []
+            unused = [sym for sym in spec if sym not in dynamic.dims_used(definitions[0])]
+            if unused:
+                self.problems.add(at, f"dynamic {', '.join(unused)}: no input shape of test '{static.id}' uses "
+                                      f"{'it' if len(unused) == 1 else 'them'}, so every size would be the same "
+                                      "test; name only the dims its input tensors' shapes use")
+                return []
             out.extend(case_from_definition(dynamic.sized_id(static.id, sizes), d, rt.suite, self.roots.import_dirs)
                        for d, sizes in zip(definitions, dynamic.sizes_at(spec)))
         return out

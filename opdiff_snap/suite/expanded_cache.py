@@ -20,6 +20,14 @@ Only a suite that expanded without a problem is kept, so a suite with problems i
 expanded afresh and reports them exactly as a fresh load does. An entry that cannot be
 read or has another shape is ignored and written again.
 
+The cache is a speed-up, never a source of truth: whoever can write to its folder (a
+cloned repository that ships `.opdiff-cache/`, a shared folder) could edit an entry, key
+and all. So every entry is signed with this user's key, which no cache holds
+(core/signing.py), and one whose signature does not match what it holds is ignored with a
+warning naming it: the suite is expanded afresh, exactly as a fresh load reads it, and the
+entry written again. Only a regular file of at most MAX_ENTRY_BYTES is read. Where there is
+no key (it cannot be made, or is not a private file of the user's), nothing is kept or used.
+
 Discovery keeps one entry per folder: each suite file's digest and the files it includes.
 """
 
@@ -31,15 +39,21 @@ import importlib.util
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .. import __version__
-from ..storage.local import write_json_whole
+from ..core.jsonvalues import loads_or_none
+from ..core.limits import MAX_NESTING
+from ..core.regular_files import read_regular
+from ..core.signing import key_path, signed, user_key, verified
+from ..storage.local import write_bytes_whole
 from .files import SearchRoots
 from .reads import Observation
 
-FORMAT = 1
+FORMAT = 2
+MAX_ENTRY_BYTES = 256 << 20
 _COVERED = ("site-packages", "dist-packages")
 _DISTRIBUTIONS = (".dist-info", ".egg-info", ".egg-link", ".pth")
 
@@ -78,9 +92,10 @@ class Digests(Protocol):
 class SuiteCache:
     """The suite entries under one cache folder, through one command's reads (suite/reader.py)."""
 
-    def __init__(self, folder: Path, reader: Digests):
+    def __init__(self, folder: Path, reader: Digests, warn: Callable[[str], None] | None = None):
         self.folder = Path(folder) / "suites"
         self.reader = reader
+        self.warn = warn or _python_warning
         self._environment: str | None = None
         self._installed = tuple(d + os.sep for d in _installed_dirs())
 
@@ -97,14 +112,14 @@ class SuiteCache:
                 "check_names": check_names, "digest": digest}
 
     def _entry_path(self, path: Path, check_names: bool) -> Path:
-        name = json.dumps([os.path.normpath(path), os.getcwd(), check_names])
+        name = json.dumps([FORMAT, os.path.normpath(path), os.getcwd(), check_names])
         return self.folder / f"{hashlib.sha256(name.encode()).hexdigest()[:40]}.json"
 
     def expansion(self, path: Path, check_names: bool, roots: SearchRoots) -> list[dict[str, Any]] | None:
         """The stored tests of `path` (each {"id", "suite", "index", "chain", "definition",
         "spec_hash", "source_files"}), or None when there is no entry still true."""
         key = self.key(path, check_names, roots)
-        entry = _read_json(self._entry_path(path, check_names)) if key is not None else None
+        entry = self._read(self._entry_path(path, check_names), path) if key is not None else None
         if not isinstance(entry, dict) or entry.get("key") != key:
             return None
         deps, tests = entry.get("depends"), entry.get("tests")
@@ -115,6 +130,11 @@ class SuiteCache:
                 return None
             if self._look(dep[0], dep[1]) != dep[2]:
                 return None
+        watched = {dep[1] for dep in deps if dep[0] == "read"}
+        for test in tests:   # every `file:` module a test names is one whose bytes are watched
+            if any(os.path.abspath(f) not in watched and not os.path.abspath(f).startswith(self._installed)
+                   for f in test["source_files"]):
+                return None
         return tests
 
     def store(self, path: Path, check_names: bool, roots: SearchRoots, tests: Sequence[dict[str, Any]],
@@ -124,7 +144,7 @@ class SuiteCache:
         deps = self._depends(seen)
         if key is None or deps is None:
             return
-        write_json_whole(self._entry_path(path, check_names), {"key": key, "depends": deps, "tests": list(tests)})
+        self._write(self._entry_path(path, check_names), {"key": key, "depends": deps, "tests": list(tests)})
 
     def _depends(self, seen: Iterable[Observation]) -> list[list[Any]] | None:
         out = []
@@ -160,14 +180,50 @@ class SuiteCache:
         origin = None if spec.origin is None else str(spec.origin)
         return [origin, [str(p) for p in spec.submodule_search_locations or []]]
 
+    # ---------------------------------------------------------------- signed entries
+
+    def _key(self) -> bytes | None:
+        key = user_key()
+        if key is None:
+            _once(self.warn, f"the suite cache under {self.folder} is not used: its signing key {key_path()} cannot "
+                             "be made, or is not a private 32-byte file of yours (mode 0600); remove it and a new "
+                             "one is made on the next run")
+        return key
+
+    def _write(self, path: Path, value: Any) -> None:
+        key = self._key()
+        try:
+            body = json.dumps(value, separators=(",", ":"), allow_nan=True).encode()
+        except (ValueError, TypeError):
+            return
+        if key is not None:
+            write_bytes_whole(path, signed(key, body))
+
+    def _read(self, path: Path, source: Path) -> Any:
+        """The value of the entry at `path` when this user's key signed it; None when there is
+        none, or (with a warning naming it) it is not signed so."""
+        data = read_regular(path, MAX_ENTRY_BYTES)
+        key = self._key() if data is not None else None
+        if data is None or key is None:
+            return None
+        body = verified(key, data)
+        if body is None:
+            self.warn(f"the suite cache entry {path} does not carry your opdiff-snap's signature (it was edited, or "
+                      f"written by someone else): it is ignored, {source} is read afresh and the entry written "
+                      f"again. If this recurs, someone else writes to {self.folder}: keep the cache (--cache) "
+                      "where only you can write.")
+            return None
+        return loads_or_none(body, MAX_NESTING + 16)   # an entry's tests hold a suite's values a few levels down
+
     # ---------------------------------------------------------------- discovery
 
     def includes(self, root: Path, files: Sequence[Path], parse: Callable[[Path], list[str]]
                  ) -> dict[Path, list[str]]:
         """Each file's include names: stored ones for files whose bytes are unchanged,
         `parse(file)` for the others (and the folder's entry written again)."""
-        entry_path = self.folder / f"discover-{hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:40]}.json"
-        entry = _read_json(entry_path)
+        name = json.dumps([FORMAT, os.path.abspath(root)])
+        entry_path = self.folder / f"discover-{hashlib.sha256(name.encode()).hexdigest()[:40]}.json"
+        entry = self._read(entry_path, root)
         known = entry.get("files") if isinstance(entry, dict) and entry.get("code") == code_digest() else None
         known = known if isinstance(known, dict) else {}
         out: dict[Path, list[str]] = {}
@@ -183,7 +239,7 @@ class SuiteCache:
             if digest is not None:
                 fresh[name] = [digest, out[f]]
         if fresh != known:
-            write_json_whole(entry_path, {"code": code_digest(), "files": fresh})
+            self._write(entry_path, {"code": code_digest(), "files": fresh})
         return out
 
 
@@ -197,9 +253,14 @@ def _test_shaped(test: Any) -> bool:
             and all(isinstance(p, str) for p in test["chain"] + test["source_files"]))
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError):
-        return None
+def _python_warning(text: str) -> None:
+    warnings.warn(text, RuntimeWarning, stacklevel=4)
+
+
+_WARNED: set[str] = set()
+
+
+def _once(warn: Callable[[str], None], text: str) -> None:
+    if text not in _WARNED:
+        _WARNED.add(text)
+        warn(text)

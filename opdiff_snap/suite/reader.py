@@ -9,7 +9,7 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .expanded_cache import SuiteCache
 from .yamlload import MAX_DOCUMENT_BYTES, Mark, YamlSyntaxError, load_yaml_text, read_yaml_bytes, yaml_text
@@ -17,10 +17,11 @@ from .yamlload import MAX_DOCUMENT_BYTES, Mark, YamlSyntaxError, load_yaml_text,
 
 class SuiteReader:
     """Memoised reads of one command; `cache_folder`: the artifact cache's local folder, which
-    keeps expansions under suites/ (None: nothing is kept)."""
+    keeps expansions under suites/ (None: nothing is kept); `warn`: how a tampered entry is
+    told to the user (default: Python's warnings)."""
 
-    def __init__(self, cache_folder: Path | None = None):
-        self.cache = SuiteCache(Path(cache_folder), self) if cache_folder is not None else None
+    def __init__(self, cache_folder: Path | None = None, warn: Callable[[str], None] | None = None):
+        self.cache = SuiteCache(Path(cache_folder), self, warn) if cache_folder is not None else None
         self._data: dict[str, bytes | OSError] = {}
         self._parsed: dict[str, tuple[Any, list[tuple[str, Mark]]] | YamlSyntaxError | OSError] = {}
         self._digests: dict[str, str | None] = {}

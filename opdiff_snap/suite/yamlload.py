@@ -20,10 +20,13 @@ from typing import Any, Iterator
 
 import yaml
 
+from ..core.limits import MAX_NESTING
+from ..core.regular_files import read_bounded
+
 Mark = tuple[int, int] | None
 
 MAX_DOCUMENT_BYTES = 16 * 2**20
-MAX_DEPTH = 200
+MAX_DEPTH = MAX_NESTING
 MAX_VALUES = 1_000_000
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -211,24 +214,25 @@ def _convert(node: yaml.Node, duplicates: list[tuple[str, Mark]], depth: int = 0
     raise YamlSyntaxError([(f"unsupported YAML node {type(node).__name__}", mark_of(node))])
 
 
-def read_yaml_file(path: Path) -> str:
-    """The text of a YAML file: at most MAX_DOCUMENT_BYTES of UTF-8. Raises OSError when
-    it cannot be read, YamlSyntaxError when it is too big or not UTF-8."""
-    return yaml_text(read_yaml_bytes(path))
+def read_yaml_file(path: Path, what: str = "a suite") -> str:
+    """The text of a YAML file (`what`: what it is, for the messages): at most
+    MAX_DOCUMENT_BYTES of UTF-8. Raises OSError when it cannot be read, YamlSyntaxError
+    when it is too big or not UTF-8."""
+    return yaml_text(read_yaml_bytes(path), what)
 
 
 def read_yaml_bytes(path: Path) -> bytes:
     """The bytes of a YAML file, at most one past MAX_DOCUMENT_BYTES (a pipe or a device
-    named as a suite is not read to its end). Raises OSError when it cannot be read."""
-    with open(path, "rb") as f:
-        return f.read(MAX_DOCUMENT_BYTES + 1)
+    named as a suite is refused before any read). Raises OSError when it cannot be read."""
+    return read_bounded(path, MAX_DOCUMENT_BYTES, "suite file", cut=True)
 
 
-def yaml_text(data: bytes) -> str:
-    """A YAML file's bytes as text; raises YamlSyntaxError when they are too many or not UTF-8."""
+def yaml_text(data: bytes, what: str = "a suite") -> str:
+    """A YAML file's bytes as text; raises YamlSyntaxError when they are too many or not
+    UTF-8 (`what`: what the file is, "a suite" or "an expectations file", for the messages)."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise YamlSyntaxError([(f"the file is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB, the "
-                                "most a suite may hold; split it into several files", None)])
+                                f"most {what} may hold; split it into several files", None)])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -236,8 +240,8 @@ def yaml_text(data: bytes) -> str:
         line = before.count(b"\n") + 1
         column = exc.start - (before.rfind(b"\n") + 1) + 1
         raise YamlSyntaxError([(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                                "a suite must be a UTF-8 YAML file: re-save it as UTF-8, or remove it "
-                                "if it is not a suite", (line, column))]) from None
+                                f"{what} must be a UTF-8 YAML file: re-save it as UTF-8, or remove it "
+                                f"if it is not {what}", (line, column))]) from None
 
 
 def load_yaml_text(text: str) -> tuple[Any, list[tuple[str, Mark]]]:

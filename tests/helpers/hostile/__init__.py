@@ -12,10 +12,11 @@ import shutil
 import signal
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 from .. import REPO
-from ..cli import run
+from ..cli import run, start
 
 STORE_DIRS = ("goldens", "store", ".opdiff-cache")
 # the quickest honest run: one worker, one timed call
@@ -149,3 +150,29 @@ def copy_project(src: Path, dst: Path) -> Path:
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text)
+
+
+def query_interrupted(project: Path, sql: str, delay: float | None, *flags: str) -> tuple[int, str, str, float]:
+    """`opdiff query FLAGS SQL` with the history cache removed, SIGINT `delay` s after the
+    cache file appears (None: none): (exit code, stdout, stderr, seconds from the cache
+    file to the end)."""
+    cache = project / "store" / "cache.duckdb"
+    cache.unlink(missing_ok=True)
+    proc = start(project, "query", *flags, sql, env=env())
+    try:
+        deadline = time.monotonic() + 120
+        while not cache.exists():   # the history is loaded into it right before the statement runs
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the query never started"
+            time.sleep(0.002)
+        appeared = time.monotonic()
+        if delay is not None:
+            time.sleep(delay)
+            assert proc.poll() is None, proc.communicate()
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err, time.monotonic() - appeared
