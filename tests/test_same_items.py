@@ -42,3 +42,21 @@ def test_a_changed_status_is_reported(tmp_path):
     proc = subprocess.run([sys.executable, str(TOOL), str(a), str(b)], capture_output=True, text=True)
     assert proc.returncode == 1
     assert "('add__x', 0, 'onnx_cpu_fp32') status: 'CRASH' != 'TIMEOUT'" in proc.stdout
+
+
+def test_the_tools_own_call_line_and_the_runtimes_output_are_left_out_but_not_our_survey(tmp_path):
+    survey = "\nopdiff: every ATen op of its graph lowers alone"
+
+    def source(line: int, call: str) -> dict:
+        return {"sources": [f"prepare.py:{line} in forward: {call}(self._fn(side)(*args), flat)"],
+                "source_paths": [f"/src/a{line}/opdiff_snap/execution/prepare.py:{line}"]}
+
+    a = _run(tmp_path / "a.jsonl", "r1", 4242, unsupported_ops=[source(94, "_collect")],
+             error_message="UserError: x" + survey)
+    b = _run(tmp_path / "b.jsonl", "r2", 5151, unsupported_ops=[source(85, "collect_outputs")],
+             error_message="UserError: x\nbackend output: WARNING:root:Error in get_fake_program\n  def forward():"
+                           + survey)
+    assert item_diff(a, b).same
+    c = _run(tmp_path / "c.jsonl", "r3", 5151, unsupported_ops=[source(85, "collect_outputs")],
+             error_message="UserError: x\nbackend output: WARNING:root:Error")
+    assert list(item_diff(a, c).differing.values()) == [{"error_message": ("UserError: x" + survey, "UserError: x")}]

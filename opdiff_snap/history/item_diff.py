@@ -7,7 +7,8 @@ compiled an artifact, repro paths, and keys written as null (a field one version
 null where it does not apply, compares equal to the line of a version without it). In
 text: what the runtime printed during the job (`backend output:`, which depends on the
 cache and carries times), worker process ids, object addresses, a library's log lines and
-times, temporary paths and the folder of the checkout that made the run.
+times, temporary paths, the folder of the checkout that made the run, and the line of the
+tool's own code that calls an op test's op (its survey's source).
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ from .runs import ItemKey, item_key, read_run
 
 DROPPED = {"run_id", "ts", "type", "times_all", "infer_ms_all", "repro", "cache_hit", "batch"}
 VOLATILE = [
-    (re.compile(r"\nbackend output:.*", re.S), ""),                      # the runtime's own output
+    (re.compile(r"\nbackend output:.*?(?=\nopdiff:|\Z)", re.S), ""),     # the runtime's own output
     (re.compile(r"^[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*$", re.M), "<log line>"),   # glog style
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+"), "<time>"),       # a runtime's own log time
     (re.compile(r"/[^\s\"']*?/opdiff_snap/"), "<checkout>/opdiff_snap/"),  # source lines of a survey
+    # an op test's source is the line of the tool's own wrapper that calls it: it moves with
+    # any edit of the tool (execution/prepare.py's forward)
+    (re.compile(r"(<checkout>/opdiff_snap/[\w/]+\.py):\d+"), r"\1:<line>"),
+    (re.compile(r"^prepare\.py:\d+ in forward: .*$", re.S), "prepare.py:<line> in forward: <the tool's call>"),
     (re.compile(r"/tmp/[^\s'\"]+"), "/tmp/..."),
     (re.compile(r"pid \d+"), "pid <pid>"),                                # a worker that died
     (re.compile(r"0x[0-9a-f]{6,}"), "<address>"),
