@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.numerics import x86_int8_saturates
 
 from opdiff_snap import api
 from opdiff_snap.cause.reproduce import reproduce
@@ -40,6 +41,7 @@ tests:
 
 BRANCHY = """
 import torch
+from helpers.numerics import x86_int8_saturates
 
 
 class Branchy(torch.nn.Module):
@@ -132,7 +134,11 @@ def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
     # an int8 preset quantizes for static shapes: its sized tests say so; the tests they size run
     refused = got["lin@B=9", "onnx_cpu_int8"]
     assert refused.verdict is Verdict.EXPORT_FAIL and "does not export dynamic shapes" in refused.message
-    assert got["lin", "onnx_cpu_int8"].verdict is Verdict.PASS
+    static = got["lin", "onnx_cpu_int8"]
+    if x86_int8_saturates():   # ONNX Runtime's u8s8 kernels saturate on x86 without VNNI: a real lowering error
+        assert static.verdict is Verdict.PASS or static.message.startswith("lowering error"), static.message
+    else:
+        assert static.verdict is Verdict.PASS, static.message
     # one cache entry per group and preset, beside those of the static tests (ExecuTorch made
     # none for branchy's sizes)
     made = [json.loads(e.read_text())["preset"] for e in (root / ".opdiff-cache").glob("*/*/entry.json")]
