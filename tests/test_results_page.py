@@ -107,3 +107,31 @@ def test_the_page_checks_every_cpu_preset_and_two_coreml_conversions():
     assert len(presets) == 22 and presets[0] == "torch_cpu_fp32"
     assert presets[-2:] == ["coreml_any_fp32", "coreml_any_fp16"]
     assert not [p for p in presets if "cuda" in p or "mps" in p or "coreml" in p.split("_")[1]]
+
+
+def test_a_known_failure_that_blames_the_test_fails_the_page(tmp_path):
+    """A known failure describes a backend or a tolerance choice: an entry whose reason is of
+    kind test design stops the page (exit non-zero, the entry named), and a notes rule of that
+    kind is refused; the same entry with a backend's reason goes through."""
+    page = tmp_path / "results.md"
+    page.write_text("# page\n")
+    exps = tmp_path / "expectations.yaml"
+
+    def page_run(reason: str) -> subprocess.CompletedProcess:
+        exps.write_text(f"onnx_cpu_fp16:\n  - {{test: isclose, verdict: MISMATCH, reason: '{reason}'}}\n")
+        return subprocess.run([sys.executable, str(TOOLS / "results_page.py"), "--coverage-only", "--expectations",
+                               str(exps), "-o", str(page)], capture_output=True, text=True)
+
+    blamed = page_run("test design: closeness is a threshold")
+    assert blamed.returncode != 0
+    assert "onnx_cpu_fp16: isclose" in blamed.stderr and "blames the test" in blamed.stderr
+    assert "Traceback" not in blamed.stderr
+    assert page_run("backend limit: ONNX Runtime rounds first").returncode == 0
+
+    notes = tmp_path / "notes.yaml"
+    notes.write_text('- {preset: "*16", test: isclose, status: MISMATCH, kind: test-design, why: "a threshold"}\n')
+    run = _run_file(tmp_path / "run.jsonl", [("onnx_cpu_fp16", "isclose", "MISMATCH", "m")])
+    filled = subprocess.run([sys.executable, str(TOOLS / "expectation_reasons.py"), "--expectations", str(exps),
+                             "--notes", str(notes), str(run)], capture_output=True, text=True)
+    assert filled.returncode != 0 and "rule 0 (isclose on *16)" in filled.stderr
+    assert "Traceback" not in filled.stderr

@@ -22,7 +22,7 @@ from ..core.markdown_text import md_code, md_text
 from ..core.verdicts import FAILING, PASSING, QUIET, Verdict
 from ..expectations.file import dump
 from ..expectations.known import coverage_known, known_hand_written, load_known
-from ..expectations.reasons import KINDS, Rule, fill_reasons, first_rule, load_rules
+from ..expectations.reasons import KINDS, Rule, blaming_the_test, fill_reasons, first_rule, load_rules
 from ..history.runs import read_run
 from .coverage_section import coverage_lines, write_coverage
 from .views import Analytics, connect
@@ -311,6 +311,7 @@ def regenerate(req: PageRequest) -> int:
     if req.run_coverage:
         run_coverage(req)
     exps = load_known(req.expectations)
+    blaming_the_test(exps, req.expectations)
     known = coverage_known(exps, req.coverage_presets, [req.root / "suites" / "opinfo", req.root / "suites" / "zoo"])
     coverage, unreasoned = coverage_lines(known, req.coverage_presets)
     if req.coverage_only:

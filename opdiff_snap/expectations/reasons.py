@@ -24,8 +24,10 @@ from .entries import Expectations
 
 UNTRIAGED = "not triaged yet"   # the reason an entry no rule explains gets meanwhile (--untriaged)
 KINDS = {"backend-limit": "backend limit", "tolerance": "tolerance choice",
-         "upstream-bug": "bug worth reporting upstream", "platform": "platform (cannot run here)",
-         "test-design": "test design"}
+         "upstream-bug": "bug worth reporting upstream", "platform": "platform (cannot run here)"}
+# Not a kind a known failure may have: it would blame the test. A test whose result cannot
+# mean anything on a target gets other inputs, or its result says so (not a failure).
+TEST_DESIGN = ("test-design", "test design")
 FIELDS = {"preset", "test", "status", "match", "kind", "why"}
 
 
@@ -51,6 +53,11 @@ class Rule:
 def load_rules(path: Path) -> list[Rule]:
     rules = []
     for i, r in enumerate(yaml.safe_load(path.read_text()) or []):
+        if r.get("kind") == TEST_DESIGN[0]:
+            raise OpdiffError(f"{path}: rule {i} ({r.get('test', '*')} on {r.get('preset', '*')}): kind "
+                              f"{TEST_DESIGN[0]} blames the test, which no known failure may do; give the test "
+                              f"inputs whose result means something on the target, or name the backend limit, "
+                              f"upstream bug or tolerance choice it is (kind in {sorted(KINDS)})")
         unknown = set(r) - FIELDS
         if unknown or r.get("kind") not in KINDS or not r.get("why"):
             raise OpdiffError(f"{path}: rule {i}: needs kind in {sorted(KINDS)} and why; unknown keys {unknown}")
@@ -58,6 +65,18 @@ def load_rules(path: Path) -> list[Rule]:
         rules.append(Rule(r.get("preset", "*"), [tests] if isinstance(tests, str) else list(tests),
                           r.get("status", "*"), r.get("match", ""), r["kind"], r["why"]))
     return rules
+
+
+def blaming_the_test(exps: Expectations, where: Path) -> None:
+    """Raises naming every entry of `exps` (read from `where`) whose reason is of kind test
+    design: a known failure describes a backend or a tolerance choice, never the test."""
+    blamed = [f"{e.preset}: {e.test}" for e in exps.entries if e.reason.startswith(f"{TEST_DESIGN[1]}:")]
+    if blamed:
+        listed = ", ".join(blamed[:10]) + (f" and {len(blamed) - 10} more" if len(blamed) > 10 else "")
+        raise OpdiffError(f"{where}: {len(blamed)} known failures give the reason kind '{TEST_DESIGN[1]}', which "
+                          f"blames the test ({listed}); give such a test inputs whose result means something on "
+                          "the target and record its golden again, or write the backend limit, upstream bug or "
+                          "tolerance choice it really is")
 
 
 def first_rule(rules: list[Rule], preset: str, test: str, status: str, message: str) -> Rule | None:
