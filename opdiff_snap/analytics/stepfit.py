@@ -162,23 +162,40 @@ def stretch_steps(levels: np.ndarray, runs: np.ndarray, sigma: float, params: St
     (stretch_noise, or more). Nothing recorded says a change happened, so a step must be
     sustained and stand out of the runs around it: `min_runs` runs and two blocks on either side, the
     pieces' medians compared (one outlying run moves no median), and the noise never below
-    the spread within the two pieces (two outliers in a row are no step)."""
+    the spread within either piece (two outliers among three runs are no step)."""
     if len(levels) < 4 or int(runs.sum()) < 2 * params.min_runs \
             or float(levels.max() - levels.min()) <= params.noise_k * sigma:
         return []
     scale = _per_run(runs)
+    if not _may_step(levels, sigma * scale, params):
+        return []
 
     def judge(bounds: list[int], i: int) -> tuple[Step, float]:
         a, b, c = bounds[i:i + 3]
         m0, m1 = float(np.median(levels[a:b])), float(np.median(levels[b:c]))
-        spread, df = np.concatenate([levels[a:b] - m0, levels[b:c] - m1]), c - a - 2
-        noise = sigma if df < 1 else max(sigma, math.sqrt(float(spread @ spread) / df) / scale)
+        spread = max(math.sqrt(float(np.sum((levels[lo:hi] - m) ** 2)) / max(hi - lo - 1, 1))
+                     for lo, hi, m in ((a, b, m0), (b, c, m1)))
+        noise = max(sigma, spread / scale)
         step, margin = _step(b, m0, b - a, m1, c - b, variance(noise * scale), noise, params)
         sustained = min(runs[a:b].sum(), runs[b:c].sum()) >= params.min_runs and min(b - a, c - b) >= 2
         return step, margin if sustained else -math.inf
 
     cuts = fit_steps(levels, np.ones(len(levels)), variance(sigma * scale), _penalty(params, len(levels)))
     return _pruned(cuts, len(levels), judge)
+
+
+def _may_step(levels: np.ndarray, block: float, params: StepParams) -> bool:
+    """Whether any split into two pieces of two levels or more has means that clear the
+    confidence rule with the standard error of a mean (smaller than a median's, so a stretch
+    this passes over holds no step the fit would keep): most stretches of noise end here."""
+    n = len(levels)
+    k = np.arange(2, n - 1)
+    if not len(k):
+        return False
+    c = np.cumsum(levels)
+    delta = np.abs((c[-1] - c[k - 1]) / (n - k) - c[k - 1] / k)
+    se = block * np.sqrt(1 / k + 1 / (n - k))
+    return bool(np.any(delta - params.z * se - max(math.log(params.min_ratio), 0.0) > 0))
 
 
 def environment_steps(envs: list, levels: np.ndarray, weights: np.ndarray, sigma: float,
