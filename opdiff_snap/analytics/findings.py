@@ -54,15 +54,39 @@ class Finding:
         return change_text(self.changes)
 
 
+UNATTRIBUTED = "no recorded environment change"
+PLUGINS = "plugins"     # the environment field naming the backend plugins' distributions
+
+
 def change_text(changes: tuple[Change, ...]) -> str:
     if not changes:
-        return "no environment change"
+        return UNATTRIBUTED
     return ", ".join(f"{name} {before or '(none)'} -> {after or '(none)'}" for name, before, after in changes)
 
 
 def environment_changes(fields: tuple[str, ...], before: tuple, after: tuple) -> tuple[Change, ...]:
-    """(field, before, after) for each environment field whose value differs."""
-    return tuple((name, _text(a), _text(b)) for name, a, b in zip(fields, before, after) if a != b)
+    """(field, before, after) for each environment field whose value differs; the backend
+    plugins as one change per distribution ("slowpoke-plugin", "1.0", "1.1")."""
+    out: list[Change] = []
+    for name, a, b in zip(fields, before, after):
+        if a == b:
+            continue
+        if name == PLUGINS:
+            out += _plugin_changes(_text(a), _text(b))
+        else:
+            out.append((name, _text(a), _text(b)))
+    return tuple(out)
+
+
+def _plugin_changes(before: str | None, after: str | None) -> list[Change]:
+    """'a 1.0, b 2.0' -> 'a 1.1': [("a", "1.0", "1.1"), ("b", "2.0", None)]."""
+    def versions(text: str | None) -> dict[str, str]:
+        pairs = (item.strip().rpartition(" ") for item in (text or "").split(","))
+        return {name or version: version if name else "" for name, _, version in pairs if name or version}
+
+    a, b = versions(before), versions(after)
+    return [(name, a.get(name) or None, b.get(name) or None) for name in sorted(set(a) | set(b))
+            if a.get(name) != b.get(name)]
 
 
 def _text(v) -> str | None:
@@ -147,10 +171,13 @@ def _magnitude(ratio: float) -> str:
 
 
 def group_by_change(findings: list[Finding]) -> list[ChangeGroup]:
-    """Findings grouped by their environment change, in the order the changes first happened."""
+    """Findings grouped by their environment change, in the order the changes first happened;
+    those with no recorded change by their host and first run."""
     groups: dict[str, ChangeGroup] = {}
     for f in findings:
-        g = groups.setdefault(f.change, ChangeGroup(f.change, f.started))
+        # steps with no recorded change are told apart by where they happened
+        label = f.change if f.changes else f"{UNATTRIBUTED} (host {f.host or '?'}, from run {f.run_id})"
+        g = groups.setdefault(label, ChangeGroup(label, f.started))
         g.findings.append(f)
         if f.started is not None and (g.first_started is None or f.started < g.first_started):
             g.first_started = f.started

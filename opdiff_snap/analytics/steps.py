@@ -1,34 +1,34 @@
 """Steps in each (host, test, seed, preset) history, attributed to the environment change
-between the runs on either side (docs/analytics.md, "Regressions across the history").
+between the runs on either side, or to none (docs/analytics.md, "Regressions across the history").
 
 1. The check runs of each host, in start order, are cut into environment stretches: maximal
-   runs of consecutive runs with the same versions and machine (ENV_FIELDS). Only a stretch
-   boundary can carry a finding: a change between two runs of one environment is the
-   machine's load, and there is nothing to attribute it to.
+   runs of consecutive runs with the same versions, backend plugins and machine
+   (ENV_FIELDS), and each stretch into at most BLOCKS blocks of consecutive runs.
 2. DuckDB reduces every (series, stretch) to a segment: runs, median log latency, status
-   counts, median max_abs; and every series to its noise: the pooled standard deviation of
-   log latency within its environments (else its (host, preset)'s), never below the
+   counts, median max_abs, and its blocks' median log latency; and every series to its noise:
+   the pooled standard deviation of log latency within its environments (else its (host,
+   preset)'s, else its own bounded from above when it has few runs), never below the
    standard error the repeats within a run give.
-3. Per series with more than one segment, numpy fits piecewise-constant levels over the
-   segments (optimal partitioning of weighted least squares on segment medians, a penalty
-   per step in units of the noise variance), then drops the least significant step while
-   one is smaller than `noise_k` sigma, or its confidence interval does not clear
-   `min_ratio`. A series whose environments recur (A, B, A, B) is compared per environment
-   instead. Status and max_abs changes compare the segments on either side.
+3. Per segment of enough runs, the fit (stepfit.py) looks for a sustained step between its
+   blocks: a change that no recorded environment change explains (a machine, a driver, a
+   runtime built from source), reported as such. Per series, the fit over its segments (cut
+   at those steps) finds the steps at environment changes. A series whose environments recur
+   (A, B, A, B) is compared per environment instead. Status and max_abs changes compare the
+   segments on either side.
 
 The heavy work (1M results -> a row per segment) is one SQL statement; the fit sees only
-series that changed environment.
+series that changed environment or have a stretch long enough to hold a step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.errors import OpdiffError
 from ..core.verdicts import FAILING, NOT_RUN, PASSING, PRECEDENCE, Verdict
 from .findings import (
     CHANGED,
@@ -41,36 +41,22 @@ from .findings import (
     matches_version,
 )
 from .ingest import LIBS
+from .stepfit import (
+    MAD,
+    MEDIAN_SE,
+    Step,
+    StepParams,
+    environment_steps,
+    noise_bound,
+    significant_steps,
+    stretch_noise,
+    stretch_steps,
+)
 from .views import Analytics
 
 ENV_FIELDS = (*LIBS, "os_version", "cpu_model", "machine", "threads")
-_MAD = 1.4826                      # MAD -> standard deviation for normal noise
-_MEDIAN_SE = math.sqrt(math.pi / 2)  # standard error of a median over that of a mean
+BLOCKS = 24        # a stretch of more runs is fitted over at most this many blocks of 3 runs or more
 _RANK = {v: i for i, v in enumerate(PRECEDENCE)}
-
-
-@dataclass(frozen=True)
-class StepParams:
-    """The detector's knobs (docs/analytics.md lists them with their defaults)."""
-
-    penalty: float | None = None   # per step, in noise variances; None: 3 ln(runs in the series)
-    min_ratio: float = 1.1         # a step's confidence interval must clear this ratio
-    noise_k: float = 2.0           # and the step must exceed noise_k x the run-to-run noise
-    z: float = 3.0                 # width of the confidence interval, in standard errors
-    drift_factor: float = 10.0     # max_abs growth that counts (x max(before, atol))
-    noise_floor: float = 0.02      # sigma never below this (2 %)
-    min_pool: int = 6              # degrees of freedom (runs - environments) a series needs for its own noise
-
-    def check(self) -> None:
-        for name in ("min_ratio", "drift_factor"):
-            if getattr(self, name) < 1:
-                raise OpdiffError(f"--{name.replace('_', '-')} must be at least 1 (a ratio); "
-                                  f"got {getattr(self, name)}.")
-        for name in ("noise_k", "z", "noise_floor"):
-            if getattr(self, name) < 0:
-                raise OpdiffError(f"--{name.replace('_', '-')} must not be negative; got {getattr(self, name)}.")
-        if self.penalty is not None and self.penalty < 0:
-            raise OpdiffError(f"--penalty must not be negative; got {self.penalty}.")
 
 
 @dataclass(frozen=True)
@@ -83,6 +69,17 @@ class HistoryFilter:
     until: dt.datetime | None = None
     versions: tuple[str, ...] = ()       # findings whose change involves one of these (findings.matches_version)
     hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Block:
+    """Consecutive runs of one stretch (one run each in a stretch of up to BLOCKS runs, else 3 or more)."""
+
+    level: float                         # median ln(infer_ms)
+    timed: int
+    first_run: str
+    started: dt.datetime | None          # when first_run started
+    last_run: str
 
 
 @dataclass
@@ -100,6 +97,7 @@ class Segment:
     status: Verdict | None = None        # modal_status(statuses)
     quant_sqnr: float | None = None      # int8: median quantization error (dB)
     lowering_steps: float | None = None  # int8: median lowering error (steps)
+    blocks: list[Block] = field(default_factory=list)   # when the stretch is long enough to hold a step
 
     def __post_init__(self) -> None:
         self.status = modal_status(self.statuses)
@@ -112,6 +110,7 @@ class Series:
     seed: int | None
     preset: str
     sigma: float
+    within: float = 0.0                  # run-to-run noise inside its stretches (stepfit.stretch_noise)
     segments: list[Segment] = field(default_factory=list)
 
 
@@ -154,33 +153,39 @@ def filter_sql(flt: HistoryFilter) -> FilterSQL:
 
 def repeat_se_sql(r: str) -> str:
     """SQL: the standard error of ln(median) of result `r` from its repeats (NULL under 3)."""
-    return (f"CASE WHEN len({r}.infer_ms_all) >= 3 AND list_min({r}.infer_ms_all) > 0 THEN {_MAD * _MEDIAN_SE} * "
+    return (f"CASE WHEN len({r}.infer_ms_all) >= 3 AND list_min({r}.infer_ms_all) > 0 THEN {MAD * MEDIAN_SE} * "
             f"list_aggregate(list_transform({r}.infer_ms_all, lambda v: ln(v)), 'mad') "
             f"/ sqrt(len({r}.infer_ms_all)) END")
 
 
 def _runs_sql(on_runs: str) -> str:
     """The check runs with, per host, their place in start order (ord), their environment
-    stretch (grp) and their place among the runs of their environment (nth)."""
+    stretch (grp), their place among the runs of their environment (nth) and their block of
+    their stretch (blk: a run each in a stretch of up to BLOCKS runs, else at most BLOCKS
+    blocks of at least 3 consecutive runs, so one outlying run moves no block's median)."""
     env = "hash([" + ", ".join(f"runs.{f}::VARCHAR" for f in ENV_FIELDS) + "])"
     return f"""
+  SELECT * EXCLUDE (len), (row_number() OVER (PARTITION BY host, env, grp ORDER BY ord) - 1)
+         * CASE WHEN len <= {BLOCKS} THEN len ELSE least({BLOCKS}, len // 3) END // len AS blk
+  FROM (SELECT *, count(*) OVER (PARTITION BY host, env, grp) AS len FROM (
   SELECT *, row_number() OVER (PARTITION BY host ORDER BY started, run_id) AS ord,
          ord - row_number() OVER (PARTITION BY host, env ORDER BY started, run_id) AS grp,
          row_number() OVER (PARTITION BY host, env ORDER BY started, run_id) AS nth
   FROM (SELECT run_id, started, coalesce(host, '') AS host, {env} AS env FROM runs
-        WHERE coalesce(command, 'check') = 'check' AND {on_runs})"""
+        WHERE coalesce(command, 'check') = 'check' AND {on_runs})))"""
 
 
-def _sql(on_runs: str, on_results: str) -> str:
+def _sql(on_runs: str, on_results: str, min_timed: int) -> str:
     # Segments are cut on the runs (1,000 rows, not 1M results): per host, the runs in start order
     # minus the runs in start order within one environment is constant on each stretch of one
     # environment ("gaps and islands"). A series missing from some runs may see one
-    # environment as two segments; the fit then treats it as recurring.
+    # environment as two segments; the fit then treats it as recurring. A segment of at least
+    # `min_timed` timed runs brings its blocks' levels, for a step inside the stretch.
     return f"""
 WITH re AS ({_runs_sql(on_runs)}),
 x AS (
   SELECT hash(re.host, r.test_id, r.seed, r.preset) AS sid, re.host, r.test_id, r.seed, r.preset, re.ord,
-         re.env, re.grp, r.status, CASE WHEN r.infer_ms > 0 THEN ln(r.infer_ms) END AS lt,
+         re.env, re.grp, re.blk, r.status, CASE WHEN r.infer_ms > 0 THEN ln(r.infer_ms) END AS lt,
          CASE WHEN re.nth <= 3 THEN {repeat_se_sql('r')} END AS rep, r.max_abs, r.atol, r.quant_sqnr,
          r.lowering_steps
   FROM results r JOIN re USING (run_id)
@@ -192,50 +197,57 @@ seg AS MATERIALIZED (
          median(max_abs) AS max_abs, max(atol) AS atol, median(rep) AS rep, median(quant_sqnr) AS quant_sqnr,
          median(lowering_steps) AS lowering_steps
   FROM x GROUP BY ALL),
+blk AS (
+  SELECT sid, env, grp, list([level, timed, first_ord, last_ord] ORDER BY blk) AS blocks
+  FROM (SELECT sid, env, grp, blk, median(lt) AS level, count(lt)::DOUBLE AS timed, min(ord)::DOUBLE AS first_ord,
+               max(ord)::DOUBLE AS last_ord
+        FROM x WHERE lt IS NOT NULL AND (sid, env, grp) IN (SELECT (sid, env, grp) FROM seg WHERE timed >= {min_timed})
+        GROUP BY ALL)
+  GROUP BY ALL),
 lvl AS (SELECT sid, env, count(lt) AS k, var_samp(lt) AS v FROM x GROUP BY ALL),
 dev AS (SELECT sid, sqrt(sum((k - 1) * v) / sum(k - 1)) AS sd, sum(k - 1) AS df FROM lvl WHERE k >= 2 GROUP BY ALL),
 n AS (SELECT sid, any_value(host) AS host, any_value(test_id) AS test_id, any_value(seed) AS seed,
-             any_value(preset) AS preset, count(*) AS segs, median(rep) AS rep FROM seg GROUP BY ALL)
+             any_value(preset) AS preset, count(*) AS segs, max(timed) AS most, median(rep) AS rep
+      FROM seg GROUP BY ALL)
 SELECT n.sid, n.host, n.test_id, n.seed, n.preset, dev.sd, coalesce(dev.df, 0) AS df, n.segs, n.rep,
        s.first_ord, s.last_ord, s.runs, s.timed, s.level, s.statuses, s.max_abs, s.atol, s.env, s.quant_sqnr,
-       s.lowering_steps
-FROM n LEFT JOIN dev USING (sid) LEFT JOIN seg s ON n.segs > 1 AND s.sid = n.sid
+       s.lowering_steps, b.blocks
+FROM n LEFT JOIN dev USING (sid) LEFT JOIN seg s ON (n.segs > 1 OR n.most >= {min_timed}) AND s.sid = n.sid
+     LEFT JOIN blk b ON b.sid = s.sid AND b.env = s.env AND b.grp = s.grp
 ORDER BY n.sid, s.first_ord
 """
 
 
 def load_series(a: Analytics, flt: HistoryFilter, params: StepParams) -> list[Series]:
-    """Every series that changed environment, with its segments and noise (one SQL statement)."""
+    """Every series that changed environment or has a stretch long enough to hold a step,
+    with its segments and noise (one SQL statement)."""
     f = filter_sql(flt)
-    t = a.sql(_sql(f.on_runs, f.on_results), f.args)
+    t = a.sql(_sql(f.on_runs, f.on_results, 2 * params.min_runs), f.args)
     runs = {(host, ord_): (run_id, started) for run_id, started, host, ord_ in a.sql(
         f"SELECT run_id, started, host, ord FROM ({_runs_sql(f.on_runs)})", f.run_args).rows}
     c = {name: i for i, name in enumerate(t.columns)}
-    # the noise of each (host, preset): the median over its series with enough runs of one environment
-    pooled: dict[tuple, list[float]] = {}
-    for row in t.rows:
-        if row[c["df"]] >= params.min_pool:
-            pooled.setdefault((row[c["host"]], row[c["preset"]]), []).append(row[c["sd"]])
-    pool = {k: float(np.median(v)) for k, v in pooled.items()}
+    noise = _noise(t.rows, c, params)
     out: list[Series] = []
     unknown: list[Series] = []       # no environment with enough runs, here or in its (host, preset)
     current, sid = None, None
     for row in t.rows:
-        if row[c["segs"]] <= 1 or row[c["first_ord"]] is None:
+        if row[c["first_ord"]] is None:
             continue
         host = row[c["host"]]
         if current is None or row[c["sid"]] != sid:
-            sid, seed = row[c["sid"]], row[c["seed"]]
-            sd = row[c["sd"]] if row[c["df"]] >= params.min_pool else pool.get((host, row[c["preset"]]))
+            sid, seed, rep = row[c["sid"]], row[c["seed"]], row[c["rep"]] or 0.0
+            sd = noise(row)
             current = Series(host or None, row[c["test_id"]], seed, row[c["preset"]],
-                             sigma=max(row[c["rep"]] or 0.0, params.noise_floor, sd or 0.0))
+                             sigma=max(rep, params.noise_floor, sd or 0.0), within=max(rep, params.noise_floor))
             if sd is None:
                 unknown.append(current)
             out.append(current)
         (first, started), (last, _) = runs[(host, row[c["first_ord"]])], runs[(host, row[c["last_ord"]])]
+        blocks = [Block(level, int(timed), *runs[(host, int(lo))], runs[(host, int(hi))][0])
+                  for level, timed, lo, hi in row[c["blocks"]] or ()]
         seg = Segment(first, last, started, row[c["runs"]], row[c["timed"]], row[c["level"]],
                       dict(row[c["statuses"]] or {}), row[c["max_abs"]], row[c["atol"]], row[c["env"]],
-                      quant_sqnr=row[c["quant_sqnr"]], lowering_steps=row[c["lowering_steps"]])
+                      quant_sqnr=row[c["quant_sqnr"]], lowering_steps=row[c["lowering_steps"]], blocks=blocks)
         if current.segments and current.segments[-1].env == seg.env:
             current.segments[-1] = _joined(current.segments[-1], seg)   # the series skipped a run in between
         else:
@@ -243,8 +255,48 @@ def load_series(a: Analytics, flt: HistoryFilter, params: StepParams) -> list[Se
     for s in unknown:   # the successive differences of its segment levels (steps included: never too small)
         levels = np.array([g.level for g in s.segments if g.level is not None])
         if len(levels) > 1:
-            s.sigma = max(s.sigma, _MAD * float(np.median(np.abs(np.diff(levels)))) / math.sqrt(2))
+            s.sigma = max(s.sigma, MAD * float(np.median(np.abs(np.diff(levels)))) / math.sqrt(2))
+    _within_noise(out)
     return out
+
+
+def _within_noise(series: list[Series]) -> None:
+    """Each series' noise inside its stretches: its own (stepfit.stretch_noise), never below the
+    median of those of its (host, preset), so a short series that happened to vary little
+    does not make a step of the machine's load."""
+    own: dict[int, float] = {}
+    pooled: dict[tuple, list[float]] = {}
+    for i, s in enumerate(series):
+        noise = stretch_noise([(np.array([b.level for b in g.blocks]), np.array([b.timed for b in g.blocks]))
+                               for g in s.segments if g.blocks])
+        if noise is not None:
+            own[i] = noise
+            pooled.setdefault((s.host, s.preset), []).append(noise)
+    pool = {k: float(np.median(v)) for k, v in pooled.items()}
+    for i, s in enumerate(series):
+        if i in own:
+            s.within = max(s.within, own[i], pool[(s.host, s.preset)])
+
+
+def _noise(rows: list, c: dict[str, int], params: StepParams):
+    """row -> the run-to-run noise of its series: its own pooled deviation within environments
+    when that has min_pool degrees of freedom; else the median of those of its (host, preset);
+    else its own bounded from above (stepfit.noise_bound) when it has any; else None."""
+    pooled: dict[tuple, list[float]] = {}
+    for row in rows:
+        if row[c["df"]] >= params.min_pool:
+            pooled.setdefault((row[c["host"]], row[c["preset"]]), []).append(row[c["sd"]])
+    pool = {k: float(np.median(v)) for k, v in pooled.items()}
+
+    def noise(row) -> float | None:
+        sd, df = row[c["sd"]], row[c["df"]]
+        if df >= params.min_pool:
+            return sd
+        if (row[c["host"]], row[c["preset"]]) in pool:
+            return pool[(row[c["host"]], row[c["preset"]])]
+        return noise_bound(sd, df) if sd is not None and df >= 1 else None
+
+    return noise
 
 
 def _joined(a: Segment, b: Segment) -> Segment:
@@ -262,99 +314,9 @@ def _joined(a: Segment, b: Segment) -> Segment:
                    mean(a.level, b.level, a.timed, b.timed), statuses, mean(a.max_abs, b.max_abs, a.runs, b.runs),
                    max(a.atol or 0.0, b.atol or 0.0) or None, a.env,
                    quant_sqnr=mean(a.quant_sqnr, b.quant_sqnr, a.runs, b.runs),
-                   lowering_steps=mean(a.lowering_steps, b.lowering_steps, a.runs, b.runs))
+                   lowering_steps=mean(a.lowering_steps, b.lowering_steps, a.runs, b.runs),
+                   blocks=a.blocks + b.blocks if a.blocks and b.blocks else [])
 
-
-# ---------------------------------------------------------------- the fit
-
-def fit_steps(levels: np.ndarray, weights: np.ndarray, var: float, penalty: float) -> list[int]:
-    """Optimal partitioning of `levels` (weighted least squares, `penalty` per step, costs in
-    units of `var`): the indices where a new constant piece starts (0 excluded)."""
-    n = len(levels)
-    cw = np.concatenate([[0.0], np.cumsum(weights)])
-    cy = np.concatenate([[0.0], np.cumsum(weights * levels)])
-    cy2 = np.concatenate([[0.0], np.cumsum(weights * levels ** 2)])
-    best = np.full(n + 1, np.inf)
-    best[0] = -penalty
-    start = np.zeros(n + 1, dtype=int)
-    for t in range(1, n + 1):
-        s = np.arange(t)
-        w, wy, wy2 = cw[t] - cw[s], cy[t] - cy[s], cy2[t] - cy2[s]
-        cost = best[s] + (wy2 - wy ** 2 / w) / var + penalty
-        k = int(np.argmin(cost))
-        best[t], start[t] = cost[k], k
-    cuts, t = [], n
-    while t > 0:
-        t = int(start[t])
-        if t > 0:
-            cuts.append(t)
-    return sorted(cuts)
-
-
-@dataclass
-class Step:
-    at: int                 # index of the first segment after the step
-    ratio: float
-    ci_low: float
-    ci_high: float
-    before: float           # level before / after, ms
-    after: float
-
-
-def _step(at: int, m0: float, w0: float, m1: float, w1: float, var: float, sigma: float,
-          params: StepParams) -> tuple[Step, float]:
-    """The step from level m0 (weight w0) to m1, and its margin: > 0 when it is significant."""
-    delta, se = m1 - m0, math.sqrt(var * (1 / w0 + 1 / w1))
-    margin = min(abs(delta) - params.noise_k * sigma,
-                 abs(delta) - params.z * se - max(math.log(params.min_ratio), 0.0))
-    return Step(at, math.exp(delta), math.exp(delta - params.z * se), math.exp(delta + params.z * se),
-                math.exp(m0), math.exp(m1)), margin
-
-
-def _variance(sigma: float) -> float:
-    return (_MEDIAN_SE * sigma) ** 2
-
-
-def significant_steps(levels: np.ndarray, weights: np.ndarray, sigma: float, params: StepParams) -> list[Step]:
-    """fit_steps, then the least significant step dropped while one is below the noise."""
-    if float(levels.max() - levels.min()) <= params.noise_k * sigma:
-        return []     # no two pieces can differ by more than the levels' range: nothing to fit
-    var = _variance(sigma)
-    total = float(weights.sum())
-    penalty = params.penalty if params.penalty is not None else 3 * math.log(max(total, 3.0))
-    cuts = fit_steps(levels, weights, var, penalty)
-    while cuts:
-        bounds = [0, *cuts, len(levels)]
-        pieces = [(float(weights[a:b].sum()), float(np.average(levels[a:b], weights=weights[a:b])))
-                  for a, b in zip(bounds, bounds[1:])]
-        found = [_step(cut, pieces[i][1], pieces[i][0], pieces[i + 1][1], pieces[i + 1][0], var, sigma, params)
-                 for i, cut in enumerate(cuts)]
-        worst = int(np.argmin([margin for _, margin in found]))
-        if found[worst][1] > 0:
-            return [step for step, _ in found]
-        del cuts[worst]
-    return []
-
-
-def environment_steps(envs: list, levels: np.ndarray, weights: np.ndarray, sigma: float,
-                      params: StepParams) -> list[Step]:
-    """For a series whose environments recur (A, B, A, B...: interleaved rounds, a rollback):
-    each environment's runs pooled, and each change X -> Y compared once, where it first happens."""
-    pooled: dict[object, tuple[float, float]] = {}
-    for env, level, w in zip(envs, levels, weights):
-        w0, wy = pooled.get(env, (0.0, 0.0))
-        pooled[env] = (w0 + float(w), wy + float(w) * float(level))
-    var, seen, out = _variance(sigma), set(), []
-    for i in range(1, len(envs)):
-        x, y = envs[i - 1], envs[i]
-        if x == y or (x, y) in seen or (y, x) in seen:
-            continue
-        seen.add((x, y))
-        (wx, sx), (wy, sy) = pooled[x], pooled[y]
-        step, margin = _step(i, sx / wx, wx, sy / wy, wy, var, sigma, params)
-        if margin > 0:
-            out.append(step)
-    return out
 
 
 # ---------------------------------------------------------------- findings
@@ -378,7 +340,8 @@ def _status_direction(before: Verdict, after: Verdict) -> str:
 
 
 def detect(a: Analytics, flt: HistoryFilter = HistoryFilter(), params: StepParams = StepParams()) -> list[Finding]:
-    """Every status change, latency step and error growth at an environment change, once each."""
+    """Every status change, latency step and error growth at an environment change, once each,
+    and every latency step inside an environment stretch (no recorded change: no `changes`)."""
     params.check()
     series = load_series(a, flt, params)
     envs = {r[0]: tuple(r[1:]) for r in a.sql(
@@ -387,7 +350,8 @@ def detect(a: Analytics, flt: HistoryFilter = HistoryFilter(), params: StepParam
     for s in series:
         seen = set()
         for f in _series_findings(s, envs, params):   # a change seen again (A, B, A, B...) is reported once
-            key = (f.kind, f.direction, f.changes, f.after if f.kind == "status" else None)
+            key = (f.kind, f.direction, f.changes, f.after if f.kind == "status" else None,
+                   None if f.changes else f.run_id)
             if key not in seen:
                 seen.add(key)
                 out.append(f)
@@ -407,10 +371,17 @@ def _series_findings(s: Series, envs: dict[str, tuple], params: StepParams) -> l
         found.append(Finding(kind, direction, s.host, s.test_id, s.seed, s.preset, seg.first_run,
                              prev.last_run, seg.started, before, after, ratio, lo, hi, changes))
 
+    def latency(prev: Segment, seg: Segment, st: Step) -> None:
+        finding("latency", REGRESSION if st.ratio > 1 else IMPROVEMENT, prev, seg,
+                f"{st.before:.4g} ms", f"{st.after:.4g} ms", st.ratio, st.ci_low, st.ci_high)
+
     _status_findings(s, finding)
     _metric_findings(s, params, finding)
     _int8_findings(s, finding)
-    timed = [g for g in s.segments if g.level is not None and g.timed > 0]
+    timed: list[Segment] = []
+    for g in s.segments:
+        if g.level is not None and g.timed > 0:
+            timed += _split(g, s.within, params, latency)
     if len(timed) > 1:
         levels = np.array([g.level for g in timed], dtype=float)
         weights = np.array([g.timed for g in timed], dtype=float)
@@ -419,9 +390,32 @@ def _series_findings(s: Series, envs: dict[str, tuple], params: StepParams) -> l
         steps = (environment_steps(keys, levels, weights, s.sigma, params) if recurring
                  else significant_steps(levels, weights, s.sigma, params))
         for st in steps:
-            finding("latency", REGRESSION if st.ratio > 1 else IMPROVEMENT, timed[st.at - 1], timed[st.at],
-                    f"{st.before:.4g} ms", f"{st.after:.4g} ms", st.ratio, st.ci_low, st.ci_high)
+            if timed[st.at - 1].env != timed[st.at].env:   # else a step inside a stretch: _split's
+                latency(timed[st.at - 1], timed[st.at], st)
     return found
+
+
+def _split(seg: Segment, sigma: float, params: StepParams, latency) -> list[Segment]:
+    """A segment cut at the steps inside its stretch (each reported through `latency`, with no
+    environment change), so that the fit across environments sees the levels on either side."""
+    if not seg.blocks:
+        return [seg]
+    levels = np.array([b.level for b in seg.blocks])
+    runs = np.array([b.timed for b in seg.blocks], dtype=float)
+    steps = stretch_steps(levels, runs, sigma, params)
+    if not steps:
+        return [seg]
+    bounds = [0, *[st.at for st in steps], len(seg.blocks)]
+    pieces = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        part = seg.blocks[lo:hi]
+        timed = sum(b.timed for b in part)
+        pieces.append(dataclasses.replace(
+            seg, first_run=part[0].first_run, last_run=part[-1].last_run, started=part[0].started, runs=timed,
+            timed=timed, level=float(np.median(levels[lo:hi])), blocks=[]))
+    for i, st in enumerate(steps):
+        latency(pieces[i], pieces[i + 1], st)
+    return pieces
 
 
 def _status_findings(s: Series, finding) -> None:

@@ -261,8 +261,9 @@ def diff_runs(ctx, run_a, run_b, by, versions, drift_factor, latency_threshold, 
 @uses(history_filter(changes=True), STEP_PARAMS)
 def regressions(ctx, regressions_only, fmt, history, params) -> None:
     """Latency steps, status changes and error growth over the whole history, each at the
-    environment change (torch, executorch, onnxruntime, ..., OS, CPU) it happened at, grouped
-    by that change. Exit 1 when one is a regression (CI), 0 otherwise.
+    environment change (torch, executorch, onnxruntime, ..., a backend plugin, OS, CPU) it
+    happened at, grouped by that change; a latency step inside one environment is reported
+    too, with no recorded environment change. Exit 1 when one is a regression (CI), 0 otherwise.
 
     \b
     opdiff regressions
@@ -280,7 +281,7 @@ def regressions(ctx, regressions_only, fmt, history, params) -> None:
     print_table(findings_table(found), fmt, f"findings ({len(found)})")
     n = sum(f.direction == REGRESSION for f in found)
     if fmt in ("table", "markdown"):
-        rest = len(found) - n
+        rest, bare = len(found) - n, sum(not f.changes for f in found)
         echo(f"{n} regression{'s' if n != 1 else ''}, {rest} other change{'s' if rest != 1 else ''} "
-             "at environment changes")
+             "at environment changes" + (f"; {bare} of them with no recorded environment change" if bare else ""))
     sys.exit(1 if n else 0)

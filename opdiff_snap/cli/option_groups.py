@@ -356,4 +356,6 @@ STEP_PARAMS = Group("params", (
                  "(default 3 ln(runs of the series))."),
     click.option("--drift-factor", type=NON_NEGATIVE, default=10.0, show_default=True,
                  help="max_abs growth that counts (x max(before, atol))."),
+    click.option("--min-runs", type=int, default=3, show_default=True,
+                 help="Runs a latency step with no environment change needs on either side."),
 ), _step_params)
