@@ -12,7 +12,7 @@ import torch
 
 from ..suite.model import Tolerance
 from .bounds import Bias, bias, ulps
-from .rules import LeafRule, Rounding, as_f64, excess_over, leaf_rule
+from .rules import LeafRule, Rounding, as_f64, excess_over, leaf_rule, rounds_to_inf
 from .tolerance import leaf_tolerance
 from .walk import leaf_pairs
 
@@ -171,6 +171,7 @@ def _leaf_values(out: Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, af
             en, an = np.isnan(ef), np.isnan(af)
             # NaN must face NaN; otherwise a non-finite value must be equal (same-signed Inf).
             nonfinite_bad = (en != an) | (~finite & ~en & ~an & (ef != af))
+            nonfinite_bad &= ~rounds_to_inf(rule, af)   # the answer overflows the target's precision
             bad = nonfinite_bad | (finite & bad)
             excess = np.where(finite, excess, -np.inf)
             excess[nonfinite_bad] = np.inf
