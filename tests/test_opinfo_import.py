@@ -100,12 +100,14 @@ def test_elementwise_ops_get_the_edge_profiles_asked_for_and_others_none(tmp_pat
     report = api.import_opinfo(tmp_path / "o", ops=["exp", "add", "mm"], profiles=["edge"])
     ids = [c.id for c in load_suites(report.files)]
     base = "opinfo.exp.f32.0"
-    assert [i for i in ids if i.startswith(base)] == [base, *(f"{base}@{p}" for p in EDGE)]
+    # each profile in float32's values, and in fp16's and bf16's (docs/suite-format.md)
+    each = [f"{p}{v}" for p in EDGE for v in ("", ".f16", ".bf16")]
+    assert [i for i in ids if i.startswith(base)] == [base, *(f"{base}@{p}" for p in each)]
     # add's second sample keeps the profiles whose goldens say something (its subnormal sums
     # are all within atol of zero)
     add = [i for i in ids if i.startswith("opinfo.add.f32.1")]
-    assert add[0] == "opinfo.add.f32.1" and 1 < len(add) < 1 + len(EDGE)
-    assert add[1:] == [f"opinfo.add.f32.1@{p}" for p in EDGE if f"opinfo.add.f32.1@{p}" in add]
+    assert add[0] == "opinfo.add.f32.1" and 1 < len(add) < 1 + len(each)
+    assert add[1:] == [f"opinfo.add.f32.1@{p}" for p in each if f"opinfo.add.f32.1@{p}" in add]
     assert [i for i in ids if i.startswith("opinfo.mm.")] == ["opinfo.mm.f32.0", "opinfo.mm.f32.1"]
     assert "input profiles wide, subnormal" in report.files[0].read_text()
     cases = {c.id: c for c in load_suites(report.files)}

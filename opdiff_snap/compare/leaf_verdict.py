@@ -12,7 +12,7 @@ import torch
 
 from ..suite.model import Tolerance
 from .bounds import Bias, bias, ulps
-from .rules import LeafRule, Rounding, as_f64, excess_over, leaf_rule
+from .rules import LeafRule, Rounding, as_f64, excess_over, leaf_rule, overflowed
 from .tolerance import leaf_tolerance
 from .walk import leaf_pairs
 
@@ -165,12 +165,16 @@ def _leaf_values(out: Leaf, e: torch.Tensor, a: torch.Tensor, ef: np.ndarray, af
         finite = None if np.isfinite(d).all() else (np.isfinite(ef) & np.isfinite(af))
         assert rule is not None, "a floating leaf has its rule"
         excess = _apply_rule(out, rule, af, shape[-1] if shape else 1)
+        over = overflowed(rule, af)    # the answer overflows the target's precision
+        if over.any():
+            excess = np.where(over, np.minimum(excess, 0.0), excess)
         bad = excess > 0
         nonfinite_bad = None
         if finite is not None:  # slow path: NaN/Inf present somewhere
             en, an = np.isnan(ef), np.isnan(af)
             # NaN must face NaN; otherwise a non-finite value must be equal (same-signed Inf).
             nonfinite_bad = (en != an) | (~finite & ~en & ~an & (ef != af))
+            nonfinite_bad &= ~over
             bad = nonfinite_bad | (finite & bad)
             excess = np.where(finite, excess, -np.inf)
             excess[nonfinite_bad] = np.inf

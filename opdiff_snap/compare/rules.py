@@ -27,6 +27,13 @@ UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2
 # an eighth (fp32) and a quarter (fp16) of the 2^-7 relative error of a wrong kernel, so
 # such a kernel stays a MISMATCH. bf16's own default rtol (1.6e-2) is already above 2^-7.
 ALLOWANCE_CAP = {"fp64": 2.0**-40, "fp32": 2.0**-10, "fp16": 2.0**-9, "bf16": 2.0**-6}
+# The magnitude from which rounding to nearest gives inf in a precision: its largest finite
+# value plus half an ulp there. An answer past it is rightly inf on a target computing in
+# that precision.
+OVERFLOW = {"fp16": 65520.0, "bf16": (2 - 2.0**-8) * 2.0**127}
+# The largest finite value per precision: what a saturating target (or an op defined by its
+# dtype's range, such as nan_to_num) answers for such an answer instead of inf.
+LARGEST = {"fp16": 65504.0, "bf16": (2 - 2.0**-7) * 2.0**127}
 # Smallest normal number per precision (compare/bounds.py).
 TINY = {"fp64": 2.0**-1022, "fp32": 2.0**-126, "fp16": 2.0**-14, "bf16": 2.0**-126}
 # A composite output on an fp16/bf16 target may be off the float64 reference by this many
@@ -153,7 +160,9 @@ class LeafRule:
             "reference" if centre is reference else "own"
         return {"kind": self.kind, "atol": self.atol, "rtol": self.rtol, "bound": self.bound,
                 "torch": self.torch.to_script() if self.torch is not None else None,
-                "ulps": ELEMENTWISE_ULPS, "u": self.u, "tiny": self.tiny, "precision": self.precision,
+                "ulps": ELEMENTWISE_ULPS, "u": self.u,
+                "overflow": OVERFLOW.get(self.precision),
+                "largest": LARGEST.get(self.precision), "tiny": self.tiny, "precision": self.precision,
                 "kernel_ulps": self.kernel_ulps,
                 "reference": tensor(reference), "bias_on": bias_on,
                 "bias_centre": tensor(centre) if bias_on == "own" else None}
@@ -233,6 +242,19 @@ def leaf_rule(e: torch.Tensor, ef: np.ndarray, atol: float, rtol: float, tol: To
     rule.baseline_error, rule.bound, rule.factor, rule.capped = error, bound, factor, bound < scaled
     rule.bands += [Band(ef, np.full_like(ef, bound)), Band(ref, atol + rtol * np.abs(ref))]
     return rule
+
+
+def overflowed(rule: LeafRule, af: np.ndarray) -> np.ndarray:
+    """Where the target's value is the answer overflowing its precision: the answer (the
+    exact one of an elementwise rule, else the golden's) lies past the precision's overflow
+    threshold, where no finite value of that precision comes near it, and the target gives
+    inf or its precision's largest finite value (saturation), with that sign."""
+    limit = OVERFLOW.get(rule.precision)
+    if limit is None:
+        return np.zeros(af.shape, dtype=bool)
+    answer = rule.bands[0].centre
+    at_edge = np.isinf(af) | (np.abs(af) == LARGEST[rule.precision])
+    return at_edge & (np.abs(answer) >= limit) & (np.sign(af) == np.sign(answer))
 
 
 def excess_over(rule: LeafRule, af: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ history, plots and localize all use the groups below.
 | CRASH, TIMEOUT | the worker died (signal or exit code) / gave no answer in time | the pool |
 | UNAVAILABLE | the preset cannot export or run on this machine, with why | execution |
 | NO_GOLDEN, STALE, CORRUPT | no golden / its test changed / it fails verification | check's planning (CORRUPT also when an array fails at read time) |
-| SKIPPED | a suite `skip:` or `--skips` entry, with its reason; in localize, an ATen node computed from weights and constants only (not run alone) | planning (record and check); localize |
+| SKIPPED | a suite `skip:` or `--skips` entry, with its reason; an edge profile on a preset of another precision (suite/profiles.py), with why; in localize, an ATen node computed from weights and constants only (not run alone) | planning (record and check); localize |
 | BASELINE_FAIL | the baseline could not produce a golden | record; check's planning, for a test whose baseline failed when it was last recorded |
 | RECORDED, KEPT | record: a golden written / an up-to-date one kept | record; the pytest fixture's recording run |
 

@@ -24,7 +24,8 @@ from .entries import Expectations
 
 UNTRIAGED = "not triaged yet"   # the reason an entry no rule explains gets meanwhile (--untriaged)
 KINDS = {"backend-limit": "backend limit", "tolerance": "tolerance choice",
-         "upstream-bug": "bug worth reporting upstream", "platform": "platform (cannot run here)"}
+         "upstream-bug": "bug worth reporting upstream", "platform": "platform (cannot run here)",
+         "not-applicable": "not applicable (not run, by design)"}
 # Not a kind a known failure may have: it would blame the test. A test whose result cannot
 # mean anything on a target gets other inputs, or its result says so (not a failure).
 TEST_DESIGN = ("test-design", "test design")

@@ -22,7 +22,7 @@ from ..execution.runner import Job
 from ..goldens import CorruptGolden, Golden, GoldenStore, MissingGolden, store_key
 from ..goldens.validate import definition_findings
 from ..suite.model import TestCase, Tolerance
-from ..suite.selection import skip_reason
+from ..suite.selection import profile_skip, skip_reason
 from .check_plan import Planned
 from .judge import Pending
 
@@ -85,7 +85,7 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
 
     runnable = []
     for preset in presets:
-        reason = skip_reason(item.case, preset.name, skips, item.test_id)
+        reason = skip_reason(item.case, preset.name, skips, item.test_id) or profile_skip(item.case, preset.precision)
         if reason:
             out(preset, Verdict.SKIPPED, reason)
         elif item.verdict is not None:

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from .profiles import NORMAL
+from .profiles import NORMAL, split, variant_dtype
 
 
 def _pick(t: torch.Tensor, g: torch.Generator, share: float) -> torch.Tensor:
@@ -78,10 +78,17 @@ REWRITES: dict[str, Callable[[torch.Tensor, torch.Generator], torch.Tensor]] = {
 
 def apply_profile(profile: str, t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     """`t` (a sampled input) rewritten by `profile`; unchanged for normal and for a tensor
-    that is not floating."""
-    fn = None if profile == NORMAL else REWRITES[profile]
+    that is not floating. A precision variant (`subnormal.f16`) rewrites a real floating
+    tensor with the values of its dtype (float16's largest finite, its subnormals), the
+    ones kept rounded to it too, and keeps the tensor's own dtype: every value is one the
+    narrower dtype holds exactly, so a target that casts to it computes on the very inputs
+    the golden saw. A complex tensor keeps its own values (no preset casts it)."""
+    fn = None if profile == NORMAL else REWRITES[split(profile)[0]]
     if fn is None or not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
         return t
+    narrow = variant_dtype(profile)
+    if narrow is not None and t.is_floating_point():
+        return fn(t.to(getattr(torch, narrow)), g).to(t.dtype)
     if t.is_complex():
         parts = torch.view_as_real(t)
         return torch.complex(fn(parts[..., 0], g), fn(parts[..., 1], g))

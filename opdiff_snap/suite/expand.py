@@ -25,7 +25,7 @@ from .fields import DEVICES, EXTENSION_KEYS, NODE_FIELDS, SIDE_FIELDS, TEST_KEYS
 from .files import SearchRoots
 from .model import Call, TestCase, Tolerance
 from .problems import BAD, Problems, Where, check_keys, plain
-from .profiles import NORMAL, id_with_profile
+from .profiles import NORMAL, floating_dtypes, id_with_profile, in_precisions
 from .resolve import NodeResolver, path_checker
 from .spechash import file_modules, spec_hash
 from .torch_fns import EXAMPLES, TORCH_CALL, definition_fns, fn_refusal
@@ -379,7 +379,8 @@ class Expander:
                 **{k: common[k] for k in EXTENSION_KEYS if k != "profiles"},
             }
             profiles = common["profiles"]
-            if profiles != [NORMAL] and not _samples_floats([inputs, kwargs]):
+            dtypes = floating_dtypes([inputs, kwargs])
+            if profiles != [NORMAL] and not dtypes:
                 # the suite's defaults reach every test: one without floating inputs keeps normal
                 if "profiles" in raw:
                     self.problems.add(w.at(raw, "profiles"),
@@ -388,7 +389,7 @@ class Expander:
                                       "it a floating tensor input")
                     continue
                 profiles = [NORMAL]
-            for profile in profiles:
+            for profile in (p for listed in profiles for p in in_precisions(listed, dtypes)):
                 # a profile is part of what the outputs depend on; normal adds nothing, so the
                 # goldens of tests without profiles keep their spec hashes
                 variant = definition if profile == NORMAL else {**definition, "profile": profile}
@@ -404,20 +405,6 @@ class Expander:
         self.problems.add(w, "cast_input0_to_complex needs input 0 to be a complex tensor or a float "
                              "tensor whose last dimension is 2 (real, imag)")
         return False
-
-
-def _samples_floats(node: Any) -> bool:
-    """Whether a resolved input node makes a floating or complex tensor (what a profile
-    rewrites)."""
-    if isinstance(node, dict):
-        if node.get("type") in ("tensor", "scalar_tensor", "const_tensor"):
-            return dtype_family(node["dtype"]) in ("float", "complex")
-        if node.get("type") in ("module", "construct", "const"):
-            return False
-        return any(_samples_floats(v) for v in node.values())
-    if isinstance(node, list):
-        return any(_samples_floats(v) for v in node)
-    return False
 
 
 def case_from_definition(test_id: str, definition: dict, suite_path: Path,

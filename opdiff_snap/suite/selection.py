@@ -1,5 +1,6 @@
 """What a run selects: tests by id (opdiff's `;`-separated items, each exact or a prefix
-ending in `*`) and tag, seeds, and the (test, preset) pairs it skips."""
+ending in `*`) and tag, seeds, and the (test, preset) pairs it skips (asked for, or an
+edge profile on a preset of another precision)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import fnmatch
 from typing import Iterable, Sequence
 
 from .model import TestCase
+from .profiles import floating_dtypes, precision_skip
 
 
 def parse_patterns(patterns: Iterable[str] | None) -> list[str]:
@@ -64,3 +66,11 @@ def skip_reason(case: TestCase | None, preset_name: str, skips: Sequence[tuple[s
         if tid is not None and id_matches(tid, [id_pattern]) and fnmatch.fnmatchcase(preset_name, preset_pattern):
             return f"skipped by --skips {id_pattern}:{preset_pattern}"
     return None
+
+
+def profile_skip(case: TestCase | None, precision: str) -> str | None:
+    """Why a test's edge profile is not judged on a preset computing in `precision`: its
+    edge values belong to another precision (suite/profiles.py)."""
+    if case is None:
+        return None
+    return precision_skip(case.id, case.profile, floating_dtypes([list(case.inputs), dict(case.kwargs)]), precision)

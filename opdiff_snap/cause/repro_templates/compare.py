@@ -156,6 +156,13 @@ def compare(expected, actual, rules):
                 excess = x if excess is None else torch.minimum(excess, x)
             en, an = torch.isnan(ef), torch.isnan(af)
             nonfinite = (en != an) | (~finite & ~en & ~an & (ef != af))
+            if rule.get("overflow"):   # the answer lies past the target precision's largest finite
+                answer = rule["reference"].reshape(-1) if rule["kind"] == "elementwise" else ef
+                past = answer.abs() >= rule["overflow"]
+                edge = torch.isinf(af) | (af.abs() == rule["largest"])   # inf, or saturated
+                over = edge & past & (torch.sign(af) == torch.sign(answer))
+                nonfinite &= ~over
+                excess = torch.where(over, torch.clamp(excess, max=0.0), excess)
             bad = nonfinite | (finite & (excess > 0))
             failed = "nonfinite" if bool(nonfinite.any()) else rule["kind"]
             multiple = torch_multiple(rule, af)

@@ -13,6 +13,7 @@ outputs:
 | bugdrop_cpu_fp16 | sum and mean reductions leave out the last element of what they reduce |
 | bugwrongop_cpu_fp16 | aten::sigmoid computes hardsigmoid and aten::silu hardswish |
 | bugaccum_cpu_fp16 | matrix products accumulate in float16, each partial sum rounded (torch accumulates in float32) |
+| bugdaz_cpu_fp16 | every op reads float16 subnormal inputs as zero (denormals-are-zero), right on every other value |
 
 Which tests a bug reaches is measured, not assumed (bench/bench_verdicts.py): the bug
 reaches a test when its outputs differ from the golden by more than torch eager's own
@@ -24,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opdiff_snap.backends.base import Artifact, Availability, Preset
@@ -97,6 +99,17 @@ class _HalfAccumulation(TorchDispatchMode):
             return beta * args[0] + alpha * _mm_fp16(args[1], args[2])
         if func is aten.bmm.default and args[0].dtype == torch.float16:
             return torch.stack([_mm_fp16(x, y) for x, y in zip(args[0], args[1])])
+        return func(*args, **kwargs)
+
+
+class _ZeroSubnormals(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def flush(t: Any) -> Any:
+            if not (isinstance(t, torch.Tensor) and t.dtype == torch.float16):
+                return t
+            return torch.where(t.abs() < torch.finfo(torch.float16).smallest_normal, torch.zeros_like(t), t)
+
+        args, kwargs = pytree.tree_map(flush, (tuple(args), dict(kwargs or {})))
         return func(*args, **kwargs)
 
 
@@ -184,6 +197,10 @@ class HalfAccumulationBug(_Planted):
     family, mode = "bugaccum", _HalfAccumulation
 
 
+class ZeroSubnormalsBug(_Planted):
+    family, mode = "bugdaz", _ZeroSubnormals
+
+
 PLANTED = {"bugoffset": OffsetBug, "bugsmall": SmallValuesBug, "bugapprox": ApproximationBug,
            "bugdrift": DriftBug, "bugdrop": DroppedElementBug, "bugwrongop": WrongOpBug}
 PRESETS = tuple(f"{family}_cpu_fp16" for family in PLANTED)
@@ -192,3 +209,5 @@ ACCUMULATION = "bugaccum_cpu_fp16"
 ENTRY_POINT_LINES = "".join(f"{family} = helpers.numerics.planted:{cls.__name__}\n"
                             for family, cls in {**PLANTED, "bugaccum": HalfAccumulationBug}.items())
 ENTRY_POINTS = "[opdiff_snap.backends]\n" + ENTRY_POINT_LINES
+# wrong only on float16 subnormal inputs (tests/test_profile_precisions.py)
+DAZ_ENTRY_POINTS = "[opdiff_snap.backends]\nbugdaz = helpers.numerics.planted:ZeroSubnormalsBug\n"
