@@ -32,8 +32,8 @@ Listener = Callable[[Result], None] | None
 __all__ = ["CheckRequest", "RecordRequest", "Result", "RunReport", "Running", "Selection", "UpgradeRequest",
            "add_references", "check", "compare_envs", "coverage", "diff_page", "diff_runs", "golden", "goldens",
            "gradcheck", "html_report", "import_opinfo", "latency", "list_tests", "load_expectations", "localize",
-           "ops", "presets", "prune", "query", "reconcile_history", "record", "regressions", "repro", "run_groups",
-           "runs", "schema", "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
+           "ops", "pack_goldens", "presets", "prune", "query", "reconcile_history", "record", "regressions", "repro",
+           "run_groups", "runs", "schema", "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
 
 
 # ---------------------------------------------------------------- suites, presets, goldens
@@ -91,6 +91,13 @@ def prune(settings: Settings | None = None, delete: bool = False) -> list:
     from .goldens.maintenance import prune as run
 
     return run(settings, delete)
+
+
+def pack_goldens(settings: Settings | None = None):
+    """The store's small loose goldens folded into packs (goldens/repack.py): its PackReport."""
+    from .goldens.maintenance import pack
+
+    return pack(settings)
 
 
 def verify(settings: Settings | None = None) -> tuple[list, int]:

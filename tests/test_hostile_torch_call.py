@@ -7,14 +7,13 @@ the shipped OpInfo goldens check without their suites."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers.check import copy_shipped
 from helpers.hostile import FAST, REPO, assert_clean_failure, edit_attrs, run_cli
 
 from opdiff_snap.core.errors import OpdiffError
-from opdiff_snap.goldens import store_key
 from opdiff_snap.suite import load_suites
 from opdiff_snap.suite.spechash import spec_hash
 from opdiff_snap.suite.torch_call import TorchCall, resolve_fn
@@ -91,12 +90,9 @@ def test_what_the_shipped_suites_call_passes():
 
 def _goldens_only(tmp_path: Path, *test_ids: str) -> Path:
     project = tmp_path / "p"
-    (project / "goldens").mkdir(parents=True)
-    shutil.copy(REPO / "goldens" / "zarr.json", project / "goldens" / "zarr.json")
+    assert len(copy_shipped(project / "goldens", lambda info: info.seed == 0 and info.test_id in test_ids)) \
+        == len(test_ids)
     (project / "suites").mkdir()          # no suite vouches for anything
-    for test_id in test_ids:
-        key = store_key(test_id, 0)
-        shutil.copytree(REPO / "goldens" / key, project / "goldens" / key)
     return project
 
 

@@ -108,3 +108,24 @@ def goldens_verify(ctx) -> None:
     echo(f"{n} goldens checked, {corrupt} corrupt" + (f", {stale} stale" if stale else "")
          + (f", {unchecked} with a spec hash not checked from here" if unchecked else ""))
     sys.exit(1 if corrupt or stale else 0)
+
+
+@goldens.command("pack")
+@click.pass_context
+@guarded
+def goldens_pack(ctx) -> None:
+    """Fold small loose goldens into packs (one compressed Zarr array per suite) and rewrite
+    the packs whose goldens changed; safe to interrupt and to run again (docs/goldens-layout.md).
+
+    New goldens are written loose, one folder each; a loose golden wins over a packed copy.
+    Goldens that fail their checks, and those over 64 KiB of tensors, stay loose."""
+    from .. import api
+
+    r = api.pack_goldens(settings_of(ctx))
+    for key, why in r.damaged:
+        echo(f"CORRUPT {key}: left loose ({why})")
+    echo(f"{r.packed} goldens in packs: {r.folded} loose goldens folded in, {len(r.written)} packs written, "
+         f"{len(r.removed)} replaced packs removed; {r.large} large goldens stay loose"
+         + (f", {len(r.damaged)} damaged ones too" if r.damaged else "")
+         + (f", {r.kept_newer} recorded meanwhile kept loose" if r.kept_newer else "") + f" ({r.seconds:.1f} s)")
+    sys.exit(1 if r.damaged else 0)

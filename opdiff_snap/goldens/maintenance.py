@@ -78,3 +78,14 @@ def verify(settings: Settings | None = None) -> tuple[list[Finding], int]:
                           "should hold some, they were deleted or --goldens names another location; "
                           "`opdiff record` records them again.")
     return store.findings(), len(infos)
+
+
+def pack(settings: Settings | None = None):
+    """goldens/repack.py: the store's small loose goldens folded into packs; its PackReport."""
+    from .repack import repack
+
+    where = (settings or Settings()).goldens
+    store = GoldenStore(where)
+    if not store.exists():
+        raise OpdiffError(f"no golden store at {where}, so there is nothing to pack; point --goldens at it.")
+    return repack(store)

@@ -33,7 +33,8 @@ from .encode import FORMAT, MARK, decode, encode, info_from_attrs, tensor_record
 from .golden import CorruptGolden, Golden, GoldenInfo, MissingGolden
 from .keys import seed_of_key, store_key, unknown_entry
 from .ledger import LEDGER, BaselineFailure, Ledger
-from .packed import META, PackError, pack, packed_objects, parse_metadata, read_data, unpack
+from .packed import META, PackError, array_metadata, pack, packed_objects, parse_metadata, read_data, unpack
+from .packs import PackEntry, Packs, is_pack
 from .validate import definition_findings
 from .validate import problems as metadata_problems
 
@@ -70,6 +71,8 @@ class GoldenStore:
         self.root: Path | str = self.place.location
         # the goldens and their zarr.json, read as the place suits (a remote store: in one batch)
         self.units = open_units(self.place, META, keep=(META,))
+        # goldens packed many to a unit (goldens/packs.py); a loose golden of the same key wins
+        self.packs = Packs(self.place, self.units.marker_of)
         self.ledger = Ledger(self.place)
         self._writer: ThreadPoolExecutor | None = None
         self._slots = threading.BoundedSemaphore(WRITES_OUTSTANDING)
@@ -91,7 +94,7 @@ class GoldenStore:
         with `problem` set (and an empty spec hash, so record sees it as stale)."""
         key = store_key(test_id, seed)
         self.units.listed()
-        if not self.units.present(key):
+        if not self._present(key):
             return None
         try:
             attrs = self._attrs(key, test_id, seed)
@@ -124,6 +127,8 @@ class GoldenStore:
             except (KeyError, TypeError, ValueError) as exc:
                 infos.append(self._recovered_info(key, f"malformed attributes ({exc!r})"))
         infos += [self._recovered_info(stray.name, self._stray_problem(stray)) for stray in strays]
+        if only is None:
+            infos += [self._recovered_info(name, why) for name, why in self.packs.problems.items()]
         return sorted(infos, key=lambda i: (i.test_id, i.seed))
 
     def _checked_info(self, key: str) -> GoldenInfo:
@@ -150,13 +155,14 @@ class GoldenStore:
         try:
             return self._read(key, test_id, seed)
         except CorruptGolden:
-            if not self.units.forget(key):
+            if not (self.units.forget(key) or self.packs.forget()):
                 raise
         # a golden replaced since its metadata was read (and kept): read it afresh, once
         return self._read(key, test_id, seed)
 
     def _read(self, key: str, test_id: str, seed: int) -> Golden:
-        path = self.where(key)
+        entry = self._packed(key)
+        path = self.where(entry.pack if entry else key)
         meta = self._metadata(key, test_id, seed)
         attrs = meta["attributes"]
         shape = meta.get("shape")
@@ -172,8 +178,7 @@ class GoldenStore:
             raise CorruptGolden(test_id, seed, "", f"malformed attributes ({exc})",
                                 self.where(f"{key}/{META}")) from None
         try:
-            data = read_data(lambda name, limit: self.place.get(f"{key}/{name}", max_bytes=limit), meta,
-                             lambda: self._zarr_array(key), lambda: self._objects(key))
+            data = self.packs.read(entry)[1] if entry else self.loose_data(key, meta)
             tensors = unpack(data, records)
         except PackError as exc:
             array = next((n for n in records if f"'{n}'" in str(exc)), "")
@@ -188,13 +193,32 @@ class GoldenStore:
         """The names of the objects a golden's folder holds."""
         return {e.key.split("/", 1)[1] for e in self.place.list(key) if "/" in e.key}
 
-    def _zarr_array(self, key: str):
-        return self.place.zarr_array(key)
+    def loose_data(self, key: str, meta: dict[str, Any]) -> bytes:
+        """The packed data of the loose golden under `key`, described by its zarr.json `meta`
+        (every chunk's crc32c checked); raises PackError."""
+        return read_data(lambda name, limit: self.place.get(f"{key}/{name}", max_bytes=limit), meta,
+                         lambda: self.place.zarr_array(key), lambda: self._objects(key))
+
+    def loose(self) -> list[str]:
+        """The keys of the loose goldens (one unit each; damaged ones too), not the packs."""
+        return [n for n in self._survey_units()[0] if not is_pack(n)]
+
+    def remove_loose(self, key: str, marker: bytes) -> bool:
+        """Delete the loose golden under `key` if its zarr.json still holds `marker` (one
+        recorded since stays); True when it went."""
+        try:
+            if self.units.marker_of(key) != marker:
+                return False
+        except FileNotFoundError:
+            return False
+        self.place.remove(key, META)
+        self.units.removed(key)
+        return True
 
     def read_definition(self, test_id: str, seed: int) -> dict[str, Any]:
         """The expanded test definition stored with the golden (metadata only)."""
         key = store_key(test_id, seed)
-        if not self.units.present(key):
+        if not self._present(key):
             raise MissingGolden(test_id, seed, self.root)
         definition = self._attrs(key, test_id, seed).get("definition")
         if not isinstance(definition, dict):
@@ -349,14 +373,14 @@ class GoldenStore:
 
     def delete(self, test_id: str, seed: int) -> None:
         key = store_key(test_id, seed)
-        if not self.units.present(key):
+        if not self._present(key):
             raise MissingGolden(test_id, seed, self.root)
         self._remove(key)
 
     def delete_key(self, key: str) -> None:
         """Delete by store key (GoldenInfo.key): works for goldens whose metadata, and so
         whose test id, cannot be read."""
-        if "/" in key or key.startswith(".") or not self.units.present(key):
+        if "/" in key or key.startswith(".") or not self._present(key):
             raise OpdiffError(f"{self.root}: no golden under key '{key}'.")
         self._remove(key)
 
@@ -384,8 +408,17 @@ class GoldenStore:
         self._ready = True
 
     def _remove(self, key: str) -> None:
+        """Delete the golden under `key`: the loose one, and any packed copy."""
         try:
             self.place.remove(key, META)
+            if self._packed(key, loose_wins=False) is not None:
+                self.packs.remove_key(key)
+        except PackError as exc:
+            raise GoldenWriteError(f"cannot delete the golden {key} from the golden store {self.root}: the pack "
+                                   f"holding it is damaged ({exc}); run `opdiff goldens verify`.") from None
+        except StorageError as exc:
+            raise GoldenWriteError(f"cannot delete the golden {key} from the golden store {self.root}: {exc}") \
+                from None
         except OSError as exc:
             raise GoldenWriteError(f"cannot delete the golden {key} from the golden store {self.root} "
                                    f"({_why(exc)}); it is still there, unchanged.") from None
@@ -394,11 +427,31 @@ class GoldenStore:
     def _survey(self) -> tuple[list[str], list[Stray]]:
         """(every folder, every other entry) at the top of the store, but its own root
         zarr.json and hidden bookkeeping (.staging, .trash)."""
+        names, strays = self._survey_units()
+        loose = [n for n in names if not is_pack(n)]
+        return sorted(set(loose) | self.packs.entries().keys()), strays
+
+    def _survey_units(self) -> tuple[list[str], list[Stray]]:
+        """(every unit, loose goldens and packs, every stray); the packs' indexes read anew."""
         try:
-            return self.units.survey()
+            names, strays = self.units.survey()
         except OSError as exc:
             raise OpdiffError(f"cannot list the golden store {self.root} ({_why(exc)}); check --goldens "
                               "and its permissions.") from None
+        self.packs.load(n for n in names if is_pack(n))
+        return names, strays
+
+    def _present(self, key: str) -> bool:
+        return self.units.present(key) or self._packed(key) is not None
+
+    def _packed(self, key: str, *, loose_wins: bool = True) -> PackEntry | None:
+        """Where the golden under `key` lies in a pack, unless a loose golden of that key
+        (which wins) is there."""
+        if loose_wins and self.units.present(key):
+            return None
+        if not self.packs.loaded:
+            self._survey()
+        return self.packs.get(key)
 
     def _attrs(self, key: str, test_id: str | None = None, seed: int | None = None) -> dict[str, Any]:
         return self._metadata(key, test_id, seed)["attributes"]
@@ -409,8 +462,11 @@ class GoldenStore:
         path = self.where(f"{key}/{META}")
         tid = test_id if test_id is not None else unknown_entry(key)
         sd = seed if seed is not None else (seed_of_key(key) or 0)
+        entry = self._packed(key)
+        path = self.where(entry.pack) if entry else path
         try:
-            meta = parse_metadata(self.units.marker_of(key))
+            meta = (array_metadata(entry.data_nbytes, self.packs.attributes(entry)) if entry
+                    else parse_metadata(self.units.marker_of(key)))
         except UnitMissing:
             if test_id is not None:   # no golden (or not yet a whole one)
                 raise MissingGolden(test_id, sd, self.root) from None

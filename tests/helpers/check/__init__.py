@@ -9,8 +9,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from opdiff_snap.core.config import Settings
+from opdiff_snap.goldens import GoldenInfo, GoldenStore
 
 from .. import REPO, TESTS
 from ..cli import MODULE, run, start
@@ -100,15 +102,26 @@ def flip_byte(path: Path, offset: int = 3) -> None:
     path.write_bytes(bytes(data))
 
 
+def copy_shipped(goldens: Path, keep: Callable[[GoldenInfo], bool]) -> list[str]:
+    """Copies of the shipped goldens `keep` selects, written into the store at `goldens` as
+    record writes them (loose; the shipped store holds most goldens in packs). Their keys."""
+    shipped, store = GoldenStore(REPO / "goldens"), GoldenStore(goldens)
+    store.check_writable()
+    keys = []
+    for info in shipped.index():
+        if not info.problem and keep(info):
+            store.write(shipped.read(info.test_id, info.seed))
+            keys.append(info.key)
+    return keys
+
+
 def shipped_goldens(root: Path, test_ids) -> Settings:
     """A project holding copies of the shipped goldens of `test_ids` (seed 0; no record
     needed), its suites the shipped ones, checked one job at a time with one repeat."""
     goldens = root / "goldens"
-    goldens.mkdir(parents=True)
-    shutil.copy(REPO / "goldens" / "zarr.json", goldens)
-    for test_id in test_ids:
-        (golden,) = (REPO / "goldens").glob(f"{test_id}-*-s0")
-        shutil.copytree(golden, goldens / golden.name)
+    wanted = set(test_ids)
+    copied = copy_shipped(goldens, lambda info: info.seed == 0 and info.key.rsplit("-", 2)[0] in wanted)
+    assert len(copied) == len(wanted), (copied, wanted)
     return Settings(suites=REPO / "suites", goldens=goldens, store=root / "store", cache=root / "cache",
                     jobs=1, repeats=1)
 
