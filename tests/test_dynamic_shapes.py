@@ -1,6 +1,6 @@
 """Dynamic shapes: a test with `dynamic: {B: [...]}` records one golden per size, and a
 check exports one artifact with B dynamic and runs every size on it; a preset that
-exports static shapes only gets EXPORT_FAIL with the reason, an int8 preset quantizes once
+exports static shapes only skips them with the reason, an int8 preset quantizes once
 and judges each size against its quantized model run at that size, and a model that
 branches on the size is refused by one exporter and caught running the wrong branch on
 another."""
@@ -175,6 +175,25 @@ def test_an_int8_preset_quantizes_once_and_judges_every_size_against_its_own_ref
             assert r.verdict is Verdict.PASS or r.message.startswith("lowering error"), (r.test_id, r.message)
         else:
             assert r.verdict is Verdict.PASS, (r.test_id, r.message)
+
+
+def test_a_preset_that_exports_static_shapes_only_skips_the_sized_tests_with_its_reason(tmp_path):
+    from helpers.check import make_site, plugin_installed
+
+    root = tmp_path / "p"
+    _suite(root, INT8_SUITE)
+    site = make_site(tmp_path / "site", "[opdiff_snap.backends]\n"
+                                        "staticonly = helpers.check.opdiff_perturb:StaticOnlyBackend\n")
+    settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0, batch=1)
+    with contextlib.chdir(root), plugin_installed(site):
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        checked = api.check(api.CheckRequest(backends=["staticonly_cpu_fp32"], running=api.Running(in_process=True)),
+                            settings=settings)
+    got = {r.test_id: r for r in checked.results}
+    for test_id in ("lin@B=2", "lin@B=9"):   # not applicable here, which is no failure of the backend
+        assert got[test_id].verdict is Verdict.SKIPPED, got[test_id].message
+        assert "does not export dynamic shapes" in got[test_id].message
+    assert got["lin"].verdict is Verdict.PASS
 
 
 def test_an_rnn_keeps_its_length_dynamic_on_onnx_whatever_the_process_exported_before(tmp_path):

@@ -85,11 +85,9 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         with torch.no_grad():
             if not quantizing:
                 return backend.export(prepared.module, inputs, preset, work)
-            samples = _samples(calibration) if calibration is not None else [inputs]
-            if dims:
-                artifact, quantized = backend.export_quantized(prepared.module, inputs, samples, preset, work, dims)
-            else:
-                artifact, quantized = backend.export_quantized(prepared.module, inputs, samples, preset, work)
+            samples = _samples(calibration) if calibration is not None else [tuple(t.clone() for t in inputs)]
+            extra = (dims,) if dims else ()   # a backend that keeps no quantized model takes no dims
+            artifact, quantized = backend.export_quantized(prepared.module, inputs, samples, preset, work, *extra)
         quantized.calibration = q.digest(samples)
         if artifact.path is not None:   # kept beside a serialised artifact, and so in the cache with it
             q.save(Path(artifact.path), quantized)
@@ -118,16 +116,8 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         except (ValueError, IndexError) as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
             return out
-        if prepared.dynamic is not None:   # the artifact's reference is at the example sizes: this size's own
-            try:
-                with torch.no_grad():
-                    out.quantized.reference = backend.quantized_reference(out.artifact, tuple(prepared.fresh_inputs()),
-                                                                          preset)
-            except Exception as exc:
-                out.status, out.rerun_failed = Verdict.QUANTIZE_FAIL, True
-                out.error = QuantizeFailed("the quantized model kept with the artifact failed at this size: "
-                                           f"{type(exc).__name__}: {exc}")
-                return out
+        if prepared.dynamic is not None and not _sized_reference(backend, preset, prepared, out):
+            return out
     try:
         out.delegation = backend.delegation(out.artifact, preset)
     except Exception as exc:
@@ -140,6 +130,24 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         except Exception as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
     return out
+
+
+def _sized_reference(backend: Backend, preset: Preset, prepared: Prepared, out: Lowered) -> bool:
+    """A sized test's quantized reference: the artifact's is at the dims' example sizes, so
+    the quantized model kept with it is run on this size's own inputs. False (and `out`
+    says QUANTIZE_FAIL) where that fails."""
+    import torch
+
+    assert out.artifact is not None and out.quantized is not None
+    try:
+        with torch.no_grad():
+            out.quantized.reference = backend.quantized_reference(out.artifact, tuple(prepared.fresh_inputs()), preset)
+    except Exception as exc:
+        out.status, out.rerun_failed = Verdict.QUANTIZE_FAIL, True
+        out.error = QuantizeFailed(f"the quantized model kept with the artifact failed at this size: "
+                                   f"{type(exc).__name__}: {exc}")
+        return False
+    return True
 
 
 def _at_example_sizes(inputs: tuple[torch.Tensor, ...], dims: Dynamic) -> tuple[torch.Tensor, ...]:
