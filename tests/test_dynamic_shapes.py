@@ -1,7 +1,9 @@
 """Dynamic shapes: a test with `dynamic: {B: [...]}` records one golden per size, and a
 check exports one artifact with B dynamic and runs every size on it; a preset that
-exports static shapes only gets EXPORT_FAIL with the reason, and a model that branches
-on the size is refused by one exporter and caught running the wrong branch on another."""
+exports static shapes only skips them with the reason, an int8 preset quantizes once
+and judges each size against its quantized model run at that size, and a model that
+branches on the size is refused by one exporter and caught running the wrong branch on
+another."""
 
 from __future__ import annotations
 
@@ -116,7 +118,7 @@ def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
     with contextlib.chdir(root):
         recorded = api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
         assert {r.verdict for r in recorded.results} == {Verdict.RECORDED}
-        checked = api.check(api.CheckRequest(backends=["onnx_cpu_fp32", "executorch_cpu_fp32", "onnx_cpu_int8"],
+        checked = api.check(api.CheckRequest(backends=["onnx_cpu_fp32", "executorch_cpu_fp32"],
                                              running=api.Running(in_process=True)), settings=settings)
     got = {(r.test_id, r.preset): r for r in checked.results}
     for preset in ("onnx_cpu_fp32", "executorch_cpu_fp32"):
@@ -131,14 +133,6 @@ def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
     assert {got[t, "executorch_cpu_fp32"].verdict for t in ("branchy@B=2", "branchy@B=9")} == {Verdict.EXPORT_FAIL}
     assert {got[t, "onnx_cpu_fp32"].verdict for t in ("branchy@B=2", "branchy@B=9")} == {Verdict.PASS,
                                                                                          Verdict.MISMATCH}
-    # an int8 preset quantizes for static shapes: its sized tests say so; the tests they size run
-    refused = got["lin@B=9", "onnx_cpu_int8"]
-    assert refused.verdict is Verdict.EXPORT_FAIL and "does not export dynamic shapes" in refused.message
-    static = got["lin", "onnx_cpu_int8"]
-    if x86_int8_saturates():   # ONNX Runtime's u8s8 kernels saturate on x86 without VNNI: a real lowering error
-        assert static.verdict is Verdict.PASS or static.message.startswith("lowering error"), static.message
-    else:
-        assert static.verdict is Verdict.PASS, static.message
     # one cache entry per group and preset, beside those of the static tests (ExecuTorch made
     # none for branchy's sizes)
     made = [json.loads(e.read_text())["preset"] for e in (root / ".opdiff-cache").glob("*/*/entry.json")]
@@ -147,6 +141,59 @@ def test_one_artifact_serves_every_size_on_onnxruntime_and_executorch(tmp_path):
     with contextlib.chdir(root), pytest.raises(OpdiffError) as err:
         reproduce("branchy@B=9", "onnx_cpu_fp32", root / "repro.py", in_process=True)
     assert "sized test (dynamic shapes)" in str(err.value) and "--test-ids 'branchy@*'" in str(err.value)
+
+
+INT8_SUITE = """
+dims: {B: 4, N: 16}
+tests:
+  - id: lin
+    op: {type: module, path: torch.nn.Linear, args: [16, 8]}
+    in: [{type: tensor, shape: [B, N], dtype: float32}]
+    dynamic: {B: [2, 9]}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["executorch_cpu_int8", "onnx_cpu_int8", "onnx_cpu_int8dyn"])
+def test_an_int8_preset_quantizes_once_and_judges_every_size_against_its_own_reference(tmp_path, preset):
+    root = tmp_path / "p"
+    _suite(root, INT8_SUITE)
+    settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0, batch=1)
+    with contextlib.chdir(root):
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        checked = api.check(api.CheckRequest(backends=[preset], running=api.Running(in_process=True)),
+                            settings=settings)
+    got = {r.test_id: r for r in checked.results}
+    sized = [got["lin@B=2"], got["lin@B=9"]]
+    # one export, calibrated alike whichever size made it; each size judged against the
+    # quantized model rerun on its own inputs (the example size's reference would not fit B=9)
+    assert sorted(r.cache_hit for r in sized) == [False, True]
+    assert sized[0].calibration == sized[1].calibration and len(sized[0].calibration) == 16
+    for r in [*sized, got["lin"]]:
+        assert r.metrics.lowering_steps is not None, (r.test_id, r.message)
+        if x86_int8_saturates() and preset.startswith("onnx"):   # ORT's u8s8 kernels saturate without VNNI
+            assert r.verdict is Verdict.PASS or r.message.startswith("lowering error"), (r.test_id, r.message)
+        else:
+            assert r.verdict is Verdict.PASS, (r.test_id, r.message)
+
+
+def test_a_preset_that_exports_static_shapes_only_skips_the_sized_tests_with_its_reason(tmp_path):
+    from helpers.check import make_site, plugin_installed
+
+    root = tmp_path / "p"
+    _suite(root, INT8_SUITE)
+    site = make_site(tmp_path / "site", "[opdiff_snap.backends]\n"
+                                        "staticonly = helpers.check.opdiff_perturb:StaticOnlyBackend\n")
+    settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0, batch=1)
+    with contextlib.chdir(root), plugin_installed(site):
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        checked = api.check(api.CheckRequest(backends=["staticonly_cpu_fp32"], running=api.Running(in_process=True)),
+                            settings=settings)
+    got = {r.test_id: r for r in checked.results}
+    for test_id in ("lin@B=2", "lin@B=9"):   # not applicable here, which is no failure of the backend
+        assert got[test_id].verdict is Verdict.SKIPPED, got[test_id].message
+        assert "does not export dynamic shapes" in got[test_id].message
+    assert got["lin"].verdict is Verdict.PASS
 
 
 def test_an_rnn_keeps_its_length_dynamic_on_onnx_whatever_the_process_exported_before(tmp_path):

@@ -101,6 +101,7 @@ class Artifact:
 
     path: Path | None = None
     obj: Any = None
+    quantized_model: Any = None   # a dynamic int8 export's quantized model, kept in memory where nothing is written
 
 
 @dataclass(frozen=True)
@@ -364,19 +365,22 @@ class Backend:
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
-                         workdir: Path) -> tuple[Artifact, Quantized]:
+                         workdir: Path, dims: Dynamic = ()) -> tuple[Artifact, Quantized]:
         """Quantize `module` from the `calibration` inputs (each a tuple like `inputs`), run
         the quantized model before lowering on `inputs` (the quantized reference), then
         export and lower it as `export` does. Raises QuantizeFailed when quantizing fails.
         Called only where `quantizes` is True; the caller keeps the Quantized with the
-        artifact. Default: `quantize`, then `lower_quantized`."""
+        artifact. `dims` (passed only where the backend defines `quantized_reference`): the
+        axes the quantized model and its artifact leave dynamic, as `export_dynamic` does.
+        Default: `quantize`, then `lower_quantized`."""
         if not self._halves():
             raise NotImplementedError(f"the {self.family} backend does not quantize")
-        quantized_module, quantized = self.quantize(module, inputs, calibration, preset)
-        return self.lower_quantized(quantized_module, inputs, preset, workdir), quantized
+        quantized_module, quantized = self.quantize(module, inputs, calibration, preset, dims)
+        return self.lower_quantized(quantized_module, inputs, preset, workdir, dims), quantized
 
     def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
+                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                 dims: Dynamic = ()) -> tuple[torch.nn.Module, Quantized]:
         """With `lower_quantized`, the two halves of `export_quantized` for a backend whose
         quantized model is a torch module (PT2E's converted graph): that module and its
         Quantized on `inputs`; raises QuantizeFailed. localize steps through the module's
@@ -385,10 +389,18 @@ class Backend:
         raise NotImplementedError(f"the {self.family} backend has no quantized torch model")
 
     def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
-                        workdir: Path) -> Artifact:
+                        workdir: Path, dims: Dynamic = ()) -> Artifact:
         """With `quantize`: lower a module `quantize` made, or a graph cut out of one,
         exactly as `export_quantized` lowers the whole."""
         raise NotImplementedError(f"the {self.family} backend has no quantized torch model")
+
+    def quantized_reference(self, artifact: Artifact, inputs: tuple[torch.Tensor, ...],
+                            preset: Preset) -> list[torch.Tensor]:
+        """The quantized model `export_quantized` made with `dims`, kept with its artifact,
+        run on `inputs` of any size in range: a sized test's quantized reference, whichever
+        sized test made the artifact. Defining it is what lets an int8 preset export dynamic
+        shapes (`dynamic_refusal`). Default: not defined."""
+        raise NotImplementedError(f"the {self.family} backend keeps no quantized model to rerun")
 
     def steps_through_quantized(self, preset: Preset) -> bool:
         """Whether localize can step through `preset`'s quantized model (`quantize` and
@@ -412,11 +424,12 @@ class Backend:
     def dynamic_refusal(self, preset: Preset) -> str | None:
         """Why `preset` cannot export dynamic shapes (the verdict of a dynamic test says
         it), or None when `export_dynamic` serves it. Default: None where the backend
-        defines `export_dynamic` and the preset does not quantize."""
+        defines `export_dynamic` and, for a quantizing preset, `quantized_reference`."""
         if not self._has("export_dynamic"):
             return f"the {self.family} backend exports static shapes only"
-        if self.quantizes(preset):
-            return "an int8 preset is quantized and exported for static shapes only"
+        if self.quantizes(preset) and not self._has("quantized_reference"):
+            return (f"the {self.family} backend keeps no quantized model to judge each size against "
+                    "(it defines no quantized_reference)")
         return None
 
     def delegates(self, preset: Preset) -> bool:

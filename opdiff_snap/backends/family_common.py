@@ -106,18 +106,20 @@ def export_program(module: torch.nn.Module, inputs: Sequence[torch.Tensor], opts
     dtype = torch.float16 if opts.get("export_fp16") else None
     model = cast_module(module, dtype)
     args = tuple(contiguous_cpu(cast_inputs(inputs, dtype)))
+    # a graph module (PT2E's quantized model) takes its inputs by name, a flat module as varargs
+    shapes = export_dims(dynamic, varargs=not isinstance(module, torch.fx.GraphModule))
     with torch.no_grad():
-        program = torch.export.export(model, args, strict=bool(opts.get("export_strict")),
-                                      dynamic_shapes=export_dims(dynamic))
+        program = torch.export.export(model, args, strict=bool(opts.get("export_strict")), dynamic_shapes=shapes)
         if opts.get("use_default_decompositions"):
             return program.run_decompositions()
         return program.run_decompositions({}) if always_decompose else program
 
 
-def export_dims(dynamic: Dynamic | None) -> tuple[tuple[dict[int, Any] | None, ...]] | None:
+def export_dims(dynamic: Dynamic | None, varargs: bool = True) -> tuple[Any, ...] | None:
     """torch.export's `dynamic_shapes` for a flat module (`forward(*tensors)`: one entry,
-    for the varargs, holding one per input): one torch.export.Dim per dim name (so axes
-    that share a name stay equal), None for an input of fixed shape."""
+    for the varargs, holding one per input; `varargs` False: one per input, for a module
+    that names its inputs): one torch.export.Dim per dim name (so axes that share a name
+    stay equal), None for an input of fixed shape."""
     if dynamic is None:
         return None
     made: dict[str, Any] = {}
@@ -125,7 +127,7 @@ def export_dims(dynamic: Dynamic | None) -> tuple[tuple[dict[int, Any] | None, .
     for axes in dynamic:
         out.append({axis: made.setdefault(d.name, torch.export.Dim(d.name, min=d.low, max=d.high))
                     for axis, d in axes.items()} or None)
-    return (tuple(out),)
+    return (tuple(out),) if varargs else tuple(out)
 
 
 def script_source(imports: Sequence[str], constants: Mapping[str, Any], functions: Sequence[Callable[..., Any]],

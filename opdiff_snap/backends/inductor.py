@@ -85,11 +85,11 @@ class InductorBackend(PT2EBackend):
         return x86_quantizer(scheme.dynamic)
 
     def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
-                        workdir: Path) -> Artifact:
+                        workdir: Path, dims: Dynamic = ()) -> Artifact:
         import torch._inductor.config as inductor_config
 
         with inductor_config.patch(freezing=True):   # what lowers the quantized patterns to int8 kernels
-            return self.export(module, inputs, preset, workdir)
+            return self.export_dynamic(module, inputs, dims, preset, workdir)
 
     def availability(self, preset: Preset) -> Availability:
         dev = device_availability(preset.device)

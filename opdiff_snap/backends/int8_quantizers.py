@@ -13,8 +13,10 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..core.limits import CALIBRATION_SAMPLES, NON_NEGATIVE, Range
-from .base import QUANTIZED, Artifact, Backend, Preset, Quantized, QuantizeFailed, Scheme
+from .base import QUANTIZED, Artifact, Backend, Dynamic, Preset, Quantized, QuantizeFailed, Scheme
 from .family_common import as_output_list, contiguous_cpu, export_program
+
+QUANTIZED_PROGRAM = "quantized.pt2"   # a dynamic int8 export's quantized model, beside its artifact
 
 # The options every int8 family shares, with their defaults (a family whose quantizer cannot
 # take `per_channel` leaves it out), and their ranges.
@@ -72,16 +74,16 @@ def _post_training(quantizer: Any) -> type:
 
 def pt2e_quantize(module: torch.nn.Module, inputs: Sequence[torch.Tensor],
                   calibration: Sequence[Sequence[torch.Tensor]], quantizer: Any,
-                  opts: Any) -> tuple[torch.fx.GraphModule, Quantized]:
-    """Quantize through PT2E (torch.export, prepare_pt2e with `quantizer`, one call per
-    calibration sample, convert_pt2e): the converted module (a torch.fx.GraphModule) and its
-    `Quantized` (its outputs on `inputs`, the quantized reference, with each output's step,
-    `output_steps`). Whatever fails in here is the quantizer's failure: raised as
-    QuantizeFailed."""
+                  opts: Any, dims: Dynamic = ()) -> tuple[torch.fx.GraphModule, Quantized]:
+    """Quantize through PT2E (torch.export, with the axes `dims` names dynamic, prepare_pt2e
+    with `quantizer`, one call per calibration sample, convert_pt2e): the converted module
+    (a torch.fx.GraphModule) and its `Quantized` (its outputs on `inputs`, the quantized
+    reference, with each output's step, `output_steps`). Whatever fails in here is the
+    quantizer's failure: raised as QuantizeFailed."""
     try:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-        graph = export_program(module, inputs, opts, always_decompose=False).module()
+        graph = export_program(module, inputs, opts, always_decompose=False, dynamic=dims or None).module()
         prepared = prepare_pt2e(graph, quantizer)
         with torch.no_grad():
             for sample in calibration:
@@ -116,18 +118,44 @@ def output_steps(graph_module: Any) -> list[float | None]:
 class PT2EBackend(Backend):
     """A backend whose int8 presets quantize in torch through PT2E, with the quantizer its
     `pt2e_quantizer` names: `quantize` is `pt2e_quantize` with it, and `lower_quantized`
-    lowers the converted module (or a graph cut out of it) as `export` lowers any module."""
+    lowers the converted module (or a graph cut out of it) as `export_dynamic` lowers any
+    module. With dynamic dims, the converted module is kept with the artifact (saved as an
+    ExportedProgram beside a serialised one, in memory otherwise) for `quantized_reference`."""
 
     def pt2e_quantizer(self, scheme: Scheme) -> Any:
         """The PT2E quantizer for an int8 preset's scheme."""
         raise NotImplementedError(f"the {self.family} backend names no PT2E quantizer")
 
     def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
-                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset) -> tuple[torch.nn.Module, Quantized]:
+                 calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                 dims: Dynamic = ()) -> tuple[torch.nn.Module, Quantized]:
         scheme = preset.scheme
         assert scheme is not None
-        return pt2e_quantize(module, inputs, calibration, self.pt2e_quantizer(scheme), preset.options)
+        return pt2e_quantize(module, inputs, calibration, self.pt2e_quantizer(scheme), preset.options, dims)
 
     def lower_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], preset: Preset,
-                        workdir: Path) -> Artifact:
-        return self.export(module, inputs, preset, workdir)
+                        workdir: Path, dims: Dynamic = ()) -> Artifact:
+        return self.export_dynamic(module, inputs, dims, preset, workdir)
+
+    def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                         calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                         workdir: Path, dims: Dynamic = ()) -> tuple[Artifact, Quantized]:
+        converted, quantized = self.quantize(module, inputs, calibration, preset, dims)
+        artifact = self.lower_quantized(converted, inputs, preset, workdir, dims)
+        if dims:
+            if artifact.path is None:
+                artifact.quantized_model = converted
+            else:
+                program = export_program(converted, inputs, preset.options, always_decompose=False, dynamic=dims)
+                torch.export.save(program, Path(artifact.path) / QUANTIZED_PROGRAM)
+        return artifact, quantized
+
+    def quantized_reference(self, artifact: Artifact, inputs: tuple[torch.Tensor, ...],
+                            preset: Preset) -> list[torch.Tensor]:
+        model = artifact.quantized_model
+        if model is None:
+            if artifact.path is None:
+                raise ValueError("the artifact keeps no quantized model")
+            model = torch.export.load(Path(artifact.path) / QUANTIZED_PROGRAM).module()
+        with torch.no_grad():
+            return [t.detach().clone() for t in as_output_list(model(*contiguous_cpu(inputs)))]

@@ -103,7 +103,7 @@ class OnnxBackend(Backend):
 
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
-                         workdir: Path) -> tuple[Artifact, Quantized]:
+                         workdir: Path, dims: Dynamic = ()) -> tuple[Artifact, Quantized]:
 
         scheme = preset.scheme
         assert scheme is not None
@@ -111,14 +111,12 @@ class OnnxBackend(Backend):
         (workdir / "float").mkdir(parents=True, exist_ok=True)
         float_model = workdir / "float" / MODEL_FILE
         reuse_torchlib_registry()
-        onnx_export(module, inputs, preset.options, float_model)
+        onnx_export(module, inputs, preset.options, float_model, dynamic_shapes=export_dims(dims or None))
         model = workdir / MODEL_FILE
         try:
             onnx_quantize(float_model, model, [contiguous_cpu(s) for s in calibration], scheme.per_channel,
                           scheme.dynamic)
-            reference_options = {**preset.options, "graph_optimization_level": "disable"}
-            session = onnx_session(model, reference_options, ["CPUExecutionProvider"], 0)
-            reference = onnx_runner(session)(contiguous_cpu(inputs))
+            reference = self.quantized_reference(Artifact(path=workdir), inputs, preset)
             steps = onnx_output_steps(model)
         except Exception as exc:
             raise QuantizeFailed(f"{type(exc).__name__}: {exc}") from exc
@@ -127,6 +125,15 @@ class OnnxBackend(Backend):
                 leftover.unlink()
             (workdir / "float").rmdir()
         return Artifact(path=workdir), Quantized(reference, steps)
+
+    def quantized_reference(self, artifact: Artifact, inputs: tuple[torch.Tensor, ...],
+                            preset: Preset) -> list[torch.Tensor]:
+        """The QDQ model run with every graph optimisation off (the artifact is that model:
+        the session under test is what optimises it)."""
+        assert artifact.path is not None
+        reference_options = {**preset.options, "graph_optimization_level": "disable"}
+        session = onnx_session(Path(artifact.path) / MODEL_FILE, reference_options, ["CPUExecutionProvider"], 0)
+        return onnx_runner(session)(contiguous_cpu(inputs))
 
     def requires(self, preset: Preset) -> frozenset[str]:
         return {"cuda": frozenset({CUDA}), "coreml": frozenset({MACOS})}.get(preset.device, frozenset())

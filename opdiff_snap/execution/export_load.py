@@ -48,6 +48,7 @@ class Lowered:
     delegation: Delegation | None = None   # Backend.delegation, once the export is made
     delegation_error: str | None = None    # why the backend could not say it (unreadable evidence)
     quantized: Quantized | None = None     # an int8 preset's quantized reference, kept with the artifact
+    rerun_failed: bool = False             # QUANTIZE_FAIL of this size's quantized reference, not of the export
 
 
 def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdir: Path | None = None, *,
@@ -59,7 +60,9 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
     quantized first (Backend.export_quantized) from the samples `calibration` draws, only
     when the export runs (None: from the example inputs themselves, as an op survey or a
     warm-up does), and its quantized reference is written beside the artifact and read
-    back with it."""
+    back with it. A sized test's export (dynamic dims) is made at the example sizes, so
+    that every size shares it; on an int8 preset, its quantized reference is the quantized
+    model kept with the artifact rerun on this test's own inputs (Backend.quantized_reference)."""
     import torch
 
     from . import int8_reference as q
@@ -69,19 +72,22 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
 
     def export(work: Path) -> Artifact:
         inputs = tuple(prepared.fresh_inputs())
+        dims = prepared.dynamic or ()
         if prepared.dynamic is not None:
             refusal = backend.dynamic_refusal(preset)
             if refusal:
                 raise DynamicRefused(f"{preset.name} does not export dynamic shapes: {refusal}; this test is "
                                      "checked on its static shapes by the test it sizes")
-            with torch.no_grad():
-                return backend.export_dynamic(prepared.module, _at_example_sizes(inputs, prepared.dynamic),
-                                              prepared.dynamic, preset, work)
+            inputs = _at_example_sizes(inputs, prepared.dynamic)
+            if not quantizing:
+                with torch.no_grad():
+                    return backend.export_dynamic(prepared.module, inputs, prepared.dynamic, preset, work)
         with torch.no_grad():
             if not quantizing:
                 return backend.export(prepared.module, inputs, preset, work)
-            samples = _samples(calibration) if calibration is not None else [tuple(prepared.fresh_inputs())]
-            artifact, quantized = backend.export_quantized(prepared.module, inputs, samples, preset, work)
+            samples = _samples(calibration) if calibration is not None else [tuple(t.clone() for t in inputs)]
+            extra = (dims,) if dims else ()   # a backend that keeps no quantized model takes no dims
+            artifact, quantized = backend.export_quantized(prepared.module, inputs, samples, preset, work, *extra)
         quantized.calibration = q.digest(samples)
         if artifact.path is not None:   # kept beside a serialised artifact, and so in the cache with it
             q.save(Path(artifact.path), quantized)
@@ -110,6 +116,8 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         except (ValueError, IndexError) as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
             return out
+        if prepared.dynamic is not None and not _sized_reference(backend, preset, prepared, out):
+            return out
     try:
         out.delegation = backend.delegation(out.artifact, preset)
     except Exception as exc:
@@ -122,6 +130,24 @@ def export_and_load(backend: Backend, preset: Preset, prepared: Prepared, workdi
         except Exception as exc:
             out.status, out.error = Verdict.LOAD_FAIL, exc
     return out
+
+
+def _sized_reference(backend: Backend, preset: Preset, prepared: Prepared, out: Lowered) -> bool:
+    """A sized test's quantized reference: the artifact's is at the dims' example sizes, so
+    the quantized model kept with it is run on this size's own inputs. False (and `out`
+    says QUANTIZE_FAIL) where that fails."""
+    import torch
+
+    assert out.artifact is not None and out.quantized is not None
+    try:
+        with torch.no_grad():
+            out.quantized.reference = backend.quantized_reference(out.artifact, tuple(prepared.fresh_inputs()), preset)
+    except Exception as exc:
+        out.status, out.rerun_failed = Verdict.QUANTIZE_FAIL, True
+        out.error = QuantizeFailed(f"the quantized model kept with the artifact failed at this size: "
+                                   f"{type(exc).__name__}: {exc}")
+        return False
+    return True
 
 
 def _at_example_sizes(inputs: tuple[torch.Tensor, ...], dims: Dynamic) -> tuple[torch.Tensor, ...]:

@@ -15,6 +15,7 @@ against the same reference it was made with.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Sequence
 import torch
 
 from ..backends.base import Quantized
+from ..suite import dynamic
 from ..suite.construct import call_inputs
 from ..suite.materialize import calibration_seed, sample_inputs
 from ..suite.model import Invocation, TestCase
@@ -35,10 +37,17 @@ STEPS_FILE = "quantized.json"
 def calibration_inputs(case: TestCase, invocation: Invocation, seed: int, count: int
                        ) -> list[tuple[torch.Tensor, ...]]:
     """`count` calibration samples of (case, seed), each as the flat module takes its
-    inputs; the module states are the golden's."""
+    inputs; the module states are the golden's. The sized tests of one test (dynamic
+    shapes) share one artifact, so they calibrate alike: at the dims' example sizes, on
+    the stream of the test they size."""
+    test_id = case.id
+    if case.dynamic is not None:
+        test_id = dynamic.seed_id(case.id, case.definition)
+        case = dataclasses.replace(case, inputs=tuple(dynamic.at_example(list(case.inputs), case.definition)),
+                                   kwargs=dynamic.at_example(dict(case.kwargs), case.definition))
     samples = []
     for k in range(count):
-        args, kwargs = sample_inputs(case, calibration_seed(case.id, seed, k))
+        args, kwargs = sample_inputs(case, calibration_seed(test_id, seed, k))
         drawn = Invocation(args=args, kwargs=kwargs, states=invocation.states)
         samples.append(tensor_inputs(*call_inputs(case, drawn)))
     return samples

@@ -225,6 +225,8 @@ def _export_and_run_keyed(job: Job, backend: Backend, prepared: Prepared, avail:
             continue
         if step.status in (Verdict.EXPORT_FAIL, Verdict.QUANTIZE_FAIL):
             assert step.error is not None and step.status is not None
+            if step.rerun_failed:   # this size's quantized reference, not the artifact its sizes share
+                return _fail(job, step.status, step.error, export_ms=step.export_ms, cache_hit=reported_hit)
             return _remember(cache, key, _fail(job, step.status, step.error), step.error, job)
         timings = {"export_ms": step.export_ms, "cache_hit": reported_hit}
         if step.status is Verdict.LOAD_FAIL:

@@ -70,6 +70,22 @@ def job_key(test_id: str, seed: int, preset: str) -> str:
     return f"{test_id}\0{seed}\0{preset}"
 
 
+def _static_only(case: TestCase | None, preset: Preset) -> str:
+    """Why a sized test (dynamic shapes) is not checked on `preset` ("": it is): the preset
+    exports static shapes only, which is no verdict on the backend; the test it sizes is
+    checked at its static shapes."""
+    if case is None or case.dynamic is None:
+        return ""
+    from ..backends.registry import backend_for
+
+    try:
+        refusal = backend_for(preset).dynamic_refusal(preset)
+    except Exception:   # a broken plugin: its job runs, and fails where it fails
+        return ""
+    return (f"{preset.name} does not export dynamic shapes: {refusal}; the test this sizes is checked at "
+            "its static shapes") if refusal else ""
+
+
 def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
               skips: Sequence[tuple[str, str]] = (), tolerance: Tolerance | None = None,
               settings: Settings = Settings(), use_cache: bool = True, require_delegated: bool = False
@@ -85,7 +101,8 @@ def item_work(item: Planned, presets: Sequence[Preset], store: GoldenStore, *,
 
     runnable = []
     for preset in presets:
-        reason = skip_reason(item.case, preset.name, skips, item.test_id) or profile_skip(item.case, preset.precision)
+        reason = (skip_reason(item.case, preset.name, skips, item.test_id)
+                  or profile_skip(item.case, preset.precision) or _static_only(item.case, preset))
         if reason:
             out(preset, Verdict.SKIPPED, reason)
         elif item.verdict is not None:

@@ -215,6 +215,21 @@ def ranges(definition: Mapping[str, Any]) -> dict[str, tuple[int, int, int]]:
     return {sym: (min(sizes), max(sizes), sizes[0]) for sym, sizes in definition[KEY]["dims"].items()}
 
 
+def at_example(node: Any, definition: Mapping[str, Any]) -> Any:
+    """An input node of a sized test with every axis a dim sizes set to that dim's example
+    size: what each sized test of one test draws alike (an int8 preset's calibration)."""
+    if isinstance(node, list):
+        return [at_example(n, definition) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: at_example(v, definition) for k, v in node.items()}
+    marked = node.get(KEY) if node.get("type") == "tensor" else None
+    if isinstance(marked, dict) and isinstance(node.get("shape"), list):
+        examples = {sym: example for sym, (_, _, example) in ranges(definition).items()}
+        out["shape"] = [examples.get(str(marked.get(str(axis))), n) for axis, n in enumerate(node["shape"])]
+    return out
+
+
 def leaf_axes(nodes: Sequence[Any], values: Sequence[Any]) -> list[dict[int, str]]:
     """For each tensor the sampled `values` hold, in the order a flat module takes them
     (depth first), the axes its node marks dynamic ({} for none)."""

@@ -135,3 +135,10 @@ class PerturbBackend:
             return result
 
         return run
+
+
+class StaticOnlyBackend(PerturbBackend):
+    """The perturbing backend without `export_dynamic`: a family that exports static shapes only."""
+
+    family = "staticonly"
+    export_dynamic = None
