@@ -375,8 +375,9 @@ class Backend:
         Default: `quantize`, then `lower_quantized`."""
         if not self._halves():
             raise NotImplementedError(f"the {self.family} backend does not quantize")
-        quantized_module, quantized = self.quantize(module, inputs, calibration, preset, dims)
-        return self.lower_quantized(quantized_module, inputs, preset, workdir, dims), quantized
+        shape = {"dims": dims} if dims else {}   # a plugin written for static shapes takes no dims
+        quantized_module, quantized = self.quantize(module, inputs, calibration, preset, **shape)
+        return self.lower_quantized(quantized_module, inputs, preset, workdir, **shape), quantized
 
     def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                  calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,

@@ -140,8 +140,9 @@ class PT2EBackend(Backend):
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
                          workdir: Path, dims: Dynamic = ()) -> tuple[Artifact, Quantized]:
-        converted, quantized = self.quantize(module, inputs, calibration, preset, dims)
-        artifact = self.lower_quantized(converted, inputs, preset, workdir, dims)
+        shape = {"dims": dims} if dims else {}   # a subclass written for static shapes takes no dims
+        converted, quantized = self.quantize(module, inputs, calibration, preset, **shape)
+        artifact = self.lower_quantized(converted, inputs, preset, workdir, **shape)
         if dims:
             if artifact.path is None:
                 artifact.quantized_model = converted
