@@ -375,9 +375,17 @@ class Backend:
         Default: `quantize`, then `lower_quantized`."""
         if not self._halves():
             raise NotImplementedError(f"the {self.family} backend does not quantize")
-        shape = {"dims": dims} if dims else {}   # a plugin written for static shapes takes no dims
+        _, artifact, quantized = self._quantize_then_lower(module, inputs, calibration, preset, workdir, dims)
+        return artifact, quantized
+
+    def _quantize_then_lower(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                             calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
+                             workdir: Path, dims: Dynamic) -> tuple[torch.nn.Module, Artifact, Quantized]:
+        """`quantize`, then `lower_quantized`: the quantized module, its artifact, its Quantized.
+        `dims` reach the two only for a dynamic export (a plugin written for static shapes takes none)."""
+        shape = {"dims": dims} if dims else {}
         quantized_module, quantized = self.quantize(module, inputs, calibration, preset, **shape)
-        return self.lower_quantized(quantized_module, inputs, preset, workdir, **shape), quantized
+        return quantized_module, self.lower_quantized(quantized_module, inputs, preset, workdir, **shape), quantized
 
     def quantize(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                  calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,

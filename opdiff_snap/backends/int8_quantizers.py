@@ -140,13 +140,11 @@ class PT2EBackend(Backend):
     def export_quantized(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                          calibration: Sequence[tuple[torch.Tensor, ...]], preset: Preset,
                          workdir: Path, dims: Dynamic = ()) -> tuple[Artifact, Quantized]:
-        shape = {"dims": dims} if dims else {}   # a subclass written for static shapes takes no dims
-        converted, quantized = self.quantize(module, inputs, calibration, preset, **shape)
-        artifact = self.lower_quantized(converted, inputs, preset, workdir, **shape)
+        converted, artifact, quantized = self._quantize_then_lower(module, inputs, calibration, preset, workdir, dims)
         if dims:
             if artifact.path is None:
                 artifact.quantized_model = converted
-            else:
+            else:   # torch.export.save takes an ExportedProgram; the family's lowering keeps none
                 program = export_program(converted, inputs, preset.options, always_decompose=False, dynamic=dims)
                 torch.export.save(program, Path(artifact.path) / QUANTIZED_PROGRAM)
         return artifact, quantized
