@@ -17,6 +17,7 @@ from opdiff_snap.core.config import Settings
 from opdiff_snap.core.errors import OpdiffError
 from opdiff_snap.history import sharding
 from opdiff_snap.history.runs import group_runs, list_runs
+from opdiff_snap.run.session import RunListener
 from opdiff_snap.suite.given import given_cases
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,20 @@ def test_split_of_the_shipped_suites_is_deterministic_exact_and_even():
     assert max(naive_loads) / (sum(naive_loads) / 4) > max(loads) / (sum(loads) / 4)
 
 
+def test_a_split_says_how_even_it_is_and_where_its_costs_came_from():
+    keys = [(f"t{i}", 0, "p") for i in range(6)]
+    known = {("t0", "p"): 600.0, ("t1", "p"): 100.0, ("t2", "p"): 100.0}
+    split = sharding.split_jobs(keys, known, decided=[("t5", 0, "p")], n=2)
+    # t3 and t4 cost the preset's median (100 ms), t5 was decided by planning and costs nothing
+    assert sorted(split.expected_ms) == [400.0, 600.0] and split.from_history == 3
+    assert split.longest_over_mean() == pytest.approx(1.2)
+    text = split.describe(1)
+    assert text.startswith("shard 1/2: 1 of 6 jobs") and "1.20x the mean" in text
+    assert "3 of 6 jobs costed from their own latest result" in text
+    assert "split is by count" in sharding.split_jobs(keys, {}, (), 3).describe(2)
+    assert sharding.over_mean([]) is None and sharding.over_mean([0.0, 0.0]) is None
+
+
 def test_costs_come_from_the_latest_results_and_fall_back_to_the_preset_median():
     item = {"status": "PASS", "export_ms": 100.0, "load_ms": 10.0, "infer_ms_all": [1.0, 3.0, 2.0]}
     assert sharding.job_cost(item, repeats=3, warmup=1) == pytest.approx(sharding.DISPATCH_MS + 110 + 2 * 4)
@@ -79,8 +94,19 @@ def test_four_shards_give_exactly_the_items_of_one_unsharded_run(tmp_path):
         with pytest.raises(OpdiffError, match="needs --run-group"):
             api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True),
                                        shard=(1, 4)), settings=settings)
+        told: list[str] = []
+
+        class Notices(RunListener):
+            def notice(self, text: str) -> None:
+                told.append(text)
+
         shards = [api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True),
-                                             shard=(k, 4), run_group="g1"), settings=settings) for k in range(1, 5)]
+                                             shard=(k, 4), run_group="g1"), settings=settings, listener=Notices())
+                  for k in range(1, 5)]
+        # each shard says what it takes and how even the split is expected to be, costed from the history
+        assert [t.split(":")[0] for t in told if t.startswith("shard ")] == [f"shard {k}/4" for k in range(1, 5)]
+        assert all("the longest shard is" in t and "9 of 9 jobs costed from their own latest result" in t
+                   for t in told if t.startswith("shard "))
         # split by the unsharded run's timings, so not necessarily by count
         assert sum(len(r.results) for r in shards) == 9 and all(r.results for r in shards)
         group = "SELECT test_id, seed, preset FROM results JOIN runs USING (run_id) WHERE run_group = 'g1'"
@@ -97,12 +123,16 @@ def test_four_shards_give_exactly_the_items_of_one_unsharded_run(tmp_path):
         # the split was stored once; every shard used it
         splits = list(Path("store/shards").glob("*.json"))
         assert len(splits) == 1
-        stored = json.loads(splits[0].read_text())["shards"]
-        assert [sorted(tuple(k) for k in s) for s in stored] == \
+        split = json.loads(splits[0].read_text())
+        assert [sorted(tuple(k) for k in s) for s in split["shards"]] == \
             [sorted(r.key for r in shard.results) for shard in shards]
+        assert len(split["expected_ms"]) == 4 and split["from_history"] == 9
 
         [g] = group_runs(list_runs(Path("store")))
         assert g.run_group == "g1" and g.complete and g.counts == {"PASS": 9} and len(g.runs) == 4
+        measured, expected = g.shard_balance()   # the longest shard over the mean, from wall times and the split
+        assert measured is not None and measured >= 1.0
+        assert expected == pytest.approx(max(split["expected_ms"]) / (sum(split["expected_ms"]) / 4))
         diff = diff_runs(Path("store"), whole.run_id, "g1")
         assert (diff.only_a, diff.only_b, len(diff.newly_failing)) == (0, 0, 0)
 

@@ -476,11 +476,16 @@ def _int(value) -> int:
 
 def run_groups_table(groups) -> Table:
     """`opdiff runs`: history.GroupSummary rows, one logical run each."""
-    table = _table(["group", "runs", "complete", "counts"], title="run groups (one logical run each)")
+    table = _table(["group", "runs", "complete", "counts", "longest shard / mean"],
+                   title="run groups (one logical run each)")
     for g in groups:
         state = "yes" if g.complete else ("NO: shards missing " + ", ".join(g.missing_shards)
                                           if g.missing_shards else "NO: a shard is unfinished")
-        table.add_row(_text(g.run_group), str(len(g.runs)), _text(state), _text(json.dumps(g.counts)))
+        measured, expected = g.shard_balance()
+        balance = ", ".join(part for part in (f"{measured:.2f}x measured" if measured else "",
+                                               f"{expected:.2f}x expected" if expected else "") if part)
+        table.add_row(_text(g.run_group), str(len(g.runs)), _text(state), _text(json.dumps(g.counts)),
+                      _text(balance))
     return table
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -139,6 +140,18 @@ class RunSummary:
     run_group: str | None = None  # the logical run it belongs to (`--run-group`), e.g. one shard of N
     shard: str | None = None      # "K/N" for a shard
     recovered: dict[str, Any] | None = None   # its last lines came from a spool after it was interrupted
+    finished: str | None = None   # its end line's time (UTC), for a complete run
+
+    def seconds(self) -> float | None:
+        """Wall seconds from its start to its end line (a resumed run: including the pause)."""
+        try:
+            return (_utc(self.finished) - _utc(self.started)).total_seconds()
+        except (TypeError, ValueError):
+            return None
+
+
+def _utc(text: str | None) -> datetime:
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
 
 
 def resumability(meta: Mapping[str, Any]) -> tuple[bool, str]:
@@ -181,16 +194,16 @@ def list_runs(store_dir: Path | str) -> list[RunSummary]:
                     meta = json.loads(f.readline())
                 except ValueError:
                     meta = {}
-            counts = dict(end.get("counts") or {})
+            counts, finished = dict(end.get("counts") or {}), end.get("finished")
             recovered = end.get("recovered") if isinstance(end.get("recovered"), dict) else None
         else:
             run = read_run(path)
-            meta, counts, recovered = run.meta or {}, tally(run.items), run.recovered
+            meta, counts, recovered, finished = run.meta or {}, tally(run.items), run.recovered, None
         resumable, note = (False, "") if end is not None else resumability(meta)
         meta = meta if isinstance(meta, dict) else {}
         out.append(RunSummary(path.stem, meta.get("command"), meta.get("started"), end is not None,
                               counts, path, resumable, note, meta, meta.get("run_group"), meta.get("shard"),
-                              recovered))
+                              recovered, finished if isinstance(finished, str) else None))
     return out
 
 
@@ -203,6 +216,19 @@ class GroupSummary:
     counts: dict[str, int]
     complete: bool          # every run of the group has its end line, and every shard is there
     missing_shards: list[str]
+
+    def shard_balance(self) -> tuple[float | None, float | None]:
+        """The longest shard over the mean: as measured (each shard's wall time, once every
+        shard has finished) and as the split expected it (None where unknown)."""
+        from .sharding import over_mean
+
+        shards = [r for r in self.runs if r.shard]
+        plan = ((shards[0].meta.get("plan") or {}).get("shard") or {}) if shards else {}
+        expected = over_mean([float(c) for c in plan.get("expected_ms") or []])
+        seconds = [r.seconds() for r in shards]
+        measured = over_mean([t for t in seconds if t is not None]) if self.complete and len(shards) > 1 \
+            and None not in seconds else None
+        return measured, expected
 
 
 def group_runs(runs: list[RunSummary]) -> list[GroupSummary]:

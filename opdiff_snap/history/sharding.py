@@ -7,7 +7,8 @@ median of the known costs of its preset; with no history at all every job costs 
 same (an even split by count). Items decided without running (NO_GOLDEN, STALE, SKIPPED,
 ...) cost nothing. The split is the longest-processing-time rule: jobs in decreasing
 cost (ties by key) each go to the shard with the least cost so far (ties: the lowest
-shard).
+shard). The split keeps each shard's expected cost; the check reports the longest shard
+over the mean, and `opdiff runs` the same measured from the shards' own durations.
 
 The shards of one group must agree on the split, but each reads the history when it
 starts, and a shard that finished earlier changes the history. So the first shard to plan
@@ -21,8 +22,9 @@ import hashlib
 import json
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ..core.errors import OpdiffError
 from ..core.limits import SHARDS
@@ -124,23 +126,69 @@ def partition(keys: Sequence[Key], costs: dict[Key, float], n: int) -> list[list
     return [sorted(s) for s in shards]
 
 
+@dataclass(frozen=True)
+class Split:
+    """N shards of keys and what each is expected to cost."""
+
+    shards: list[list[Key]]
+    expected_ms: list[float]      # per shard: the sum of its jobs' expected costs
+    from_history: int = 0         # jobs costed from their own latest result (the rest: estimates)
+
+    @property
+    def jobs(self) -> int:
+        return sum(map(len, self.shards))
+
+    def longest_over_mean(self) -> float | None:
+        return over_mean(self.expected_ms)
+
+    def describe(self, k: int) -> str:
+        """What shard `k` (1-based) takes of the split, for the user."""
+        n = len(self.shards)
+        text = f"shard {k}/{n}: {len(self.shards[k - 1])} of {self.jobs} jobs"
+        ratio = self.longest_over_mean()
+        if self.expected_ms and ratio is not None:
+            text += (f", expected {self.expected_ms[k - 1] / 1000:.1f} s of {sum(self.expected_ms) / 1000:.1f} s; "
+                     f"the longest shard is {ratio:.2f}x the mean")
+        costed = (f"{self.from_history} of {self.jobs} jobs costed from their own latest result in the history, "
+                  "the rest estimated" if self.from_history else "no job has a result in the history yet: the "
+                  "split is by count")
+        return f"{text} ({costed})"
+
+
+def over_mean(costs: Sequence[float]) -> float | None:
+    """The largest of `costs` over their mean (1.0: perfectly even), None when all are 0."""
+    total = sum(costs)
+    return max(costs) / (total / len(costs)) if costs and total > 0 else None
+
+
+def split_jobs(keys: Sequence[Key], known: dict[tuple[str, str], float], decided: Iterable[Key],
+               n: int) -> Split:
+    """Cost every key (`expected_costs`) and partition them into N shards."""
+    costs = expected_costs(keys, known, decided)
+    shards = partition(keys, costs, n)
+    from_history = sum(1 for k in set(keys) if (k[0], k[2]) in known and k not in set(decided))
+    return Split(shards, [sum(costs[k] for k in s) for s in shards], from_history)
+
+
 def split_digest(keys: Sequence[Key], n: int, group: str) -> str:
     blob = json.dumps([sorted([list(k) for k in set(keys)]), n, group]).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
 def agreed_split(store: Path | str, keys: Sequence[Key], n: int, group: str,
-                 compute) -> tuple[list[list[Key]], bool]:
+                 compute: Callable[[], Split]) -> tuple[Split, bool]:
     """The split the shards of `group` use for exactly these keys: the stored one, or
     `compute()` stored now (create-only, so the first shard's split wins). Returns the
     split and whether this call stored it."""
     place = open_place(store)
     name = f"shards/{split_digest(keys, n, group)}.json"
 
-    def load() -> list[list[Key]] | None:
+    def load() -> Split | None:
         try:
             data = json.loads(place.get(name))
-            return [[(str(t), int(s), str(p)) for t, s, p in shard] for shard in data["shards"]]
+            shards = [[(str(t), int(s), str(p)) for t, s, p in shard] for shard in data["shards"]]
+            expected = [float(c) for c in data.get("expected_ms") or []]
+            return Split(shards, expected if len(expected) == len(shards) else [], int(data.get("from_history", 0)))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
@@ -152,7 +200,8 @@ def agreed_split(store: Path | str, keys: Sequence[Key], n: int, group: str,
         if found is not None:
             return found, False
         split = compute()
-        body = json.dumps({"group": group, "count": n, "shards": [[list(k) for k in s] for s in split]})
+        body = json.dumps({"group": group, "count": n, "shards": [[list(k) for k in s] for s in split.shards],
+                           "expected_ms": split.expected_ms, "from_history": split.from_history})
         if place.put(name, body.encode(), create=True):
             return split, True
         found = load()

@@ -77,7 +77,7 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         identity = plan_identity(plan, suite_paths, presets, sel, skips=request.skips, tolerance=request.tolerance,
                                  trust_goldens=request.trust_goldens, python=pool.python)
         writer, planned, done = _open_run(request, plan, presets, identity, settings, argv, suite_paths,
-                                          run_settings, env)
+                                          run_settings, env, listener)
         prior = _prior_results(writer.path) if request.resume else []
     except BaseException:
         pool.close()
@@ -209,7 +209,7 @@ def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listene
 
 def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset], identity: dict[str, Any],
               settings: Settings, argv: Sequence[str], suite_paths: Sequence[Path], run_settings: dict[str, Any],
-              env: dict[str, Any]) -> tuple[RunWriter, set[ItemKey], set[ItemKey]]:
+              env: dict[str, Any], listener: Listener | None) -> tuple[RunWriter, set[ItemKey], set[ItemKey]]:
     """The run's history file (a new one, or the one `request.resume` names, when it planned
     exactly this), the (test, seed, preset) keys this run covers, and those it already holds."""
     shard = request.shard
@@ -229,8 +229,11 @@ def _open_run(request: CheckRequest, plan: CheckPlan, presets: Sequence[Preset],
         return writer, planned, done
     if shard is not None:
         assert request.run_group is not None
-        planned = set(shard_keys(plan, presets, shard, request.run_group, settings))
+        keys, split = shard_keys(plan, presets, shard, request.run_group, settings)
+        planned = set(keys)
         identity["shard"]["keys"] = sorted([list(k) for k in planned])
+        identity["shard"]["expected_ms"] = split.expected_ms
+        notice(listener, split.describe(shard[0]))
     writer = RunWriter.start(settings.store, RunStart(
         "check", list(argv), [str(p) for p in suite_paths], {p.name: p.to_json() for p in presets}, run_settings,
         env=env, plan=identity, run_group=request.run_group, shard=f"{shard[0]}/{shard[1]}" if shard else None))

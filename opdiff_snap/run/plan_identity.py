@@ -70,7 +70,7 @@ def plan_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     for key in ("suites", "presets", "tolerance", "python"):
         if before.get(key) != now.get(key):
             out.append(f"{key} {before.get(key)!r} then, {now.get(key)!r} now")
-    shard_then, shard_now = ({k: v for k, v in (d.get("shard") or {}).items() if k != "keys"} or None
+    shard_then, shard_now = ({k: v for k, v in (d.get("shard") or {}).items() if k not in ("keys", "expected_ms")} or None
                              for d in (before, now))
     if shard_then != shard_now:
         out.append(f"shard {shard_then!r} then, {shard_now!r} now")
@@ -98,17 +98,17 @@ def plan_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 
 def shard_keys(plan: CheckPlan, presets: Sequence[Preset], shard: tuple[int, int], group: str,
-               settings: Settings) -> list[sharding.Key]:
-    """This shard's (test, seed, preset) keys, from the split the group's shards agree on."""
+               settings: Settings) -> tuple[list[sharding.Key], sharding.Split]:
+    """This shard's (test, seed, preset) keys, and the split the group's shards agree on."""
     keys = [(i.test_id, i.seed, p.name) for i in plan.items for p in presets]
     decided = [(i.test_id, i.seed, p.name) for i in plan.items for p in presets if i.verdict is not None]
 
-    def compute() -> list[list[sharding.Key]]:
+    def compute() -> sharding.Split:
         known = sharding.history_costs(readable_dir(settings.store), settings.repeats, settings.warmup)
-        return sharding.partition(keys, sharding.expected_costs(keys, known, decided), shard[1])
+        return sharding.split_jobs(keys, known, decided, shard[1])
 
     split, _ = sharding.agreed_split(settings.store, keys, shard[1], group, compute)
-    return split[shard[0] - 1]
+    return split.shards[shard[0] - 1], split
 
 
 def all_present(writer: RunWriter, planned: set[ItemKey]) -> None:
