@@ -70,7 +70,8 @@ def plan_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     for key in ("suites", "presets", "tolerance", "python"):
         if before.get(key) != now.get(key):
             out.append(f"{key} {before.get(key)!r} then, {now.get(key)!r} now")
-    shard_then, shard_now = ({k: v for k, v in (d.get("shard") or {}).items() if k not in ("keys", "expected_ms")} or None
+    derived = ("keys", "expected_ms")   # what the split gave the shard, not what was asked
+    shard_then, shard_now = ({k: v for k, v in (d.get("shard") or {}).items() if k not in derived} or None
                              for d in (before, now))
     if shard_then != shard_now:
         out.append(f"shard {shard_then!r} then, {shard_now!r} now")
