@@ -180,17 +180,9 @@ def _plugin_checks(root, version: str, runs: int, monkeypatch, slow: bool = Fals
 
 
 def _plugin_project(root):
-    import contextlib
+    from helpers.record import record_here
 
-    from opdiff_snap import api
-    from opdiff_snap.core.config import Settings
-
-    (root / "suites").mkdir()
-    (root / "suites" / "ops.yaml").write_text(OPS)
-    with contextlib.chdir(root):
-        report = api.record(api.RecordRequest(running=api.Running(in_process=True)),
-                            settings=Settings(repeats=1, warmup=0))
-    assert report.counts() == {"RECORDED": 2}
+    assert record_here(root, OPS).counts() == {"RECORDED": 2}
 
 
 def _regressions(root, *args):

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from helpers.cli import MODULE, run
 from helpers.history.synth import Res, Run, write_run
+from helpers.record import record_here
 
 from opdiff_snap import api
 from opdiff_snap.analytics import connect
@@ -35,11 +36,7 @@ tests:
 
 @pytest.mark.slow
 def test_a_a_comparison_for_real_reports_no_latency_change(tmp_path):
-    (tmp_path / "suites").mkdir()
-    (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
-    with contextlib.chdir(tmp_path):
-        assert api.record(api.RecordRequest(running=api.Running(in_process=True)),
-                          settings=Settings(repeats=1, warmup=0)).counts() == {"RECORDED": 2}
+    assert record_here(tmp_path, SUITE).counts() == {"RECORDED": 2}
     proc = run(tmp_path, "compare-envs", "--python", sys.executable, "-b", "torch_cpu_fp32", "--rounds", "3",
                "--repeats", "10", "-j", "1", "--format", "json", entry=MODULE, env={**os.environ, "COLUMNS": "200"},
                timeout=600)
@@ -109,11 +106,7 @@ def test_an_interpreter_that_cannot_run_workers_is_refused_before_any_run(tmp_pa
     and the message (exit 2) is true."""
     from opdiff_snap.execution.interpreter import WorkerEnvironmentError, probe
 
-    (tmp_path / "suites").mkdir()
-    (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
-    with contextlib.chdir(tmp_path):
-        assert api.record(api.RecordRequest(running=api.Running(in_process=True)),
-                                            settings=Settings(repeats=1, warmup=0)).counts() == {"RECORDED": 2}
+    assert record_here(tmp_path, SUITE).counts() == {"RECORDED": 2}
     runs = sorted((tmp_path / "store" / "runs").glob("*.jsonl"))
     echo = tmp_path / "echo.sh"
     echo.write_text("#!/bin/sh\necho hello there\n")

@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+from helpers.record import record_here
 
 from opdiff_snap import api
 from opdiff_snap.analytics.reports import diff_runs
@@ -84,11 +85,9 @@ def test_costs_come_from_the_latest_results_and_fall_back_to_the_preset_median()
 
 @pytest.mark.slow
 def test_four_shards_give_exactly_the_items_of_one_unsharded_run(tmp_path):
-    (tmp_path / "suites").mkdir()
-    (tmp_path / "suites" / "ops.yaml").write_text(SUITE)
     settings = Settings(repeats=1, warmup=0, jobs=1)
+    record_here(tmp_path, SUITE, settings)
     with contextlib.chdir(tmp_path):
-        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
         whole = api.check(api.CheckRequest(backends=["torch_cpu_fp32"], running=api.Running(in_process=True)),
                                            settings=settings)
         with pytest.raises(OpdiffError, match="needs --run-group"):

@@ -5,7 +5,6 @@ reached), then reused by every test here, as a second `upgrade` reuses it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import MODULE, run
+from helpers.record import record_here
 from packaging.version import Version
 
 from opdiff_snap import api
@@ -80,12 +80,7 @@ def other_onnxruntime() -> str:
 def project(tmp_path_factory):
     """A tiny suite recorded on torch_cpu_fp32, with a cache folder for environments."""
     root = tmp_path_factory.mktemp("upgrade")
-    (root / "suites").mkdir()
-    (root / "suites" / "ops.yaml").write_text(SUITE)
-    with contextlib.chdir(root):
-        report = api.record(api.RecordRequest(running=api.Running(in_process=True)),
-                                              settings=Settings(repeats=1, warmup=0))
-    assert report.counts() == {"RECORDED": 4}
+    assert record_here(root, SUITE).counts() == {"RECORDED": 4}
     return root
 
 

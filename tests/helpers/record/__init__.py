@@ -22,6 +22,21 @@ def make_project(root: Path, suite_text: str, name: str = "s.yaml", models: bool
     return root
 
 
+def record_here(root: Path, suite_text: str, settings=None, name: str = "ops.yaml"):
+    """Write suites/<name> under `root` and record it on the baseline in this process, from
+    `root` as the working directory (default settings: one repeat, no warm-up); the report."""
+    import contextlib
+
+    from opdiff_snap import api
+    from opdiff_snap.core.config import Settings
+
+    (root / "suites").mkdir(parents=True, exist_ok=True)
+    (root / "suites" / name).write_text(suite_text)
+    with contextlib.chdir(root):
+        return api.record(api.RecordRequest(running=api.Running(in_process=True)),
+                          settings=settings or Settings(repeats=1, warmup=0))
+
+
 def statuses(report: dict) -> dict[tuple[str, int], str]:
     return {(r["id"], r["seed"]): r["status"] for r in report["results"]}
 
