@@ -156,7 +156,17 @@ def load_expectations(path: Path | str | None = None, settings: Settings = Setti
         if not Path(settings.expectations).is_file():
             return None
         path = settings.expectations
-    return load(path, preset_names())
+    return load(path, preset_names(), cache=_local_cache(settings))
+
+
+def _local_cache(settings: Settings) -> Path | None:
+    """The artifact cache's local folder, where derived data may be kept; None when unusable."""
+    from .storage import StorageError, open_tiers
+
+    try:
+        return open_tiers(settings.cache).root
+    except StorageError:
+        return None
 
 
 def compare_envs(python_b: Path, *, backends: Sequence[str], python_a: Path | None = None,

@@ -42,6 +42,31 @@ def test_a_file_reads_into_entries_with_their_lines(tmp_path):
     assert exps.entries[0].reason == "no kernel" and exps.entries[1].until == "onnxruntime<99"
 
 
+def test_a_parsed_file_is_kept_signed_and_read_back_only_for_the_same_text_and_presets(tmp_path):
+    from opdiff_snap.expectations import parsed_cache
+
+    path = _write(tmp_path, "onnx_cpu_fp32:\n  - {test: erfinv, verdict: EXPORT_FAIL, reason: \"no kernel\"}\n"
+                            "  - {test: \"conv*\", verdict: mismatch, seed: 1, until: \"onnxruntime<99\"}\n")
+    cache = tmp_path / "cache"
+    fresh = load(path, PRESETS, cache=cache)
+    [kept] = (cache / "expectations").glob("*.json")
+    assert load(path, PRESETS, cache=cache) == fresh == load(path, PRESETS)
+    assert parsed_cache.read(cache, fresh.digest, PRESETS) == fresh.entries
+    assert parsed_cache.read(cache, fresh.digest, PRESETS[:2]) is None          # other presets: another entry
+    # an entry edited by someone without this user's key is not believed: the file is parsed afresh
+    kept.write_bytes(kept.read_bytes().replace(b"no kernel", b"a lie"))
+    assert parsed_cache.read(cache, fresh.digest, PRESETS) is None
+    assert load(path, PRESETS, cache=cache).entries[0].reason == "no kernel"
+    kept.write_bytes(b"garbage")
+    assert load(path, PRESETS, cache=cache) == fresh
+    # a changed file is another text: parsed (and its problems reported) whatever is kept
+    path.write_text(path.read_text().replace("EXPORT_FAIL", "EXPORT_FAILED"))
+    with pytest.raises(ExpectationsError, match="EXPORT_FAILED"):
+        load(path, PRESETS, cache=cache)
+    with pytest.raises(ExpectationsError, match="EXPORT_FAILED"):
+        load(path, PRESETS, cache=cache)
+
+
 def test_every_problem_of_a_malformed_file_is_named_with_its_line_and_nothing_is_read(tmp_path):
     path = _write(tmp_path, "onnx_cpu_fp23:\n  - {test: a, verdict: EXPORT_FAIL}\n"
                             "onnx_cpu_fp32:\n"

@@ -19,6 +19,7 @@ from ..core.safetext import printable
 from ..core.verdicts import PASSING, Verdict
 from ..suite.problems import Problems, Where, check_keys
 from ..suite.yamlload import YamlSyntaxError, load_yaml_text, read_yaml_file
+from . import parsed_cache
 from .entries import Expectation, Expectations, bracket_problem, is_glob
 
 KEYS = ("test", "verdict", "reason", "seed", "until")
@@ -38,23 +39,36 @@ class ExpectationsError(SuiteError):
         self.args = ("\n".join([head] + [f"  - {p}" for p in self.problems]),)
 
 
-def load(path: Path | str, presets: list[str]) -> Expectations:
+def load(path: Path | str, presets: list[str], cache: Path | None = None) -> Expectations:
     """The expectations in `path`, every entry checked against the preset names known
     (`presets`); raises ExpectationsError with every problem, OpdiffError when the file
-    cannot be read."""
+    cannot be read. `cache`: a local folder where the parsed file is kept for the next
+    load of the same text (parsed_cache.py)."""
     path = Path(path)
+    try:
+        text = read_text(path)
+    except YamlSyntaxError as exc:
+        raise _syntax_error(path, exc) from None
+    text_digest = digest(text.encode("utf-8"))
+    kept = parsed_cache.read(cache, text_digest, presets) if cache is not None else None
+    if kept is not None:
+        return Expectations(kept, str(path), digest=text_digest)
+    found = _parse(path, text, text_digest, presets)
+    if cache is not None:
+        parsed_cache.write(cache, text_digest, presets, found.entries)
+    return found
+
+
+def _parse(path: Path, text: str, text_digest: str, presets: list[str]) -> Expectations:
     problems = Problems()
     root = Where(str(path))
     try:
-        text = read_text(path)
         data, duplicates = load_yaml_text(text)
     except YamlSyntaxError as exc:
-        for message, mark in exc.problems:
-            problems.add(Where(str(path), mark=mark), message)
-        raise ExpectationsError(list(problems)) from None
+        raise _syntax_error(path, exc) from None
     for message, mark in duplicates:
         problems.add(Where(str(path), mark=mark), message)
-    found = Expectations([], str(path), digest=digest(text.encode("utf-8")))
+    found = Expectations([], str(path), digest=text_digest)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -90,6 +104,13 @@ def load(path: Path | str, presets: list[str]) -> Expectations:
     if len(problems):
         raise ExpectationsError(list(problems))
     return found
+
+
+def _syntax_error(path: Path, exc: YamlSyntaxError) -> ExpectationsError:
+    problems = Problems()
+    for message, mark in exc.problems:
+        problems.add(Where(str(path), mark=mark), message)
+    return ExpectationsError(list(problems))
 
 
 def digest(data: bytes) -> str:
