@@ -110,14 +110,14 @@ def precision_skip(test_id: str, profile: str, input_dtypes: Iterable[str], prec
     target = precision if precision in ("fp16", "bf16") else "fp32"
     if own is None or own == target:
         return None
+    # the reason names no test, so that a run's summary gives one line per reason
     base, suffix = split(profile)
-    plain = base_id(test_id, profile)
     if target == "fp32":
         return (f"{own} edge values are judged on {own} presets only; a preset computing in {precision} is "
-                f"judged on {plain}@{base}")
+                f"judged on the test's own profile (<id>@{base})")
     word = own if own != "fp32" or suffix is not None else \
         "/".join(sorted({d for d in dtypes if d in ("float32", "float64")}))
-    counterpart = f"{plain}@{base}.{_SUFFIX_OF[target]}" if suffix is not None or own == "fp32" else None
+    counterpart = f"<id>@{base}.{_SUFFIX_OF[target]}" if suffix is not None or own == "fp32" else None
     told = f"; {precision} presets are judged on {counterpart}" if counterpart else ""
     return (f"the {word} edge values of profile '{base}' are not {precision} values: the target would "
             f"compute on other inputs than the golden{told}")
