@@ -56,6 +56,7 @@ class Branchy(torch.nn.Module):
 def _suite(root: Path, text: str = SUITE) -> Path:
     (root / "suites").mkdir(parents=True, exist_ok=True)
     (root / "suites" / "branchy.py").write_text(BRANCHY)
+    (root / "suites" / "windows.py").write_text(WINDOWS_PY)
     path = root / "suites" / "dyn.yaml"
     path.write_text(text)
     return path
@@ -90,6 +91,10 @@ def test_each_size_is_a_test_of_its_own_with_the_weights_of_the_test_it_sizes(tm
     ("dynamic: {B: [2, 9], S: [2, 9]}", "have the same sizes"),
     ("dynamic: {B: [2, 2]}", "repeat a size"),
     ("dynamic: [B]", "dynamic must map dim symbols"),
+    ("dynamic: {B: {sizes: [4, 6], multiple_of: 4}}", "size 6 is not a multiple of 4"),
+    ("dynamic: {B: {sizes: [4, 8], multiple_of: 4}}", "size 4 is not a multiple of 4 that is at least 8"),
+    ("dynamic: {B: {sizes: [4, 8], step: 4}}", "multiple_of a whole number"),
+    ("dynamic: {B: {sizes: [4, 8], multiple_of: 1}}", "multiple_of a whole number"),
 ])
 def test_a_bad_dynamic_field_is_a_suite_problem_at_its_line(tmp_path, field, fragment):
     with pytest.raises(OpdiffError) as err:
@@ -108,6 +113,61 @@ def test_a_dynamic_dim_used_beyond_input_shapes_is_refused_with_the_place(tmp_pa
         _cases(tmp_path, text)
     assert "test 'cat'" in str(err.value) and "inputs[0].len" in str(err.value)
     assert "may size input tensors only" in str(err.value)
+
+
+WINDOWS = """
+dims: {H: 16, W: 24}
+tests:
+  - id: windows
+    op: {type: module, path: "file:windows.py::Windows"}
+    in: [{type: tensor, shape: [1, 2, H, W], dtype: float32}]
+    dynamic: {H: {sizes: [16, 24], multiple_of: 8}, W: {sizes: [24, 16], multiple_of: 8}}
+"""
+
+WINDOWS_PY = """
+import torch
+
+
+class Windows(torch.nn.Module):
+    def forward(self, x):
+        # the mean of each 8 x 8 window: defined only where H and W are multiples of 8
+        b, c, h, w = x.shape
+        return x.reshape(b, c, h // 8, 8, w // 8, 8).mean(dim=(3, 5))
+"""
+
+
+@pytest.mark.slow
+def test_a_dim_declared_a_multiple_of_a_step_exports_once_where_a_plain_range_cannot(tmp_path):
+    """A model that needs its sizes to be multiples of a window (Swin) exports for the range
+    only when the dim says so; then one artifact serves both sizes on ONNX Runtime and
+    ExecuTorch. Without the step, torch.export refuses the range (its guard H % 8 == 0)."""
+    root = tmp_path / "p"
+    _suite(root, WINDOWS)
+    cases = {c.id: c for c in load_suites([root / "suites" / "dyn.yaml"])}
+    assert cases["windows@H=24_W=16"].dynamic["steps"] == {"H": 8, "W": 8}
+    plain = _cases(tmp_path / "plain", WINDOWS.replace(
+        "{H: {sizes: [16, 24], multiple_of: 8}, W: {sizes: [24, 16], multiple_of: 8}}", "{H: [16, 24], W: [24, 16]}"))
+    assert "steps" not in plain["windows@H=24_W=16"].dynamic            # no step: the definition as before
+    assert plain["windows@H=24_W=16"].spec_hash != cases["windows@H=24_W=16"].spec_hash
+    settings = Settings(suites=Path("suites"), jobs=1, repeats=1, warmup=0, batch=1)
+    presets = ["onnx_cpu_fp32", "executorch_cpu_fp32"]
+    with contextlib.chdir(root):
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        checked = api.check(api.CheckRequest(backends=presets, running=api.Running(in_process=True)),
+                            settings=settings)
+    got = {(r.test_id, r.preset): r for r in checked.results}
+    for preset in presets:
+        sized = [got[t, preset] for t in ("windows@H=16_W=24", "windows@H=24_W=16")]
+        assert [r.verdict for r in sized] == [Verdict.PASS, Verdict.PASS], [(r.verdict, r.message) for r in sized]
+        assert sorted(r.cache_hit for r in sized) == [False, True], preset     # one export for both sizes
+    # the same model with a plain range: torch.export refuses it
+    (root / "suites" / "dyn.yaml").write_text(WINDOWS.replace(
+        "{H: {sizes: [16, 24], multiple_of: 8}, W: {sizes: [24, 16], multiple_of: 8}}", "{H: [16, 24], W: [24, 16]}"))
+    with contextlib.chdir(root):
+        api.record(api.RecordRequest(running=api.Running(in_process=True)), settings=settings)
+        refused = api.check(api.CheckRequest(backends=["executorch_cpu_fp32"], running=api.Running(in_process=True),
+                                             selection=api.Selection(test_ids=["windows@*"])), settings=settings)
+    assert {r.verdict for r in refused.results} == {Verdict.EXPORT_FAIL}
 
 
 @pytest.mark.slow

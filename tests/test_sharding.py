@@ -37,9 +37,9 @@ def test_split_of_the_shipped_suites_is_deterministic_exact_and_even():
         cases = given_cases(None, Path("suites"))
     keys = [(c.id, s, p) for c in cases for s in c.seeds for p in ("onnx_cpu_fp32", "executorch_cpu_fp32")]
     # hand-written (43 with 5 edge profiles, 76 sized), OpInfo (2,764 samples, 1,232 edge goldens), zoo
-    # (each at 2 more sizes; 29 models and 9 image-size variants of the vision ones)
+    # (each at 2 more sizes; 29 models and 11 image-size variants of the vision ones)
     # and every edge profile again in fp16's and bf16's values
-    assert len(keys) == 2 * (530 + 43 * 5 + 76 + 2764 + 1232 + (29 + 9) * 3 + 2 * (43 * 5 + 1 + 1232))
+    assert len(keys) == 2 * (530 + 43 * 5 + 76 + 2764 + 1232 + (29 + 11) * 3 + 2 * (43 * 5 + 1 + 1232))
     by_count = sharding.partition(keys, sharding.expected_costs(keys, {}), 4)
     assert sorted(k for s in by_count for k in s) == sorted(keys)               # each key exactly once
     assert max(map(len, by_count)) - min(map(len, by_count)) <= 1                # even by count

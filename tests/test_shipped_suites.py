@@ -190,9 +190,9 @@ def test_the_shipped_goldens_pass_on_their_baseline_preset_here(tmp_path):
                                             settings=settings)
     # the hand-written suites (530 tests, 43 of them with 5 edge profiles each, 76 sized), the
     # OpInfo samples (2,764 in float32, float16 and bfloat16, and 1,232 edge-profile goldens
-    # of the float32 elementwise ones) and the zoo (29 models and 9 image-size variants of the
+    # of the float32 elementwise ones) and the zoo (29 models and 11 image-size variants of the
     # vision ones, each at 2 more sizes); every edge profile's fp16 and bf16 values are judged
     # on presets of those precisions only, SKIPPED here
     variants = 2 * (43 * 5 + 1 + 1232)
     assert report.counts() == {"PASS": len(report.results) - variants, "SKIPPED": variants}
-    assert len(report.results) == 530 + 43 * 5 + 76 + 2764 + 1232 + (29 + 9) * 3 + variants
+    assert len(report.results) == 530 + 43 * 5 + 76 + 2764 + 1232 + (29 + 11) * 3 + variants

@@ -114,6 +114,7 @@ class DynamicDim:
     low: int
     high: int
     example: int
+    step: int = 1      # every size is a multiple of it (the export says so: step * a dim)
 
 
 Dynamic = tuple[Mapping[int, DynamicDim], ...]

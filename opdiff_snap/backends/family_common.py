@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from .base import Dynamic, Preset
+from .base import Dynamic, DynamicDim, Preset
 
 IS_MACOS = sys.platform == "darwin"
 
@@ -125,9 +125,16 @@ def export_dims(dynamic: Dynamic | None, varargs: bool = True) -> tuple[Any, ...
     made: dict[str, Any] = {}
     out: list[dict[int, Any] | None] = []
     for axes in dynamic:
-        out.append({axis: made.setdefault(d.name, torch.export.Dim(d.name, min=d.low, max=d.high))
+        out.append({axis: made[d.name] if d.name in made else made.setdefault(d.name, _export_dim(d))
                     for axis, d in axes.items()} or None)
     return (tuple(out),) if varargs else tuple(out)
+
+
+def _export_dim(d: DynamicDim) -> Any:
+    """A torch.export dim for `d`: with a step, the step times a dim over the quotients."""
+    if d.step > 1:
+        return d.step * torch.export.Dim(f"{d.name}_over_{d.step}", min=d.low // d.step, max=d.high // d.step)
+    return torch.export.Dim(d.name, min=d.low, max=d.high)
 
 
 def script_source(imports: Sequence[str], constants: Mapping[str, Any], functions: Sequence[Callable[..., Any]],

@@ -11,6 +11,11 @@ and `@B=9_S=5`. Sized tests carry the tag `dynamic`.
 A dynamic dim may size sampled input tensors only: a module argument, a list length or a
 given tensor value that used it would make each size a different program. Sizes are at
 least 2, as torch.export specialises a dimension of size 0 or 1.
+
+A dim whose model needs its sizes to be multiples of a step (a window, a patch) says so:
+`{H: {sizes: [32, 48], multiple_of: 16}}` exports H as 16 times a dim from 2 to 3, the
+range torch.export accepts where a plain 32..48 fails on the model's own `H % 16` guard.
+The step is recorded in the sized definitions only where one is given.
 """
 
 from __future__ import annotations
@@ -26,19 +31,39 @@ KEY = "dynamic"          # the test field, and the key of a sized test's definit
 TAG = "dynamic"          # the tag every sized test carries (`--tags dynamic` selects them)
 
 
+STEP_KEYS = ("sizes", "multiple_of")
+
+
+class Spec(dict):
+    """A parsed `dynamic` field: dim symbol -> its sizes, in order; `steps`: the dims whose
+    sizes must be multiples of a step, with it."""
+
+    def __init__(self, sizes: Mapping[str, list[int]], steps: Mapping[str, int] | None = None):
+        super().__init__(sizes)
+        self.steps = dict(steps or {})
+
+
 def parse(raw: Any, where: Where, problems: Problems, dims: Mapping[str, int]) -> Any:
-    """`{symbol: [sizes]}` validated (dims of the suite, at most MAX_SIZES sizes of at least
-    2, lists of one length, no two dims with the same sizes); BAD after recording what is wrong."""
+    """`{symbol: [sizes]}` (or `{symbol: {sizes: [...], multiple_of: N}}`) validated (dims of
+    the suite, at most MAX_SIZES sizes of at least 2, each a multiple of the step where one
+    is given, lists of one length, no two dims with the same sizes): a Spec; BAD after
+    recording what is wrong."""
     if not isinstance(raw, dict) or not raw:
         return problems.add(where, "dynamic must map dim symbols to the sizes to check them at, "
                                    f"e.g. {{B: [2, 9]}}; got {raw!r}")
     out: dict[str, list[int]] = {}
+    steps: dict[str, int] = {}
     for sym, sizes in raw.items():
         w = where.at(raw, sym)
         if sym not in dims:
             problems.add(w, f"'{sym}' is not a dim of this suite (defined dims: {', '.join(dims) or '(none)'}); "
                             "dynamic names the dim symbols the input shapes use")
             continue
+        if isinstance(sizes, dict):
+            sizes, step = _stepped(sym, sizes, w, problems)
+            if step is None:
+                continue
+            steps[str(sym)] = step
         if (not isinstance(sizes, list) or len(sizes) < 1
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)):
             problems.add(w, f"dynamic {sym}: give a list of sizes to check at, e.g. [2, 9]; got {sizes!r}"[:300])
@@ -55,6 +80,13 @@ def parse(raw: Any, where: Where, problems: Problems, dims: Mapping[str, int]) -
         if len(set(sizes)) != len(sizes):
             problems.add(w, f"dynamic {sym}: the sizes {sizes} repeat a size")
             continue
+        step = steps.get(str(sym), 1)
+        off = [s for s in sizes if s % step]
+        if off or (step > 1 and min(sizes) // step < SIZE_MIN):
+            problems.add(w, f"dynamic {sym}: size {off[0] if off else min(sizes)} is not a multiple of "
+                            f"{step} that is at least {SIZE_MIN * step}; with multiple_of: {step} every size is "
+                            f"{step} times a whole number of at least {SIZE_MIN}")
+            continue
         out[str(sym)] = list(sizes)
     if len(out) != len(raw):
         return BAD
@@ -68,7 +100,18 @@ def parse(raw: Any, where: Where, problems: Problems, dims: Mapping[str, int]) -
         if other != sym:
             return problems.add(where, f"dynamic: dims {other} and {sym} have the same sizes {sizes}, so an "
                                        "axis could not be told apart by its sizes; give them different sizes")
-    return out
+    return Spec(out, steps)
+
+
+def _stepped(sym: Any, raw: dict, where: Where, problems: Problems) -> tuple[Any, int | None]:
+    """(sizes, step) of `{sizes: [...], multiple_of: N}`; step None after recording what is wrong."""
+    unknown = [k for k in raw if k not in STEP_KEYS]
+    step = raw.get("multiple_of")
+    if unknown or "sizes" not in raw or not isinstance(step, int) or isinstance(step, bool) or not 2 <= step <= 4096:
+        problems.add(where, f"dynamic {sym}: write {{sizes: [32, 48], multiple_of: 16}} (multiple_of a whole "
+                            f"number from 2 to 4096), or a plain list of sizes; got {raw!r}"[:300])
+        return None, None
+    return raw["sizes"], step
 
 
 def sizes_at(spec: Mapping[str, Sequence[int]]) -> list[dict[str, int]]:
@@ -111,9 +154,10 @@ def sized_definitions(static: Mapping[str, Any], sized: Sequence[Mapping[str, An
     if problem:
         return [], problem
     out = []
+    steps = getattr(spec, "steps", {})
     for definition, at in zip(sized, sizes_at(spec)):
         d = _marked(definition, (), marks)
-        d[KEY] = {"dims": {s: list(v) for s, v in spec.items()}, "at": at}
+        d[KEY] = {"dims": {s: list(v) for s, v in spec.items()}, "at": at, **({"steps": dict(steps)} if steps else {})}
         d["tags"] = [*d.get("tags", []), *([] if TAG in d.get("tags", []) else [TAG])]
         out.append(d)
     return out, ""
@@ -205,14 +249,18 @@ def group_definition(definition: Mapping[str, Any]) -> dict[str, Any]:
         return node
 
     out = strip(dict(definition))
-    out[KEY] = {"dims": dict(definition[KEY]["dims"])}
+    steps = definition[KEY].get("steps")
+    out[KEY] = {"dims": dict(definition[KEY]["dims"]), **({"steps": dict(steps)} if steps else {})}
     return out
 
 
-def ranges(definition: Mapping[str, Any]) -> dict[str, tuple[int, int, int]]:
-    """Each dynamic dim's (smallest, largest, first) size: the range its export allows, and
-    the size it traces at (the same whichever sized test exports)."""
-    return {sym: (min(sizes), max(sizes), sizes[0]) for sym, sizes in definition[KEY]["dims"].items()}
+def ranges(definition: Mapping[str, Any]) -> dict[str, tuple[int, int, int, int]]:
+    """Each dynamic dim's (smallest, largest, first size, step): the range its export allows,
+    the size it traces at (the same whichever sized test exports) and the step its sizes
+    are multiples of (1: any size)."""
+    steps = definition[KEY].get("steps") or {}
+    return {sym: (min(sizes), max(sizes), sizes[0], int(steps.get(sym, 1)))
+            for sym, sizes in definition[KEY]["dims"].items()}
 
 
 def at_example(node: Any, definition: Mapping[str, Any]) -> Any:
@@ -225,7 +273,7 @@ def at_example(node: Any, definition: Mapping[str, Any]) -> Any:
     out = {k: at_example(v, definition) for k, v in node.items()}
     marked = node.get(KEY) if node.get("type") == "tensor" else None
     if isinstance(marked, dict) and isinstance(node.get("shape"), list):
-        examples = {sym: example for sym, (_, _, example) in ranges(definition).items()}
+        examples = {sym: example for sym, (_, _, example, _) in ranges(definition).items()}
         out["shape"] = [examples.get(str(marked.get(str(axis))), n) for axis, n in enumerate(node["shape"])]
     return out
 
