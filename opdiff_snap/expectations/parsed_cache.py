@@ -33,14 +33,15 @@ MAX_ENTRY_BYTES = 64 << 20
 FIELDS = ("preset", "test", "verdict", "reason", "seed", "until", "line")
 
 
+_HERE = Path(__file__).resolve().parent
+SOURCES = (_HERE / "file.py", _HERE / "entries.py", _HERE.parent / "suite" / "yamlload.py")   # parse and validate
+
+
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    from ..suite import yamlload
-    from . import entries, file
-
     h = hashlib.sha256(f"{FORMAT}\0{__version__}".encode())
-    for module in (file, entries, yamlload):
-        h.update(Path(str(module.__file__)).read_bytes())
+    for source in SOURCES:
+        h.update(source.read_bytes())
     return h.hexdigest()
 
 

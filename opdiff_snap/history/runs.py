@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.errors import OpdiffError
 from ..storage import occupied_by_file, open_runs
@@ -220,8 +220,6 @@ class GroupSummary:
     def shard_balance(self) -> tuple[float | None, float | None]:
         """The longest shard over the mean: as measured (each shard's wall time, once every
         shard has finished) and as the split expected it (None where unknown)."""
-        from .sharding import over_mean
-
         shards = [r for r in self.runs if r.shard]
         plan = ((shards[0].meta.get("plan") or {}).get("shard") or {}) if shards else {}
         expected = over_mean([float(c) for c in plan.get("expected_ms") or []])
@@ -229,6 +227,12 @@ class GroupSummary:
         measured = over_mean([t for t in seconds if t is not None]) if self.complete and len(shards) > 1 \
             and None not in seconds else None
         return measured, expected
+
+
+def over_mean(costs: Sequence[float]) -> float | None:
+    """The largest of `costs` over their mean (1.0: perfectly even), None when all are 0."""
+    total = sum(costs)
+    return max(costs) / (total / len(costs)) if costs and total > 0 else None
 
 
 def group_runs(runs: list[RunSummary]) -> list[GroupSummary]:

@@ -30,6 +30,7 @@ from ..core.errors import OpdiffError
 from ..core.limits import SHARDS
 from ..core.verdicts import PLANNED
 from ..storage import StorageError, open_place
+from .runs import over_mean, read_run
 
 Key = tuple[str, int, str]          # (test id, seed, preset)
 DISPATCH_MS = 25.0                  # a job's cost beyond its own timings: pickling, the pipe, judging
@@ -69,8 +70,6 @@ def job_cost(item: dict, repeats: int, warmup: int) -> float | None:
 
 def history_costs(history_dir: Path | None, repeats: int, warmup: int) -> dict[tuple[str, str], float]:
     """(test id, preset) -> cost of its latest result among the newest check runs."""
-    from .runs import read_run
-
     if history_dir is None:
         return {}
     runs = sorted((Path(history_dir) / "runs").glob("*.jsonl"), reverse=True)
@@ -153,12 +152,6 @@ class Split:
                   "the rest estimated" if self.from_history else "no job has a result in the history yet: the "
                   "split is by count")
         return f"{text} ({costed})"
-
-
-def over_mean(costs: Sequence[float]) -> float | None:
-    """The largest of `costs` over their mean (1.0: perfectly even), None when all are 0."""
-    total = sum(costs)
-    return max(costs) / (total / len(costs)) if costs and total > 0 else None
 
 
 def split_jobs(keys: Sequence[Key], known: dict[tuple[str, str], float], decided: Iterable[Key],
