@@ -99,6 +99,37 @@ def test_a_timeout_is_never_kept(tmp_path):
     assert _failure_records(settings) == []
 
 
+def _raised(call):
+    try:
+        call()
+    except BaseException as exc:   # noqa: BLE001 - the exception is the subject
+        return exc
+    raise AssertionError("it did not raise")
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_a_fault_of_our_own_code_is_never_kept_as_the_backends_answer():
+    """A plain Python error raised inside opdiff_snap (here: export_dims handed an axis
+    that is no DynamicDim, as when a worker mixes two versions of the package) is a bug of
+    the tool that its next edit fixes: it must not be served from the cache afterwards.
+    The same error raised by the backend's library, one of the tool's own refusals, and an
+    error of the machine keep their behaviour."""
+    import torch
+
+    from opdiff_snap.backends.family_common import export_dims
+    from opdiff_snap.core.errors import OpdiffError
+    from opdiff_snap.execution.cache import deterministic, own_bug
+    from opdiff_snap.history.sharding import parse_shard
+
+    ours = _raised(lambda: export_dims(({0: object()},)))
+    assert isinstance(ours, AttributeError) and own_bug(ours) and not deterministic(ours)
+    theirs = _raised(lambda: torch.export.Dim("x", min=2, max=3) * object())   # raised inside torch
+    assert type(theirs).__module__ == "builtins" and not own_bug(theirs) and deterministic(theirs), theirs
+    refusal = _raised(lambda: parse_shard("0/4"))        # an error of ours, raised on purpose in the package
+    assert isinstance(refusal, OpdiffError) and not own_bug(refusal) and deterministic(refusal)
+    assert not deterministic(_raised(lambda: open("/nonexistent/dir/file")))
+
+
 @pytest.mark.parametrize("planted", ["[1]", '{"verdict": "PASS"}', '{"verdict": "EXPORT_FAIL", "error_message": 5}'])
 def test_a_remembered_failure_of_another_shape_is_asked_again(cold, tmp_path, planted):
     settings, _ = cold

@@ -27,7 +27,8 @@ its verdict and message, and the next job with that key is answered from it with
 exporting (its outcome has `cache_hit`). The key holds everything that decides the
 answer (spec hash, weights, inputs' shapes, preset options, library versions), so a new
 version or a changed test asks again; a timeout or a crash never gets here (the pool
-decides those), and neither does an error of the machine (out of memory, an OSError).
+decides those), and neither does an error of the machine (out of memory, an OSError) or
+one of this tool's own code (a plain Python error raised in opdiff_snap: `own_bug`).
 """
 
 from __future__ import annotations
@@ -240,10 +241,31 @@ class FailureRecord:
         return cls(data["verdict"], texts[0], message, delegation, survey)
 
 
+_PACKAGE = Path(__file__).resolve().parents[1]   # opdiff_snap/
+
+
 def deterministic(exc: BaseException) -> bool:
     """Whether an export or load error says something lasting about the inputs: not when
-    the machine ran out of memory or a file or socket failed."""
-    return not isinstance(exc, (MemoryError, OSError))
+    the machine ran out of memory or a file or socket failed, nor when it is a bug of this
+    tool (a plain Python error raised in opdiff_snap's own code, which its next edit may
+    fix: remembered, it would outlive the fix, since the key holds no code of ours)."""
+    return not isinstance(exc, (MemoryError, OSError)) and not own_bug(exc)
+
+
+def own_bug(exc: BaseException) -> bool:
+    """A built-in exception (AttributeError, TypeError, ...) whose innermost frame is in
+    this package: not a backend's answer but a fault of the code that asks it."""
+    if type(exc).__module__ != "builtins":
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    try:
+        return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)
+    except (OSError, ValueError):
+        return False
 
 
 class ArtifactCache:
