@@ -59,6 +59,10 @@ def test_a_parsed_file_is_kept_signed_and_read_back_only_for_the_same_text_and_p
     assert load(path, PRESETS, cache=cache).entries[0].reason == "no kernel"
     kept.write_bytes(b"garbage")
     assert load(path, PRESETS, cache=cache) == fresh
+    # another valid text is kept in place of the first: entries of texts gone do not pile up
+    path.write_text(path.read_text().replace("no kernel", "still no kernel"))
+    assert load(path, PRESETS, cache=cache).entries[0].reason == "still no kernel"
+    assert len(list((cache / "expectations").glob("*.json"))) == 1
     # a changed file is another text: parsed (and its problems reported) whatever is kept
     path.write_text(path.read_text().replace("EXPORT_FAIL", "EXPORT_FAILED"))
     with pytest.raises(ExpectationsError, match="EXPORT_FAILED"):

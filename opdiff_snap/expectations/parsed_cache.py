@@ -9,7 +9,8 @@ a file with problems is parsed afresh and reports them exactly as before.
 
 Like the suite cache, an entry is signed with this user's key (core/signing.py): one that
 does not carry that signature, cannot be read or has another shape is ignored, the file
-parsed afresh and the entry written again. Where there is no key, nothing is kept.
+parsed afresh and the entry written again. Where there is no key, nothing is kept. One
+entry is kept per set of presets: writing the entry of a new text removes the older ones.
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ def write(folder: Path, text_digest: str, presets: Sequence[str], entries: Seque
         return
     body = json.dumps([[e.preset, e.test, e.verdict.value, e.reason, e.seed, e.until, e.line] for e in entries],
                       separators=(",", ":")).encode()
-    write_bytes_whole(entry_path(folder, text_digest, presets), signed(key, body))
+    path = entry_path(folder, text_digest, presets)
+    if write_bytes_whole(path, signed(key, body)):
+        for older in path.parent.glob(f"*-{path.name.split('-', 1)[1]}"):   # earlier texts: never read again
+            if older != path:
+                older.unlink(missing_ok=True)
 
 
 def _entry(row: Any) -> Expectation:

@@ -157,9 +157,10 @@ class Split:
 def split_jobs(keys: Sequence[Key], known: dict[tuple[str, str], float], decided: Iterable[Key],
                n: int) -> Split:
     """Cost every key (`expected_costs`) and partition them into N shards."""
+    decided = set(decided)
     costs = expected_costs(keys, known, decided)
     shards = partition(keys, costs, n)
-    from_history = sum(1 for k in set(keys) if (k[0], k[2]) in known and k not in set(decided))
+    from_history = sum(1 for k in set(keys) if (k[0], k[2]) in known and k not in decided)
     return Split(shards, [sum(costs[k] for k in s) for s in shards], from_history)
 
 

@@ -142,7 +142,7 @@ def seed_id(test_id: str, definition: Mapping[str, Any]) -> str:
 
 
 def sized_definitions(static: Mapping[str, Any], sized: Sequence[Mapping[str, Any]],
-                      spec: Mapping[str, Sequence[int]]) -> tuple[list[dict[str, Any]], str]:
+                      spec: Spec) -> tuple[list[dict[str, Any]], str]:
     """The definitions of the sized tests, in the order of `sized`: each with every tensor
     input axis sized by a dynamic dim marked (`"dynamic": {axis: symbol}` on its node) and
     the dims recorded (`"dynamic": {"dims": spec, "at": sizes}`). ([], where) when the sized
@@ -154,7 +154,7 @@ def sized_definitions(static: Mapping[str, Any], sized: Sequence[Mapping[str, An
     if problem:
         return [], problem
     out = []
-    steps = getattr(spec, "steps", {})
+    steps = spec.steps
     for definition, at in zip(sized, sizes_at(spec)):
         d = _marked(definition, (), marks)
         d[KEY] = {"dims": {s: list(v) for s, v in spec.items()}, "at": at, **({"steps": dict(steps)} if steps else {})}
