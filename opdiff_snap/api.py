@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .compare.results import Result, RunReport
 from .core.config import Settings
-from .run.requests import CheckRequest, RecordRequest, Running, Selection, UpgradeRequest
+from .run.requests import BundleRequest, CheckRequest, RecordRequest, Running, Selection, UpgradeRequest
 
 if TYPE_CHECKING:
     from .goldens.golden import Golden
@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 Warn = Callable[[str], None] | None
 Listener = Callable[[Result], None] | None
 
-__all__ = ["CheckRequest", "RecordRequest", "Result", "RunReport", "Running", "Selection", "UpgradeRequest",
-           "add_references", "check", "compare_envs", "coverage", "diff_page", "diff_runs", "golden", "goldens",
-           "gradcheck", "html_report", "import_opinfo", "latency", "list_tests", "load_expectations", "localize",
-           "ops", "pack_goldens", "presets", "prune", "query", "reconcile_history", "record", "regressions", "repro",
-           "run_groups", "runs", "schema", "site", "support", "upgrade", "validate", "verify", "write_diff_page"]
+__all__ = ["BundleRequest", "CheckRequest", "RecordRequest", "Result", "RunReport", "Running", "Selection",
+           "UpgradeRequest", "add_references", "bundle", "check", "compare_envs", "coverage", "diff_page",
+           "diff_runs", "golden", "goldens", "gradcheck", "html_report", "import_opinfo", "latency", "list_tests",
+           "load_expectations", "localize", "ops", "pack_goldens", "presets", "prune", "query", "reconcile_history",
+           "record", "regressions", "repro", "run_groups", "runs", "schema", "site", "support", "upgrade",
+           "validate", "verify", "write_diff_page"]
 
 
 # ---------------------------------------------------------------- suites, presets, goldens
@@ -135,6 +136,14 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     from .run.check import check as run
 
     return run(request, settings=settings, argv=argv, listener=listener)
+
+
+def bundle(request: BundleRequest, *, settings: Settings = Settings(), listener: Listener = None):
+    """run.bundle.BundleReport: a replay bundle of the request's tests on its presets, for a
+    device to run (docs/bundles.md); `check` with `outputs_from` judges what it returns."""
+    from .run.bundle import bundle as run
+
+    return run(request, settings=settings, listener=listener)
 
 
 def upgrade(request: UpgradeRequest, *, settings: Settings = Settings(), argv: Sequence[str] = (), ui=None):

@@ -43,7 +43,12 @@ def test_workflow_records_checks_sharded_and_publishes_the_report():
     flow = yaml.safe_load(WORKFLOW.read_text())
     jobs = flow["jobs"]
     assert jobs["record"]["runs-on"].startswith("ubuntu")
-    assert jobs["coreml"]["runs-on"].startswith("macos") and jobs["coreml"]["needs"] == "record"
+    # CoreML: bundled on ubuntu, run on a Mac with only the runtime, judged back on ubuntu
+    assert jobs["coreml-bundle"]["runs-on"].startswith("ubuntu") and jobs["coreml-bundle"]["needs"] == "record"
+    assert jobs["coreml"]["runs-on"].startswith("macos") and jobs["coreml"]["needs"] == "coreml-bundle"
+    mac = "\n".join(s.get("run", "") for s in jobs["coreml"]["steps"])
+    assert "pip install coremltools numpy" in mac and "run_coreml.py" in mac and "opdiff" not in mac
+    assert "check --outputs-from" in "\n".join(s.get("run", "") for s in jobs["coreml-judge"]["steps"])
     matrix = jobs["check"]["strategy"]["matrix"]
     assert matrix["shard"] == [1, 2, 3, 4] and set(matrix["preset"]) == {"onnx_cpu_fp32", "executorch_cpu_fp32"}
     runs = "\n".join(s.get("run", "") for s in jobs["check"]["steps"])

@@ -56,7 +56,9 @@ def imported_modules() -> dict[str, list[str]]:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "opdiff_snap":
+                # a bundle runner's sibling script (bundle_io) travels with it, outside any package
+                sibling = (path.parent / f"{top}.py").exists()
+                if top not in sys.stdlib_module_names and top != "opdiff_snap" and not sibling:
                     out.setdefault(top, []).append(str(path.relative_to(REPO)))
     return out
 

@@ -292,6 +292,11 @@ class Backend:
     """What that script needs installed, as a line for its header ("torch, onnxruntime").
     Default "": nothing named."""
 
+    bundle_runner: str = ""
+    """The runner script in `opdiff_snap/bundle_runners/` that runs this family's artifacts
+    with only its runtime and NumPy, where `opdiff bundle` can ship them to a device
+    (run_onnx.py, say). Default "": its presets cannot be bundled."""
+
     @_required
     def availability(self, preset: Preset) -> Availability:
         """Whether this machine can export and run `preset`, and why not. Cheap checks
@@ -330,6 +335,12 @@ class Backend:
         """Import what loading and running `preset`'s artifacts needs (not the exporter), so
         that a worker pays it before its first job and `load_ms` times the load alone.
         Default: nothing."""
+
+    def device_feed(self, preset: Preset, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors a runtime is fed for these inputs, as `load`'s runnable feeds them
+        (cast to the precision it exports in, contiguous, on the CPU): what a bundle stores
+        for a device to replay. Default: the inputs, contiguous on the CPU."""
+        return [t.detach().cpu().contiguous() for t in inputs]
 
     def batches(self, preset: Preset) -> bool:
         """Whether `export_batch` can compile several tests of `preset` in one exporter

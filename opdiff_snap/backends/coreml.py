@@ -19,7 +19,7 @@ CoreML computes in FLOAT16, as it ships.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -55,6 +55,7 @@ class CoreMLBackend(PT2EBackend):
     option_ranges = INT8_RANGES
     serializes = True
     can_differentiate = False
+    bundle_runner = "run_coreml.py"
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
         compute = "FLOAT16" if precision in QUANTIZED else _PRECISION_NAMES[precision]
@@ -108,6 +109,9 @@ class CoreMLBackend(PT2EBackend):
     def prepare_runtime(self, preset: Preset) -> None:
         import coremltools  # noqa: F401
 
+    def device_feed(self, preset: Preset, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return contiguous_cpu(cast_inputs(inputs, torch.float16 if preset.options.get("export_fp16") else None))
+
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         if not IS_MACOS:
             raise RuntimeError(NOT_MACOS)
@@ -126,10 +130,9 @@ class CoreMLBackend(PT2EBackend):
         in_specs = [(i.name, np_types.get(i.type.multiArrayType.dataType, np.float32))
                     for i in spec.description.input]
         out_names = [o.name for o in spec.description.output]
-        dtype = torch.float16 if opts.get("export_fp16") else None
 
         def run(inputs):
-            args = contiguous_cpu(cast_inputs(inputs, dtype))
+            args = self.device_feed(preset, inputs)
             if len(args) != len(in_specs):
                 raise RuntimeError(f"the CoreML model takes {len(in_specs)} inputs, got {len(args)}")
             feeds = {name: t.numpy().astype(np_type) for (name, np_type), t in zip(in_specs, args)}

@@ -98,6 +98,7 @@ class ExecuTorchBackend(PT2EBackend):
     serializes = True
     can_differentiate = False
     repro_needs = "torch, executorch"
+    bundle_runner = "run_executorch.py"
     repro_source = ""  # set below the class, from the functions export and load call
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
@@ -196,6 +197,9 @@ class ExecuTorchBackend(PT2EBackend):
 
         Runtime.get()
 
+    def device_feed(self, preset: Preset, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return contiguous_cpu(cast_inputs(inputs, torch.float16 if preset.options.get("export_fp16") else None))
+
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
         avail = self.availability(preset)
         if not avail.can_run:
@@ -204,16 +208,15 @@ class ExecuTorchBackend(PT2EBackend):
         _set_threads(thread_budget(opts.get("num_threads"), threads))
         assert artifact.path is not None
         method = executorch_method(single_file(Path(artifact.path), ".pte"), opts)
-        dtype = torch.float16 if opts.get("export_fp16") else None
         place = batch_place(Path(artifact.path))
 
         def run(inputs):
             if place is None:
-                return executorch_execute(method, contiguous_cpu(cast_inputs(inputs, dtype)))
+                return executorch_execute(method, self.device_feed(preset, inputs))
             (first_in, n_in), (first_out, n_out), examples = place
             args = list(examples)
             args[first_in:first_in + n_in] = inputs
-            return executorch_execute(method, contiguous_cpu(cast_inputs(args, dtype)))[first_out:first_out + n_out]
+            return executorch_execute(method, self.device_feed(preset, args))[first_out:first_out + n_out]
 
         return run
 

@@ -92,6 +92,7 @@ class OnnxBackend(Backend):
     serializes = True
     can_differentiate = False
     repro_needs = "torch, onnx, onnxscript, onnxruntime"
+    bundle_runner = "run_onnx.py"
     repro_source = ""  # set below the class, from the functions export and load call
 
     def preset_options(self, device: str, precision: str) -> dict[str, Any]:
@@ -217,6 +218,9 @@ class OnnxBackend(Backend):
             start += piece.outputs
         return artifacts
 
+    def device_feed(self, preset: Preset, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return contiguous_cpu(cast_inputs(inputs, reduced_dtype(preset)))
+
     def load(self, artifact: Artifact, preset: Preset, threads: int = 0) -> Runnable:
 
         assert artifact.path is not None
@@ -224,10 +228,9 @@ class OnnxBackend(Backend):
         session = onnx_session(path, preset.options, self._providers(preset),
                                thread_budget(preset.options.get("intra_op_num_threads"), threads))
         run_session = onnx_runner(session)
-        dtype = reduced_dtype(preset)
 
         def run(inputs):
-            return run_session(contiguous_cpu(cast_inputs(inputs, dtype)))
+            return run_session(self.device_feed(preset, inputs))
 
         return run
 

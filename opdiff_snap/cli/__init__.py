@@ -10,6 +10,7 @@ for command in (
     suites.validate,
     running.record,
     running.check,
+    running.bundle,
     environments.upgrade,
     environments.compare_envs,
     goldens.goldens,

@@ -240,11 +240,12 @@ def fail_verdicts(text: str | None) -> set[Verdict]:
 @dataclass(frozen=True)
 class Placement:
     """Which run a check writes: a new one, the interrupted one it resumes, or one shard
-    of a run group."""
+    of a run group; and whether its outputs come from a device's replay bundle."""
 
     resume: str | None = None
     shard: tuple[int, int] | None = None
     run_group: str | None = None
+    outputs_from: Path | None = None   # a replay bundle: the outputs a device returned, judged instead of running
 
 
 def _shard(ctx: click.Context, param: click.Parameter, text: str | None) -> tuple[int, int] | None:
@@ -261,6 +262,9 @@ PLACEMENT = Group("placement", (
     click.option("--shard", metavar="K/N", callback=_shard,
                  help="Run the K-th of N shards of the planned jobs (with --run-group)."),
     click.option("--run-group", metavar="ID", help="Logical run this run belongs to (the N shards share it)."),
+    click.option("--outputs-from", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+                 help="Judge the outputs a device returned in this replay bundle (`opdiff bundle`) instead of "
+                      "running the presets here; the presets default to the bundle's."),
 ), lambda values: Placement(**values))
 
 

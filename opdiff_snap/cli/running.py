@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -86,7 +87,7 @@ def check(ctx, require_delegated, trust_goldens, selection, targets: Targets, to
     from ..run.requests import CheckRequest
 
     backends = targets.backends + opdiff.presets()
-    if not backends:
+    if not backends and placement.outputs_from is None:
         raise OpdiffError("check needs a target: -b PRESET (repeatable) or --backends 'A;B' "
                           "(see `opdiff list-presets`).")
     options = targets.preset_options
@@ -100,8 +101,58 @@ def check(ctx, require_delegated, trust_goldens, selection, targets: Targets, to
     request = CheckRequest(backends, selection, running, preset_options=options, skips=tuple(opdiff.skip_pairs()),
                            tolerance=tolerance, resume=placement.resume, trust_goldens=trust_goldens,
                            shard=placement.shard, run_group=placement.run_group,
-                           require_delegated=require_delegated,
+                           require_delegated=require_delegated, outputs_from=placement.outputs_from,
                            expectations=held.expectations if held is not None else None)
     shard = placement.shard
     run_and_report(lambda listener: api.check(request, settings=settings, argv=sys.argv[1:], listener=listener),
                    reporting, "check" if not shard else f"check shard {shard[0]}/{shard[1]}", held)
+
+
+@click.command()
+@click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="The new folder to write the bundle into.")
+@click.pass_context
+@guarded
+@uses(SELECTION, TARGETS, workers("jobs", "timeout_s"), running(python=False), OPDIFF_FLAGS)
+def bundle(ctx, out, selection, targets: Targets, settings, running, opdiff: OpdiffFlags) -> None:
+    """Write a replay bundle: each selected test's artifact as check would run it, its
+    inputs, a manifest and a runner per runtime family that needs only that runtime and
+    NumPy. Run the runner where the model ships (a Mac, a phone, a board), bring the folder
+    back, and judge it with `opdiff check --outputs-from DIR` (docs/bundles.md)."""
+    from .. import api
+    from ..run.requests import BundleRequest
+    from .output import make_console
+
+    backends = targets.backends + opdiff.presets()
+    if not backends:
+        raise OpdiffError("bundle needs a target: -b PRESET (repeatable), an onnx_*, executorch_* or coreml_* "
+                          "preset (see `opdiff list-presets`).")
+    request = BundleRequest(backends, out, opdiff.selection(selection), running,
+                            preset_options=targets.preset_options, skips=tuple(opdiff.skip_pairs()))
+    console = make_console(sys.stdout)
+    report = api.bundle(request, settings=settings, listener=_Notices(console))
+    left = ", ".join(f"{n} {v}" for v, n in sorted(report.left_out.items())) or "none"
+    console.print(f"bundle {report.path}: {report.entries} entries; left out with their verdicts: {left}",
+                  highlight=False, markup=False)
+    for runner in report.runners:
+        console.print(f"  on the device: python {report.path / runner}", highlight=False, markup=False)
+    console.print(f"  back here: opdiff check --outputs-from {report.path}", highlight=False, markup=False)
+
+
+class _Notices:
+    """A bundle's listener: its notices and warnings printed as they come."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+
+    def __call__(self, result) -> None:
+        pass
+
+    def notice(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False)
+
+    def warn(self, text: str) -> None:
+        self.console.print(f"warning: {text}", highlight=False, markup=False)
+
+    def set_total(self, total: int) -> None:
+        pass

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
+    from .bundling import Bundled
+
 from ..backends.base import Delegation, Preset, Quantized
 from ..core.trees import Structure
 from ..core.verdicts import Verdict
@@ -121,3 +123,4 @@ class Outcome:
     delegation: Delegation | None = None   # what a delegating backend took
     delegation_error: str | None = None    # why that could not be read (never taken as delegated)
     quantized: Quantized | None = None     # an int8 preset's quantized reference and output steps
+    bundled: Bundled | None = None         # Job.bundle: where its artifact and inputs went

@@ -29,6 +29,7 @@ from ..core.errors import error_text
 from ..core.verdicts import Verdict
 from ..suite.materialize import materialize
 from ..suite.model import Invocation, RecordedGrads, TestCase
+from .bundling import BundleTarget, Returned, write_piece
 from .cache import ArtifactCache, FailureRecord, cache_key, deterministic
 from .export_load import Export, export_and_load
 from .int8_reference import calibration_inputs
@@ -79,6 +80,11 @@ class Job:
     # export time it reports as its own; `alone`: export it by itself, whatever a batch made
     batched: int = 0
     alone: bool = False
+    # a replay bundle (execution/bundling.py): write the artifact and the fed inputs there
+    # (with the golden's outputs, for ExecuTorch's BundledProgram) instead of running it,
+    # or judge what a device `returned` instead of running the artifact here
+    bundle: BundleTarget | None = None
+    returned: Returned | None = None
 
     def cache_in(self, context: WorkerContext) -> Path | str | None:
         """The job's artifact cache as the machine running it has it (None: no cache)."""
@@ -140,7 +146,10 @@ def _run(job: Job, backend: Backend | None, threads: int) -> Outcome:
     if job.prepared is None and job.invocation is not None:
         count = int(job.preset.options.get("calibration_samples") or 1)
         calibration = functools.partial(calibration_inputs, job.case, job.invocation, job.seed, count)
-    if not backend.serializes or job.cache_dir is not None:
+    if job.returned is not None and not backend.quantizes(job.preset):
+        # a device ran the artifact: nothing to export here (an int8 preset's quantized reference is read below)
+        outcome = _from_device(job, prepared)
+    elif not backend.serializes or job.cache_dir is not None:
         # nothing to write outside the cache: skip creating (and, slowly, deleting) a temp dir
         outcome = _export_and_run(job, backend, prepared, avail, threads, None, calibration)
     else:
@@ -205,14 +214,15 @@ def _export_and_run_keyed(job: Job, backend: Backend, prepared: Prepared, avail:
         known = cache.failure(key)
         if known is not None:
             return _remembered(job, known, (time.perf_counter() - t0) * 1e3)
+    run_here = avail.can_run and job.bundle is None and job.returned is None
     for attempt in (0, 1):  # a cached artifact that fails to load is evicted and rebuilt once
         cached = _Cached(cache, key, job) if cache is not None else None
         if cached is not None:
-            step = export_and_load(backend, job.preset, prepared, store=cached, load=avail.can_run,
+            step = export_and_load(backend, job.preset, prepared, store=cached, load=run_here,
                                    threads=threads, calibration=calibration)
         else:
             workdir = tmp / f"work{attempt}" if tmp is not None else Path(tempfile.gettempdir())
-            step = export_and_load(backend, job.preset, prepared, workdir, load=avail.can_run, threads=threads,
+            step = export_and_load(backend, job.preset, prepared, workdir, load=run_here, threads=threads,
                                    calibration=calibration)
         cache_hit = cached is not None and cached.hit
         batch = cached.batch if cached is not None and cache_hit else None
@@ -237,7 +247,16 @@ def _export_and_run_keyed(job: Job, backend: Backend, prepared: Prepared, avail:
             out = _fail(job, Verdict.LOAD_FAIL, step.error, **timings)
             out.delegation = step.delegation
             return _remember(cache, key, out, step.error, job)
-        if step.runnable is None:
+        if job.bundle is not None:
+            out = _bundle(job, backend, step.artifact, prepared, **timings)
+        elif job.returned is not None:
+            out = _from_device(job, prepared)
+            made = step.quantized.calibration if step.quantized is not None else ""
+            if job.returned.calibration and made and made != job.returned.calibration:
+                out = _fail(job, Verdict.STALE, f"the bundle's artifact was quantized from other calibration inputs "
+                                                f"({job.returned.calibration}) than this machine's quantized reference "
+                                                f"({made}); bundle it again.")
+        elif step.runnable is None:
             out = _fail(job, Verdict.UNAVAILABLE, f"exported; cannot run here: {avail.reason}", **timings)
         else:
             # a program its whole batch runs in times the batch, not the test: not timed
@@ -313,8 +332,41 @@ def _infer(job: Job, runnable: Runnable, prepared: Prepared, timed: bool = True,
         outputs = _finish(outputs, prepared, job)
     except Exception as exc:
         return _fail(job, Verdict.INFER_FAIL, exc, infer_ms_all=times, **timings)
-    expected = count_outputs(prepared.out_structure)
     timing = {"infer_ms": statistics.median(times) if times else None, "infer_ms_all": times, **timings}
+    return _outputs(job, prepared, outputs, timing)
+
+
+def _from_device(job: Job, prepared: Prepared) -> Outcome:
+    """The outcome of outputs a device returned (a replay bundle), with its timings."""
+    r = job.returned
+    assert r is not None
+    try:
+        outputs = _finish(list(r.outputs), prepared, job)
+    except Exception as exc:
+        return _fail(job, Verdict.INFER_FAIL, exc)
+    times = list(r.infer_ms_all)
+    return _outputs(job, prepared, outputs, {"infer_ms": statistics.median(times) if times else None,
+                                             "infer_ms_all": times, "load_ms": r.load_ms})
+
+
+def _bundle(job: Job, backend: Backend, artifact: Artifact | None, prepared: Prepared, **timings: Any) -> Outcome:
+    """Write the job's artifact and fed inputs into its bundle; a failure to is EXPORT_FAIL."""
+    assert job.bundle is not None and artifact is not None
+    try:
+        bundled = write_piece(Path(job.bundle.into), job.bundle.entry, backend, job.preset, artifact, prepared,
+                              job.bundle.expected)
+    except Exception as exc:
+        out = _fail(job, Verdict.EXPORT_FAIL, exc, **timings)
+        out.error_message = f"exported, but writing it into the bundle failed: {out.error_message}"
+        return out
+    out = Outcome(job.key, None, output_structure=prepared.out_structure, **timings)
+    out.bundled = bundled
+    return out
+
+
+def _outputs(job: Job, prepared: Prepared, outputs: list[torch.Tensor], timing: dict[str, Any]) -> Outcome:
+    """The outcome of a run's outputs: STRUCTURE_MISMATCH unless they fit the eager module's."""
+    expected = count_outputs(prepared.out_structure)
     if len(outputs) != expected:
         return _fail(job, Verdict.STRUCTURE_MISMATCH,
                      f"the backend returned {len(outputs)} outputs; the eager module returns {expected}",

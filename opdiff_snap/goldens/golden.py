@@ -97,3 +97,19 @@ def golden_state(info: GoldenInfo, current: Mapping[str, str] | None) -> GoldenS
     if info.test_id not in current:
         return GoldenState.ORPHAN
     return GoldenState.STALE if info.spec_hash != current[info.test_id] else GoldenState.OK
+
+
+def golden_digest(golden: Golden) -> str:
+    """What a replay bundle holds its entry to: a golden re-recorded since, or recorded from
+    another definition, has another digest (its recording time, spec hash and outputs)."""
+    import hashlib
+
+    import torch
+
+    from ..core.trees import flatten
+
+    h = hashlib.sha256(f"{golden.test_id}\0{golden.seed}\0{golden.spec_hash}\0{golden.created}".encode())
+    for leaf in flatten(golden.outputs)[1]:
+        h.update(f"{tuple(leaf.shape)}{leaf.dtype}".encode())
+        h.update(leaf.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

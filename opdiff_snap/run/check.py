@@ -42,6 +42,7 @@ from .check_plan import CheckPlan, plan_from_goldens, plan_from_suites
 from .judge import Pending, judge
 from .pipeline import Pipeline, Sinks
 from .plan_identity import all_present, plan_identity, same_plan, shard_keys
+from .replay import read_replay
 from .requests import CheckRequest
 from .session import notice, set_total, settings_json, warn
 
@@ -55,23 +56,31 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     packages); planning, comparing and the history stay here, and the run's meta line
     records the workers' environment."""
     apply_endpoint(settings)
+    replay = None
+    if request.outputs_from is not None:
+        replay = read_replay(request.outputs_from, request.backends)
+        request = replay.request(request)
     sel, running = request.selection, request.running
-    presets = _presets(request, listener)
+    presets = preset_list(request, listener)
     use_cache = running.use_cache and cache_usable(settings, listener)
-    store = _golden_store(settings, listener)
+    store = golden_store(settings, listener)
     # the workers start, and warm up the backends of presets that will export, while the run is planned
     pool = make_pool(settings, running.in_process, listener, running.python)
     try:
-        pool.prestart(warm_ups(presets, settings.cache if use_cache else None))
+        pool.prestart(warm_ups(presets, settings.cache if use_cache else None) if replay is None else ())
         reader = suite_reader(settings, use_cache, listener)
-        suite_paths, plan, golden_cases = _plan(request, store, settings, listener, reader)
+        suite_paths, plan, golden_cases = plan_check(request, store, settings, listener, reader)
+        if replay is not None:
+            plan = dataclasses.replace(plan, items=[i for i in plan.items if replay.covers(i.test_id, i.seed)])
         # a worker interpreter that cannot serve, or a run that cannot resume, is refused before anything is written
-        env = pool.environment()
+        env = pool.environment() if replay is None else replay.environment()
         if pool.python is not None:
             notice(listener, f"workers run under {pool.python} (torch {env.get('torch')}, "
                    + ", ".join(f"{k} {env[k]}" for k in ("executorch", "onnxruntime", "coremltools")
                                if env.get(k)) + ")")
         run_settings = settings_json(settings, running.in_process, use_cache, pool)
+        if replay is not None:
+            run_settings.update(replay.settings())
         if not suite_paths and golden_cases.imported:
             run_settings["trusted_imports"] = list(golden_cases.imported)
         identity = plan_identity(plan, suite_paths, presets, sel, skips=request.skips, tolerance=request.tolerance,
@@ -88,7 +97,9 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         expecter = Expecter(request.expectations, ()) if request.expectations else None
         sinks = Sinks(listener, writer, expecter)
         stream: list | Iterator = _work(request, plan, presets, planned - done, store, settings, use_cache)
-        if settings.batch > 1 and use_cache:
+        if replay is not None:
+            stream = (replay.work(*thing) if isinstance(thing, tuple) else thing for thing in stream)
+        elif settings.batch > 1 and use_cache:
             stream = [(_alone_if_expected(thing[0], expecter), thing[1]) if isinstance(thing, tuple) else thing
                       for thing in stream]
             try:
@@ -106,7 +117,7 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     return RunReport(writer.run_id, writer.path, "check", prior + sinks.results, wall)
 
 
-def _presets(request: CheckRequest, listener: Listener | None) -> list[Preset]:
+def preset_list(request: CheckRequest, listener: Listener | None) -> list[Preset]:
     """The request's presets, after what refuses the request before anything is read."""
     sel = request.selection
     check_seeds(sel.seeds, sel.seed_list)
@@ -124,7 +135,7 @@ def _presets(request: CheckRequest, listener: Listener | None) -> list[Preset]:
     return presets
 
 
-def _golden_store(settings: Settings, listener: Listener | None) -> GoldenStore:
+def golden_store(settings: Settings, listener: Listener | None) -> GoldenStore:
     store = GoldenStore(settings.goldens)
     if not store.exists():
         raise OpdiffError(f"no golden store at {settings.goldens}. Run `opdiff record --baseline "
@@ -180,7 +191,7 @@ def _alone_unless_passed(job: Job, outcome: Outcome, result: Result) -> Job | No
     return None
 
 
-def _plan(request: CheckRequest, store: GoldenStore, settings: Settings, listener: Listener | None,
+def plan_check(request: CheckRequest, store: GoldenStore, settings: Settings, listener: Listener | None,
           reader: SuiteReader) -> tuple[list[Path], CheckPlan, GoldenCases]:
     """The check's plan: from the suites, or from the goldens alone when there are none."""
     sel = request.selection

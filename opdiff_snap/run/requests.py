@@ -79,6 +79,7 @@ class CheckRequest:
     run_group: str | None = None
     require_delegated: bool = False   # any op node left off a delegate fails the result (NOT_DELEGATED)
     expectations: Expectations | None = None   # each result carries the verdict expected of it
+    outputs_from: Path | None = None   # a replay bundle's folder: judge the outputs a device returned there
 
     def refusal(self) -> str | None:
         """Why these options cannot make a check, before anything is read."""
@@ -86,6 +87,9 @@ class CheckRequest:
             return (f"--shard {self.shard[0]}/{self.shard[1]} needs --run-group ID, the same for all "
                     f"{self.shard[1]} shards (a CI run id, say): the shards agree on their split through "
                     "it, and `opdiff runs` and the reports take them as one run.")
+        if self.outputs_from is not None and (self.shard is not None or self.resume):
+            return ("--outputs-from judges the outputs a device returned in one run; it takes no --shard "
+                    "or --resume.")
         if not self.backends:
             return "check needs at least one --backend PRESET (see `opdiff list-presets`)."
         if self.tolerance is not None:
@@ -100,6 +104,19 @@ class CheckRequest:
             return (f"--preset-options names '{unknown[0]}', which is not a --backend of this "
                     f"check ({', '.join(self.backends)}).")
         return None
+
+
+@dataclass(frozen=True)
+class BundleRequest:
+    """What one bundle writes: the selection on the target presets (with `preset_options`
+    per preset name), into the new folder `out`; `skips` as check's."""
+
+    backends: Sequence[str]
+    out: Path
+    selection: Selection = Selection()
+    running: Running = Running()
+    preset_options: Mapping[str, str | dict] | None = None
+    skips: Sequence[tuple[str, str]] = ()
 
 
 @dataclass(frozen=True)
