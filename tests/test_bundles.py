@@ -134,7 +134,7 @@ def test_a_changed_artifact_is_refused_before_anything_is_judged(returned, tmp_p
     code, out, err = invoke(project, "check", "--outputs-from", str(bundle))
     assert code == 2
     assert entry["id"] in err and "digest" in err and "Traceback" not in err
-    assert not (project / "store" / "runs").exists() or not list((project / "store" / "runs").glob("*.jsonl"))
+    assert not list((project / "store").glob("runs/*.jsonl"))   # the copy holds no history: nothing was written
 
 
 @pytest.mark.slow
@@ -179,6 +179,13 @@ def test_outputs_from_a_folder_that_is_no_bundle_is_an_input_error(tmp_path):
     (tmp_path / "nb" / "manifest.json").write_text('{"format": 1, "entries": [{"id": "../x"}]}')
     code, out, err = invoke(tmp_path, "check", "--outputs-from", str(tmp_path / "nb"))
     assert code == 2 and "not one `opdiff bundle` wrote" in err
+    # a verdict of a comparison cannot be carried for a test the bundle holds no outputs of
+    forged = {"format": 1, "created": "x", "build": {}, "presets": {"onnx_cpu_fp32": {}}, "entries": [],
+              "left_out": [{"test": "exp", "seed": 0, "preset": "onnx_cpu_fp32", "verdict": "PASS", "message": ""}]}
+    (tmp_path / "nb" / "manifest.json").write_text(json.dumps(forged))
+    runs = sorted((tmp_path / "store").glob("runs/*.jsonl"))
+    code, out, err = invoke(tmp_path, "check", "--outputs-from", str(tmp_path / "nb"))
+    assert code == 2 and "cannot be PASS" in err and sorted((tmp_path / "store").glob("runs/*.jsonl")) == runs
 
 
 @pytest.mark.slow

@@ -179,9 +179,14 @@ def read_manifest(root: Path) -> Manifest:
 
 
 def _verdict(value: Any) -> str:
+    """A left-out entry's verdict: one decided without outputs to compare (a bundle cannot
+    carry a PASS, or any verdict of a comparison, for a test it holds no outputs of)."""
     from .verdicts import Verdict
 
-    return Verdict(str(value)).value
+    verdict = Verdict(str(value))
+    if verdict in (Verdict.PASS, Verdict.MISMATCH, Verdict.SQNR_LOW, Verdict.NOT_DELEGATED):
+        raise ValueError(f"a left-out entry cannot be {verdict.value}: it was never run")
+    return verdict.value
 
 
 def _entry(e: dict[str, Any]) -> Entry:
