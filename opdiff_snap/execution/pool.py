@@ -172,6 +172,18 @@ def death_description(exitcode: int | None) -> tuple[str, str]:
     return f"exit code {exitcode}", f"the worker process exited with code {exitcode} while running the job"
 
 
+def worker_context() -> Any:
+    """How this interpreter's workers start: forked from multiprocessing's fork server,
+    which imports torch once per opdiff process (a worker then starts in a fraction of a
+    second instead of importing torch itself), where the platform has one; spawned
+    otherwise. Only torch is imported there, never run, so no thread pool is forked."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "opdiff_snap.execution.worker"])
+    return ctx
+
+
 class WorkerPool:
     """Run jobs in `jobs` persistent worker processes (or in this process).
 
@@ -193,7 +205,7 @@ class WorkerPool:
         if python is not None and in_process:
             raise WorkerEnvironmentError("--in-process runs jobs in this interpreter, --python in another "
                                          "one; give one of them.")
-        # workers under another interpreter (None: this one, through multiprocessing's spawn)
+        # workers under another interpreter (None: this one, started through worker_context())
         self.python: Path | None = resolve(python) if python is not None else None
         self.refusal: dict | None = None   # the last hello that refused to serve (foreign workers)
         if in_process:
@@ -201,7 +213,7 @@ class WorkerPool:
             self.threads = torch.get_num_threads()   # intra-op threads the jobs run with
         else:
             self.threads = threads or 1
-        self._ctx = mp.get_context("spawn")
+        self._ctx = worker_context()
         self._workers: list[_Worker] = []
         self._logs: tempfile.TemporaryDirectory | None = None
         self.started_workers = 0   # how many processes were spawned (replacements included)
@@ -225,7 +237,7 @@ class WorkerPool:
         else:
             proc = self._ctx.Process(target=serve,
                                      args=(child, self.threads, str(log), str(self.cache_dir or "") or None,
-                                           self.warm),
+                                           self.warm, dict(os.environ)),
                                      name="opdiff-worker", daemon=True)
             proc.start()
         child.close()  # so that the parent sees EOF when the worker dies
