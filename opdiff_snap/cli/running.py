@@ -121,6 +121,7 @@ def bundle(ctx, out, selection, targets: Targets, settings, running, opdiff: Opd
     back, and judge it with `opdiff check --outputs-from DIR` (docs/bundles.md)."""
     from .. import api
     from ..run.requests import BundleRequest
+    from ..run.session import RunListener
     from .output import make_console
 
     backends = targets.backends + opdiff.presets()
@@ -130,7 +131,17 @@ def bundle(ctx, out, selection, targets: Targets, settings, running, opdiff: Opd
     request = BundleRequest(backends, out, opdiff.selection(selection), running,
                             preset_options=targets.preset_options, skips=tuple(opdiff.skip_pairs()))
     console = make_console(sys.stdout)
-    report = api.bundle(request, settings=settings, listener=_Notices(console))
+
+    class Notices(RunListener):
+        """A bundle's notices and warnings, printed as they come."""
+
+        def notice(self, text: str) -> None:
+            console.print(text, highlight=False, markup=False)
+
+        def warn(self, text: str) -> None:
+            console.print(f"warning: {text}", highlight=False, markup=False)
+
+    report = api.bundle(request, settings=settings, listener=Notices())
     left = ", ".join(f"{n} {v}" for v, n in sorted(report.left_out.items())) or "none"
     console.print(f"bundle {report.path}: {report.entries} entries; left out with their verdicts: {left}",
                   highlight=False, markup=False)
@@ -138,21 +149,3 @@ def bundle(ctx, out, selection, targets: Targets, settings, running, opdiff: Opd
         console.print(f"  on the device: python {report.path / runner}", highlight=False, markup=False)
     console.print(f"  back here: opdiff check --outputs-from {report.path}", highlight=False, markup=False)
 
-
-class _Notices:
-    """A bundle's listener: its notices and warnings printed as they come."""
-
-    def __init__(self, console) -> None:
-        self.console = console
-
-    def __call__(self, result) -> None:
-        pass
-
-    def notice(self, text: str) -> None:
-        self.console.print(text, highlight=False, markup=False)
-
-    def warn(self, text: str) -> None:
-        self.console.print(f"warning: {text}", highlight=False, markup=False)
-
-    def set_total(self, total: int) -> None:
-        pass

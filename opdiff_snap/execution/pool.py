@@ -28,6 +28,7 @@ import pickle
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -215,6 +216,8 @@ class WorkerPool:
             self.threads = threads or 1
         self._ctx = worker_context()
         self._workers: list[_Worker] = []
+        self._starting: threading.Thread | None = None   # prestart's, until the workers are needed
+        self._start_failed: BaseException | None = None
         self._logs: tempfile.TemporaryDirectory | None = None
         self.started_workers = 0   # how many processes were spawned (replacements included)
         self.warm: tuple[WarmUp, ...] = ()   # what each new worker warms up before its hello
@@ -259,17 +262,39 @@ class WorkerPool:
 
     def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
         """Start the workers now, so they import torch and warm up the `warm` presets'
-        backends (warmup.py; replacements too) before the first job comes."""
+        backends (warmup.py; replacements too) before the first job comes. They start in
+        a thread of their own: the first waits for the fork server to import torch, which
+        the caller's planning overlaps; whatever uses the workers waits for it first."""
         self.warm = tuple(warm)
-        if not self.in_process:
+        if not self.in_process and self._starting is None:
+            self._starting = threading.Thread(target=self._start_all, name="opdiff-worker-start", daemon=True)
+            self._starting.start()
+
+    def _start_all(self) -> None:
+        try:
             while len(self._workers) < self.n:
                 self._spawn()
+        except BaseException as exc:   # told where the workers are next needed
+            self._start_failed = exc
+
+    def _started(self) -> None:
+        """Wait for the workers prestart began; raise what stopped them starting."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+        failed, self._start_failed = self._start_failed, None
+        if failed is not None:
+            raise failed
 
     def close(self) -> None:
         """Stop every worker: kill one still starting; ask an idle one to stop and give it
         2 s; stop a busy one with SIGTERM (it leaves its job and exits normally) and give it
         STOP_BUSY_S; then kill whoever is still there, and every worker's process group
         (what its jobs started) in any case."""
+        try:
+            self._started()
+        except Exception:
+            pass   # closing: whatever did start is stopped below
         workers, self._workers = list(self._workers), []
         for w in workers:
             try:
@@ -309,6 +334,7 @@ class WorkerPool:
             from ..core.environment import environment
 
             return environment(threads=self.threads)
+        self._started()
         ready = [w for w in self._workers if w.ready and w.hello]
         if ready:
             return (ready[0].hello or {})["env"]
@@ -359,6 +385,7 @@ class WorkerPool:
             yield stamp(job.run(context))
 
     def _run_isolated(self, jobs: Iterable[Task]) -> Iterator:
+        self._started()
         feed = _Feed(iter(jobs))
         try:
             while True:

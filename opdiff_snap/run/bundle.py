@@ -16,7 +16,6 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from ..backends.base import Preset
 from ..backends.registry import backend_for
@@ -30,9 +29,11 @@ from ..execution.job import Outcome
 from ..execution.outputs import flat_values
 from ..execution.pools import make_pool
 from ..execution.runner import Job
+from ..goldens import GoldenStore
 from ..goldens.golden import golden_digest
 from .check import golden_store, plan_check, preset_list, suite_reader
 from .check_job import CheckJob, item_work
+from .check_plan import CheckPlan
 from .judge import Pending
 from .requests import BundleRequest, CheckRequest
 from .session import notice, set_total
@@ -91,7 +92,7 @@ def _refuse_unbundled(presets: list[Preset]) -> None:
                           "the onnx_*, executorch_* or coreml_* presets (`opdiff list-presets`).")
 
 
-def _fill(plan: Any, presets: list[Preset], store: Any, settings: Settings, request: BundleRequest,
+def _fill(plan: CheckPlan, presets: list[Preset], store: GoldenStore, settings: Settings, request: BundleRequest,
           staging: Path, listener: Listener | None) -> Manifest:
     """Every planned (test, seed, preset) as an entry or as left out, in plan order."""
     pool = make_pool(settings, request.running.in_process, listener, request.running.python)
