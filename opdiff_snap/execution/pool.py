@@ -28,7 +28,6 @@ import pickle
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -173,18 +172,6 @@ def death_description(exitcode: int | None) -> tuple[str, str]:
     return f"exit code {exitcode}", f"the worker process exited with code {exitcode} while running the job"
 
 
-def worker_context() -> Any:
-    """How this interpreter's workers start: forked from multiprocessing's fork server,
-    which imports torch once per opdiff process (a worker then starts in a fraction of a
-    second instead of importing torch itself), where the platform has one; spawned
-    otherwise. Only torch is imported there, never run, so no thread pool is forked."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "opdiff_snap.execution.worker"])
-    return ctx
-
-
 class WorkerPool:
     """Run jobs in `jobs` persistent worker processes (or in this process).
 
@@ -206,7 +193,7 @@ class WorkerPool:
         if python is not None and in_process:
             raise WorkerEnvironmentError("--in-process runs jobs in this interpreter, --python in another "
                                          "one; give one of them.")
-        # workers under another interpreter (None: this one, started through worker_context())
+        # workers under another interpreter (None: this one, through multiprocessing's spawn)
         self.python: Path | None = resolve(python) if python is not None else None
         self.refusal: dict | None = None   # the last hello that refused to serve (foreign workers)
         if in_process:
@@ -214,10 +201,8 @@ class WorkerPool:
             self.threads = torch.get_num_threads()   # intra-op threads the jobs run with
         else:
             self.threads = threads or 1
-        self._ctx = worker_context()
+        self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
-        self._starting: threading.Thread | None = None   # prestart's, until the workers are needed
-        self._start_failed: BaseException | None = None
         self._logs: tempfile.TemporaryDirectory | None = None
         self.started_workers = 0   # how many processes were spawned (replacements included)
         self.warm: tuple[WarmUp, ...] = ()   # what each new worker warms up before its hello
@@ -240,7 +225,7 @@ class WorkerPool:
         else:
             proc = self._ctx.Process(target=serve,
                                      args=(child, self.threads, str(log), str(self.cache_dir or "") or None,
-                                           self.warm, dict(os.environ)),
+                                           self.warm),
                                      name="opdiff-worker", daemon=True)
             proc.start()
         child.close()  # so that the parent sees EOF when the worker dies
@@ -262,39 +247,17 @@ class WorkerPool:
 
     def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
         """Start the workers now, so they import torch and warm up the `warm` presets'
-        backends (warmup.py; replacements too) before the first job comes. They start in
-        a thread of their own: the first waits for the fork server to import torch, which
-        the caller's planning overlaps; whatever uses the workers waits for it first."""
+        backends (warmup.py; replacements too) before the first job comes."""
         self.warm = tuple(warm)
-        if not self.in_process and self._starting is None:
-            self._starting = threading.Thread(target=self._start_all, name="opdiff-worker-start", daemon=True)
-            self._starting.start()
-
-    def _start_all(self) -> None:
-        try:
+        if not self.in_process:
             while len(self._workers) < self.n:
                 self._spawn()
-        except BaseException as exc:   # told where the workers are next needed
-            self._start_failed = exc
-
-    def _started(self) -> None:
-        """Wait for the workers prestart began; raise what stopped them starting."""
-        if self._starting is not None:
-            self._starting.join()
-            self._starting = None
-        failed, self._start_failed = self._start_failed, None
-        if failed is not None:
-            raise failed
 
     def close(self) -> None:
         """Stop every worker: kill one still starting; ask an idle one to stop and give it
         2 s; stop a busy one with SIGTERM (it leaves its job and exits normally) and give it
         STOP_BUSY_S; then kill whoever is still there, and every worker's process group
         (what its jobs started) in any case."""
-        try:
-            self._started()
-        except Exception:
-            pass   # closing: whatever did start is stopped below
         workers, self._workers = list(self._workers), []
         for w in workers:
             try:
@@ -334,7 +297,6 @@ class WorkerPool:
             from ..core.environment import environment
 
             return environment(threads=self.threads)
-        self._started()
         ready = [w for w in self._workers if w.ready and w.hello]
         if ready:
             return (ready[0].hello or {})["env"]
@@ -385,7 +347,6 @@ class WorkerPool:
             yield stamp(job.run(context))
 
     def _run_isolated(self, jobs: Iterable[Task]) -> Iterator:
-        self._started()
         feed = _Feed(iter(jobs))
         try:
             while True:

@@ -1,10 +1,8 @@
 """A worker process: what runs on the far end of the pool's pipe (pool.py).
 
-Each worker is a process forked from multiprocessing's fork server, which has imported
-torch once for the whole opdiff process (spawned where there is none). It takes the
-parent's environment as it is at the worker's start, imports the backends once, warms up
-the presets the run needs (warmup.py), says hello and then serves tasks over a Pipe, one
-at a time, until the parent says stop or is gone. Its stdout and stderr go to a log of its own;
+Each worker is a spawned process that imports torch and the backends once, warms up the
+presets the run needs (warmup.py), says hello and then serves tasks over a Pipe, one at a
+time, until the parent says stop or is gone. Its stdout and stderr go to a log of its own;
 when a task fails at a stage, what the backend printed meanwhile is appended to the
 result's message (job.Explained).
 
@@ -25,7 +23,6 @@ another interpreter starts through interpreter.BOOTSTRAP, which reaches `serve` 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import pickle
 import re
@@ -34,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -63,15 +60,10 @@ def hello_message(threads: int) -> bytes:
 
 
 def serve(conn: Connection, threads: int, log_path: str | None = None,
-          cache_dir: str | None = None, warm: Sequence[WarmUp] = (), environ: dict[str, str] | None = None) -> None:
+          cache_dir: str | None = None, warm: Sequence[WarmUp] = ()) -> None:
     """Entry point of a worker process. Its stdout and stderr (exporter chatter, library
     warnings, a native crash's last words) go to `log_path`, never into the run's output;
-    the parent quotes the tail of that log when the worker dies. `environ`: the parent's
-    environment as the worker starts (a worker forked from the fork server would otherwise
-    have the server's, from when it started)."""
-    if environ is not None and environ != os.environ:
-        os.environ.clear()
-        os.environ.update(environ)
+    the parent quotes the tail of that log when the worker dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     _lead_group()
     signal.signal(signal.SIGTERM, _stop)           # ... and stops a busy one with SIGTERM first
@@ -178,16 +170,10 @@ def _lead_group() -> None:
     except OSError:
         pass   # no keeper (no process to spare): the parent and the watchdog below still end the group
     parent = os.getppid()
-    # a worker multiprocessing started (forked from its fork server, whose own exit waits
-    # for its children, or spawned) watches the process that started it through its sentinel
-    opdiff = multiprocessing.parent_process()
 
     def watch() -> None:
-        if opdiff is not None:
-            wait([opdiff.sentinel])
-        else:
-            while os.getppid() == parent:
-                time.sleep(WATCHDOG_S)
+        while os.getppid() == parent:
+            time.sleep(WATCHDOG_S)
         _end_own_group()
 
     threading.Thread(target=watch, name="opdiff-parent-watch", daemon=True).start()

@@ -27,7 +27,7 @@ from ..execution.bundled_program import expected_as_fed
 from ..execution.bundling import BundleTarget
 from ..execution.job import Outcome
 from ..execution.outputs import flat_values
-from ..execution.pools import make_pool
+from ..execution.pools import Pool, make_pool
 from ..execution.runner import Job
 from ..goldens import GoldenStore
 from ..goldens.golden import golden_digest
@@ -95,7 +95,12 @@ def _refuse_unbundled(presets: list[Preset]) -> None:
 def _fill(plan: CheckPlan, presets: list[Preset], store: GoldenStore, settings: Settings, request: BundleRequest,
           staging: Path, listener: Listener | None) -> Manifest:
     """Every planned (test, seed, preset) as an entry or as left out, in plan order."""
-    pool = make_pool(settings, request.running.in_process, listener, request.running.python)
+    with make_pool(settings, request.running.in_process, listener, request.running.python) as pool:
+        return _fill_from(pool, plan, presets, store, settings, request, staging, listener)
+
+
+def _fill_from(pool: Pool, plan: CheckPlan, presets: list[Preset], store: GoldenStore, settings: Settings,
+               request: BundleRequest, staging: Path, listener: Listener | None) -> Manifest:
     env = pool.environment()
     manifest = Manifest(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                         {k: v for k, v in env.items() if k != "executable"},
@@ -119,18 +124,17 @@ def _fill(plan: CheckPlan, presets: list[Preset], store: GoldenStore, settings: 
     set_total(listener, len(jobs))
     notice(listener, f"bundling {len(jobs)} (test, seed, preset) jobs; {len(manifest.left_out)} decided without "
                      "exporting")
-    with pool:
-        for outcome in pool.run(jobs):
-            entry_id, pending = pendings.pop(outcome.key)
-            if outcome.status is None and outcome.bundled is not None:
-                manifest.entries.append(_entry(entry_id, pending, outcome))
-            else:
-                verdict = outcome.status.value if outcome.status is not None else "EXPORT_FAIL"
-                manifest.left_out.append(Left(pending.item.test_id, pending.item.seed, pending.preset.name, verdict,
-                                              outcome.error_message or "", outcome.error_class or ""))
-            done = len(jobs) - len(pendings)
-            if done % 50 == 0 and pendings:
-                notice(listener, f"bundled {done} of {len(jobs)}")
+    for outcome in pool.run(jobs):
+        entry_id, pending = pendings.pop(outcome.key)
+        if outcome.status is None and outcome.bundled is not None:
+            manifest.entries.append(_entry(entry_id, pending, outcome))
+        else:
+            verdict = outcome.status.value if outcome.status is not None else "EXPORT_FAIL"
+            manifest.left_out.append(Left(pending.item.test_id, pending.item.seed, pending.preset.name, verdict,
+                                          outcome.error_message or "", outcome.error_class or ""))
+        done = len(jobs) - len(pendings)
+        if done % 50 == 0 and pendings:
+            notice(listener, f"bundled {done} of {len(jobs)}")
     manifest.entries.sort(key=lambda e: int(e.id[1:]))
     return manifest
 

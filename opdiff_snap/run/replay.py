@@ -24,7 +24,6 @@ from ..core.bundle_format import (
     BundleError,
     DeviceRecord,
     Entry,
-    Left,
     Manifest,
     bytes_for,
     digest_path,
@@ -52,6 +51,11 @@ class Replay:
     manifest: Manifest
     devices: dict[str, DeviceRecord]
 
+    def __post_init__(self) -> None:
+        self._entries = {(e.test, e.seed, e.preset): e for e in self.manifest.entries}
+        self._left = {(x.test, x.seed, x.preset): x for x in self.manifest.left_out}
+        self._items = {(k[0], k[1]) for k in [*self._entries, *self._left]}
+
     @property
     def presets(self) -> list[str]:
         return list(self.manifest.presets)
@@ -60,10 +64,7 @@ class Replay:
         return sorted({e.test for e in self.manifest.entries} | {x.test for x in self.manifest.left_out})
 
     def covers(self, test_id: str, seed: int) -> bool:
-        return any((e.test, e.seed) == (test_id, seed) for e in self._all())
-
-    def _all(self) -> list[Entry | Left]:
-        return [*self.manifest.entries, *self.manifest.left_out]
+        return (test_id, seed) in self._items
 
     def work(self, job: Job, pending: Pending) -> Result | tuple[Job, Pending]:
         """The job with the device's outputs in place of running it, or the result decided
@@ -75,9 +76,9 @@ class Replay:
                              baseline=item.baseline, tolerance=pending.tol, error_class=error_class)
 
         key = (item.test_id, item.seed, preset.name)
-        entry = next((e for e in self.manifest.entries if (e.test, e.seed, e.preset) == key), None)
+        entry = self._entries.get(key)
         if entry is None:
-            left = next((x for x in self.manifest.left_out if (x.test, x.seed, x.preset) == key), None)
+            left = self._left.get(key)
             if left is not None:
                 return decided(Verdict(left.verdict), left.message, left.error_class or None)
             return decided(Verdict.UNAVAILABLE, f"the bundle {self.root} holds no entry for test '{item.test_id}' "
