@@ -17,12 +17,11 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import ROOT, load, package_env, run_timed
+from benchlib import ROOT, load, package_at, package_env, run_timed
 
 
 def one_check(tree: Path, work: Path, preset: str, test_id: str) -> dict:
@@ -49,13 +48,6 @@ def measure(tree: Path, preset: str, runs: int, test_id: str) -> dict:
     return {"first": first, "warm": warm, "warm_median_s": walls[len(walls) // 2]}
 
 
-def extract(rev: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "opdiff_snap"], capture_output=True,
-                             check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-b", "--backend", action="append", help="preset (repeatable; default torch_cpu_fp32)")
@@ -67,20 +59,15 @@ def main() -> None:
     suites = sorted(p for p in (ROOT / "suites").rglob("*") if p.suffix in (".yaml", ".yml"))
     out: dict = {"command": f"opdiff check -b PRESET --test-ids {args.test_id} -j 1", "cpus": os.cpu_count(),
                  "suite_files": len(suites), "suite_bytes": sum(p.stat().st_size for p in suites)}
-    trees = {"after": ROOT}
-    scratch = Path(tempfile.mkdtemp(prefix="opdiff-bench-plan-tree-")) if args.before else None
-    try:
-        if args.before and scratch is not None:
-            trees = {"before": extract(args.before, scratch), **trees}
+    with package_at(args.before) as before:
+        trees = {"before": before, "after": ROOT} if before is not None else {"after": ROOT}
+        if before is not None:
             out["before"] = args.before
         for preset in presets:
             out[preset] = {name: measure(tree, preset, args.runs, args.test_id) for name, tree in trees.items()}
             if "before" in trees:
-                before, after = (out[preset][n]["warm_median_s"] for n in ("before", "after"))
-                out[preset]["after/before"] = round(after / before, 3)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+                b, a = (out[preset][n]["warm_median_s"] for n in ("before", "after"))
+                out[preset]["after/before"] = round(a / b, 3)
     print(json.dumps(out, indent=1))
 
 

@@ -14,14 +14,12 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchlib import ROOT, load, package_env
+from benchlib import ROOT, load, package_at, package_env
 
 
 def one_run(tree: Path, files: list[str]) -> dict:
@@ -47,25 +45,17 @@ def main() -> None:
     ap.add_argument("--before", metavar="REV")
     ap.add_argument("--runs", type=int, default=1)
     args = ap.parse_args()
-    trees = {"after": ROOT}
-    scratch = Path(tempfile.mkdtemp(prefix="opdiff-bench-tests-")) if args.before else None
     out: dict = {"files": args.files}
-    try:
-        if args.before and scratch is not None:
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before, "opdiff_snap"],
-                                     capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive, check=True)
-            trees = {"before": scratch, **trees}
+    with package_at(args.before) as before:
+        trees = {"before": before, "after": ROOT} if before is not None else {"after": ROOT}
+        if before is not None:
             out["before"] = args.before
         for name, tree in trees.items():
             out[name] = [one_run(tree, args.files) for _ in range(args.runs)]
-        if "before" in out:
-            for key in ("wall_s", "cpu_s"):
-                out[f"after/before {key}"] = round(min(r[key] for r in out["after"])
-                                                   / min(r[key] for r in out["before"]), 3)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+    if "before" in out:
+        for key in ("wall_s", "cpu_s"):
+            out[f"after/before {key}"] = round(min(r[key] for r in out["after"])
+                                               / min(r[key] for r in out["before"]), 3)
     print(json.dumps(out, indent=1))
 
 

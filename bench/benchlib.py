@@ -176,3 +176,23 @@ def _listening(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> No
             return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listens on port {port}")
+
+
+@contextlib.contextmanager
+def package_at(rev: str | None):
+    """The package as it was at git revision `rev`, extracted with `git archive` into a
+    temporary folder that is removed afterwards (None: no revision, yields None)."""
+    if rev is None:
+        yield None
+        return
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="opdiff-bench-rev-"))
+    try:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "opdiff_snap"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive, check=True)
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
