@@ -245,12 +245,15 @@ class WorkerPool:
         except OSError:
             pass
 
-    def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
+    def prestart(self, warm: Sequence[WarmUp] = (), jobs: int | None = None) -> None:
         """Start the workers now, so they import torch and warm up the `warm` presets'
-        backends (warmup.py; replacements too) before the first job comes."""
+        backends (warmup.py; replacements too) before the first job comes: as many as
+        `jobs` jobs can keep busy, up to the pool's size (None: the pool's size). A worker
+        costs a torch import; a check of one test has no use for a second one."""
         self.warm = tuple(warm)
+        wanted = self.n if jobs is None else min(self.n, max(0, jobs))
         if not self.in_process:
-            while len(self._workers) < self.n:
+            while len(self._workers) < wanted:
                 self._spawn()
 
     def close(self) -> None:

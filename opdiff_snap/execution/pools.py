@@ -43,8 +43,10 @@ class Pool(Protocol):
     def run(self, tasks: Iterable[Task]) -> Generator[Any, None, None]:
         """Each task's result, in completion order (see job.Task)."""
 
-    def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
-        """Start the workers now and warm up the backends of `warm`, while the caller plans."""
+    def prestart(self, warm: Sequence[WarmUp] = (), jobs: int | None = None) -> None:
+        """Start the workers now and warm up the backends of `warm`, while the caller plans:
+        as many as `jobs` jobs can keep busy (None: all of them). Called again with more
+        jobs, it starts the workers those need."""
 
     def environment(self) -> dict:
         """The environment the jobs run in, for a run's meta line."""

@@ -220,7 +220,7 @@ class RayPool:
         self._actors.append(actor)
         return actor
 
-    def prestart(self, warm: Sequence[WarmUp] = ()) -> None:
+    def prestart(self, warm: Sequence[WarmUp] = (), jobs: int | None = None) -> None:
         """Actors start with their first job's kind; each warms up the run's presets of its family."""
         self.warm = tuple(warm)
 

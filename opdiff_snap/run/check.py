@@ -64,10 +64,12 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     presets = preset_list(request, listener)
     use_cache = running.use_cache and cache_usable(settings, listener)
     store = golden_store(settings, listener)
-    # the workers start, and warm up the backends of presets that will export, while the run is planned
+    # one worker starts, and warms up the backends of presets that will export, while the
+    # run is planned; the others once the plan says how many jobs there are
     pool = make_pool(settings, running.in_process, listener, running.python)
+    warm = warm_ups(presets, settings.cache if use_cache else None) if replay is None else ()
     try:
-        pool.prestart(warm_ups(presets, settings.cache if use_cache else None) if replay is None else ())
+        pool.prestart(warm, jobs=1)
         reader = suite_reader(settings, use_cache, listener)
         suite_paths, plan, golden_cases = plan_check(request, store, settings, listener, reader)
         if replay is not None:
@@ -88,6 +90,7 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
         writer, planned, done = _open_run(request, plan, presets, identity, settings, argv, suite_paths,
                                           run_settings, env, listener)
         prior = _prior_results(writer.path) if request.resume else []
+        pool.prestart(warm, jobs=len(planned - done))
     except BaseException:
         pool.close()
         raise
