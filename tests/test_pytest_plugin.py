@@ -283,7 +283,7 @@ def section(result, header: str) -> list[str]:
 
 @pytest.mark.slow
 def test_fixture_records_passes_goes_stale_and_update_fixes_it(pytester, env):
-    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\n")
+    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\njobs = 1\n")
     tests = pytester.path / "tests"
     tests.mkdir()
     (tests / "test_blocks.py").write_text(BLOCKS)
@@ -346,7 +346,7 @@ def test_offset_norm(opdiff_golden):
 
 @pytest.mark.slow
 def test_fixture_judges_fp16_against_torchs_own_precision_as_check_does(pytester, env):
-    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\n")
+    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\njobs = 1\n")
     (pytester.path / "test_norm.py").write_text(FP16_NORM)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
@@ -358,7 +358,7 @@ def test_fixture_judges_fp16_against_torchs_own_precision_as_check_does(pytester
 
 @pytest.mark.slow
 def test_fixture_segfault_fails_one_test_only(pytester, env):
-    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\n")
+    pytester.makepyprojecttoml("[tool.opdiff]\nrepeats = 1\nwarmup = 0\njobs = 1\n")
     shutil.copy(CRASHY, pytester.path / "crashy.py")
     pytester.makepyfile(test_crash=textwrap.dedent("""
         import torch

@@ -40,7 +40,8 @@ PYPROJECT = """\
 [tool.opdiff]
 repeats = 1
 warmup = 0
-timeout_s = 30.0
+timeout_s = 10.0
+jobs = 1   # one worker: its replacement after a crash or a hang is what is tested
 """
 
 
