@@ -128,6 +128,20 @@ def test_warm_up_runs_each_presets_backend_and_leaves_the_random_stream_alone():
     torch.testing.assert_close(torch.rand(3), expected)
 
 
+def test_prestart_starts_the_workers_the_jobs_need():
+    """A check starts one worker while it plans and the rest once it knows its jobs: one job
+    on a pool of two gets one worker (each is an interpreter importing torch)."""
+    with WorkerPool(jobs=2, timeout_s=120) as pool:
+        pool.prestart((), jobs=1)
+        assert pool.started_workers == 1
+        pool.prestart((), jobs=1)       # the plan: one job
+        [outcome] = list(pool.run(relu_jobs(1)))
+        assert pool.started_workers == 1
+        pool.prestart((), jobs=5)       # more jobs than the pool has room for
+        assert pool.started_workers == 2
+    check_relu(outcome)
+
+
 @pytest.mark.slow
 def test_warm_workers_serve_the_same_results():
     from opdiff_snap.backends.registry import get_preset

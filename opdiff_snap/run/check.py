@@ -67,8 +67,8 @@ def check(request: CheckRequest, *, settings: Settings = Settings(), argv: Seque
     # one worker starts, and warms up the backends of presets that will export, while the
     # run is planned; the others once the plan says how many jobs there are
     pool = make_pool(settings, running.in_process, listener, running.python)
-    warm = warm_ups(presets, settings.cache if use_cache else None) if replay is None else ()
     try:
+        warm = warm_ups(presets, settings.cache if use_cache else None) if replay is None else ()
         pool.prestart(warm, jobs=1)
         reader = suite_reader(settings, use_cache, listener)
         suite_paths, plan, golden_cases = plan_check(request, store, settings, listener, reader)
