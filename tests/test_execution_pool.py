@@ -142,6 +142,19 @@ def test_prestart_starts_the_workers_the_jobs_need():
     check_relu(outcome)
 
 
+def test_a_stopped_worker_runs_its_exit_handlers(tmp_path):
+    """A worker leaves without the interpreter's teardown, but the exit handlers a job's
+    libraries registered still run when the pool closes (multiprocessing's release the
+    named semaphores such libraries make)."""
+    marker = tmp_path / "atexit"
+    with WorkerPool(jobs=1, timeout_s=120) as pool:
+        [outcome] = list(pool.run([job(module_case("file:crashy.py::AtExit", str(marker), id="atexit"), [x(3)],
+                                       key="atexit")]))
+        assert outcome.status is None, outcome.error_message
+        assert not marker.exists()        # the worker is still there
+    assert marker.read_text() == "ran"
+
+
 @pytest.mark.slow
 def test_warm_workers_serve_the_same_results():
     from opdiff_snap.backends.registry import get_preset

@@ -81,3 +81,19 @@ class CachesOnFirstCall(torch.nn.Module):
         if "w2" not in self.cache:
             self.cache["w2"] = self.weight * 2
         return x @ self.cache["w2"]
+
+
+class AtExit(torch.nn.Module):
+    """Registers an exit handler that writes `path` when the worker process exits (as a
+    library's clean-up does: tqdm's releases a named semaphore)."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = str(path)
+
+    def forward(self, x):
+        import atexit
+        from pathlib import Path
+
+        atexit.register(Path(self.path).write_text, "ran")
+        return x
