@@ -199,7 +199,8 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,
             done.set()
 
     deadline = time.monotonic() + limits.timeout_s
-    threading.Thread(target=run, name="opdiff-sql", daemon=True).start()
+    worker = threading.Thread(target=run, name="opdiff-sql", daemon=True)
+    worker.start()
     try:
         while not done.is_set():
             left = deadline - time.monotonic()
@@ -213,7 +214,9 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,
             done.wait(min(left, 0.2))
     except KeyboardInterrupt:
         _stop(con, done)
+        _ended(worker)
         raise KeyboardInterrupt(STOPPED) from None
+    _ended(worker)
     error = box.get("error")
     if isinstance(error, duckdb.OutOfMemoryException):
         limit = memory_text(limits.memory_bytes())
@@ -250,6 +253,17 @@ def stopped_on_interrupt() -> Iterator[None]:
         if is_interrupt(exc) and not (isinstance(exc, KeyboardInterrupt) and str(exc) == STOPPED):
             raise KeyboardInterrupt(STOPPED) from None
         raise
+
+
+def _ended(worker: threading.Thread) -> None:
+    """Wait (briefly: its statement has ended) for the statement's thread to be gone, so that
+    no thread of ours is still in DuckDB's client when the interpreter exits after a Ctrl-C
+    (Python < 3.13 ends a thread that is still there at exit wherever it is, in C++ code
+    too, which can abort the process after our message was printed)."""
+    try:
+        worker.join(5.0)
+    except KeyboardInterrupt:
+        pass   # a second Ctrl-C: the statement is stopped already
 
 
 def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:
