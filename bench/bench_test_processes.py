@@ -60,7 +60,7 @@ def kind(argv: list[str]) -> str:
     line = " ".join(argv)
     if "spawn_main" in line or "forkserver" in line:
         return "worker (multiprocessing)"
-    if "opdiff_snap.cli" in line or line.split(" ")[1:2] == [str(ROOT / "cli.py")] or "cli.py" in line:
+    if "opdiff_snap.cli" in line or "cli.py" in line:
         return "opdiff command line"
     if "pytest" in line:
         return "pytest session started by a test"

@@ -205,7 +205,7 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,
         while not done.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
-                _stop(con, done)
+                _stop(con, done, worker)
                 raise OpdiffError(
                     f"a query over the history was stopped after {limits.timeout_s:g} s, its time limit "
                     "(--timeout-s of `opdiff query`, the reports and diff-runs, or query-timeout-s in "
@@ -213,8 +213,7 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, params: list | None,
                     f"joins) or give it more time, e.g. --timeout-s {limits.timeout_s * 4:g}.")
             done.wait(min(left, 0.2))
     except KeyboardInterrupt:
-        _stop(con, done)
-        _ended(worker)
+        _stop(con, done, worker)
         raise KeyboardInterrupt(STOPPED) from None
     _ended(worker)
     error = box.get("error")
@@ -266,13 +265,14 @@ def _ended(worker: threading.Thread) -> None:
         pass   # a second Ctrl-C: the statement is stopped already
 
 
-def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:
+def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event, worker: threading.Thread) -> None:
     """Interrupt the running statement until it has ended (DuckDB checks for an interrupt
     between chunks of work; one that comes before the statement began is lost, hence the
-    repeats)."""
+    repeats), and its thread with it."""
     while not done.is_set():
         con.interrupt()
         done.wait(0.05)
+    _ended(worker)
 
 
 def lock(con: duckdb.DuckDBPyConnection, limits: Limits | None = None) -> None:
